@@ -1,0 +1,1 @@
+//! sqllogictest runner and .slt suites for accelsql (the runner arrives with the engine).
