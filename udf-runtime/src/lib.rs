@@ -1,4 +1,11 @@
-//! How accelsql UDF code runs: CPU and GPU columnar kernels (cudarc) and, later, script runtimes
-//! and instance pools. Depends on Arrow and the gpu-scheduler, never on DataFusion.
+//! How accelsql UDF code runs: UDF annotations, instance contexts and pools, and the GPU side
+//! (cudarc). Depends on the gpu-scheduler, never on DataFusion.
 
+pub mod annotations;
+mod error;
 pub mod gpu;
+pub mod instance;
+
+pub use annotations::AcceleratorRequest;
+pub use error::{Result, RuntimeError};
+pub use instance::{InstanceContext, InstancePool, InstanceSlot};

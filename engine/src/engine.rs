@@ -1,0 +1,161 @@
+//! The [`Engine`]: one per process; owns the device inventory, the node lease queue, the UDF
+//! registry and the recent-call log, and opens [`Session`]s.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use accelsql_gpu_scheduler::{DeviceInfo, DeviceLockDir, Inventory, LeaseQueue, SchedulerConfig};
+
+use crate::placement::PlacementDecision;
+use crate::session::Session;
+use crate::udf::ScalarUdf;
+use crate::{Result, definition_err};
+
+/// How many finished UDF calls `accelsql.udf_calls` keeps.
+pub const RECENT_CALLS: usize = 1000;
+
+/// One finished UDF call, as `accelsql.udf_calls` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UdfCallRecord {
+    /// The statement.
+    pub statement_id: u64,
+    /// The placement decision.
+    pub decision: PlacementDecision,
+    /// Indices of the devices its instances were pinned to (empty on the CPU).
+    pub devices: Vec<u32>,
+    /// How many distinct instances ran.
+    pub instances: usize,
+    /// Rows in and out.
+    pub rows_in: u64,
+    /// Rows out.
+    pub rows_out: u64,
+    /// Time spent in the implementation.
+    pub elapsed: Duration,
+    /// How long the statement waited for the GPU lease (if it needed it).
+    pub lease_wait: Option<Duration>,
+    /// Batches that ran the GPU implementation (0 on simulated devices: they run the CPU one).
+    pub gpu_batches: u64,
+}
+
+/// The embedded engine: devices, GPU lease queue, UDF registry.
+///
+/// ```
+/// use accelsql_engine::{Engine, SchedulerConfig};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let engine = Engine::with_config(SchedulerConfig::default().with_simulated_gpus(2)).unwrap();
+/// let session = engine.session();
+/// let batches = session.sql("SELECT iproc(), nproc()").await.unwrap();
+/// assert_eq!(batches[0].num_rows(), 1);
+/// # });
+/// ```
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub(crate) inner: Arc<EngineInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct EngineInner {
+    pub(crate) inventory: Inventory,
+    pub(crate) devices: Vec<DeviceInfo>,
+    pub(crate) queue: LeaseQueue,
+    pub(crate) default_wait_timeout: Option<Duration>,
+    pub(crate) udfs: RwLock<Vec<Arc<ScalarUdf>>>,
+    pub(crate) next_statement: AtomicU64,
+    pub(crate) recent_calls: Mutex<VecDeque<UdfCallRecord>>,
+}
+
+impl Engine {
+    /// An engine configured from the environment (`ACCELSQL_SIMULATED_GPUS`, `CUDA_VISIBLE_DEVICES`,
+    /// `ACCELSQL_DEVICE_LOCK_DIR`, `ACCELSQL_GPU_WAIT_TIMEOUT`).
+    pub fn new() -> Result<Self> {
+        Self::with_config(SchedulerConfig::from_env()?)
+    }
+
+    /// An engine with an explicit device configuration.
+    pub fn with_config(config: SchedulerConfig) -> Result<Self> {
+        let inventory = Inventory::from_config(&config)?;
+        let devices = inventory.devices()?;
+        let locks = config
+            .device_lock_dir
+            .as_ref()
+            .map(DeviceLockDir::open)
+            .transpose()?;
+        let queue = LeaseQueue::with_options(devices.clone(), locks, None);
+        Ok(Self {
+            inner: Arc::new(EngineInner {
+                inventory,
+                devices,
+                queue,
+                default_wait_timeout: config.lease_wait_timeout,
+                udfs: RwLock::new(Vec::new()),
+                next_statement: AtomicU64::new(1),
+                recent_calls: Mutex::new(VecDeque::new()),
+            }),
+        })
+    }
+
+    /// Registers a Rust UDF for every session opened afterwards.
+    pub fn register_scalar_udf(&self, udf: ScalarUdf) -> Result<()> {
+        let mut udfs = self.inner.udfs.write().unwrap_or_else(|e| e.into_inner());
+        if udfs.iter().any(|u| u.name() == udf.name()) {
+            return Err(definition_err!(
+                "a UDF named {} is already registered",
+                udf.name()
+            ));
+        }
+        udfs.push(Arc::new(udf));
+        Ok(())
+    }
+
+    /// Opens a session (its own settings; the engine's GPUs and UDFs).
+    pub fn session(&self) -> Session {
+        Session::new(self.clone())
+    }
+
+    /// The devices the engine's lease hands out.
+    pub fn devices(&self) -> &[DeviceInfo] {
+        &self.inner.devices
+    }
+
+    /// The node lease queue (for introspection).
+    pub fn lease_queue(&self) -> &LeaseQueue {
+        &self.inner.queue
+    }
+
+    /// The inventory (fresh readings for `accelsql.gpu_devices`).
+    pub fn inventory(&self) -> &Inventory {
+        &self.inner.inventory
+    }
+
+    /// The last [`RECENT_CALLS`] finished UDF calls, oldest first.
+    pub fn recent_calls(&self) -> Vec<UdfCallRecord> {
+        self.inner
+            .recent_calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    pub(crate) fn next_statement_id(&self) -> u64 {
+        self.inner.next_statement.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn record_calls(&self, records: Vec<UdfCallRecord>) {
+        let mut recent = self
+            .inner
+            .recent_calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for r in records {
+            if recent.len() == RECENT_CALLS {
+                recent.pop_front();
+            }
+            recent.push_back(r);
+        }
+    }
+}

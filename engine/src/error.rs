@@ -1,0 +1,196 @@
+//! The engine's error type: stable codes for every user-facing failure, and the conversions that
+//! carry them through DataFusion and back.
+
+use std::sync::Arc;
+
+use accelsql_gpu_scheduler::SchedulerError;
+use accelsql_udf_runtime::{AcceleratorRequest, RuntimeError};
+use datafusion::error::DataFusionError;
+
+/// Result type of this crate.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// Everything a statement can fail with. [`EngineError::code`] gives the stable code that also
+/// starts the message, e.g. `[22069] Accelerator device request failed …`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// A required GPU call could not get the GPUs in its query block (Exasol's error 22069).
+    #[error(
+        "[{}] Accelerator device request failed for a user defined function (requested types: {requested}). \
+         Impossible Accelerator Device Request: Insufficient accelerator resources to execute all user defined functions concurrently. \
+         ({detail})",
+        Self::ACCELERATOR_REQUEST_FAILED
+    )]
+    AcceleratorRequestFailed {
+        /// The annotation the UDF carries.
+        requested: AcceleratorRequest,
+        /// Which UDF, and which call got the GPUs instead.
+        detail: String,
+    },
+
+    /// A required GPU call on a node with no GPU.
+    #[error(
+        "[{}] Accelerator device request failed for a user defined function (requested types: GpuNvidia). \
+         No GPU is present on this node, but UDF {udf} requires one (%perInstanceRequiredAcceleratorDevices GpuNvidia). \
+         Declare it GpuNvidia|None to let it run on the CPU",
+        Self::ACCELERATOR_REQUEST_FAILED
+    )]
+    NoGpuPresent {
+        /// The UDF.
+        udf: String,
+    },
+
+    /// A UDF definition is unusable (missing CPU implementation, bad annotation, name clash).
+    #[error("[{}] invalid UDF definition: {message}", Self::INVALID_DEFINITION)]
+    InvalidDefinition {
+        /// What is wrong.
+        message: String,
+    },
+
+    /// A UDF implementation returned a result of the wrong length or type.
+    #[error(
+        "[{}] UDF {udf} returned a bad result: {message}",
+        Self::BAD_UDF_RESULT
+    )]
+    BadUdfResult {
+        /// The UDF.
+        udf: String,
+        /// What was wrong.
+        message: String,
+    },
+
+    /// The GPU lease, device inventory or device locks failed.
+    #[error(transparent)]
+    Scheduler(#[from] SchedulerError),
+
+    /// UDF annotations or instances failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+
+    /// A setting has a value we cannot use.
+    #[error("[{}] invalid setting {name}: {message}", Self::INVALID_SETTING)]
+    InvalidSetting {
+        /// The setting.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// Anything DataFusion reports: SQL syntax, planning, execution.
+    #[error("[{}] {}", sql_code(.0), .0.strip_backtrace())]
+    Sql(DataFusionError),
+}
+
+impl EngineError {
+    /// Code of [`EngineError::AcceleratorRequestFailed`] and [`EngineError::NoGpuPresent`] (Exasol's).
+    pub const ACCELERATOR_REQUEST_FAILED: &'static str = "22069";
+    /// Code of [`EngineError::InvalidDefinition`].
+    pub const INVALID_DEFINITION: &'static str = "42E01";
+    /// Code of [`EngineError::BadUdfResult`].
+    pub const BAD_UDF_RESULT: &'static str = "22E02";
+    /// Code of [`EngineError::InvalidSetting`].
+    pub const INVALID_SETTING: &'static str = "22E03";
+
+    /// The stable code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::AcceleratorRequestFailed { .. } | Self::NoGpuPresent { .. } => {
+                Self::ACCELERATOR_REQUEST_FAILED
+            }
+            Self::InvalidDefinition { .. } => Self::INVALID_DEFINITION,
+            Self::BadUdfResult { .. } => Self::BAD_UDF_RESULT,
+            Self::InvalidSetting { .. } => Self::INVALID_SETTING,
+            Self::Scheduler(e) => e.code(),
+            Self::Runtime(e) => e.code(),
+            Self::Sql(e) => sql_code(e),
+        }
+    }
+
+    /// Wraps this error for DataFusion, which hands it back unchanged through [`From`].
+    pub fn into_datafusion(self) -> DataFusionError {
+        DataFusionError::External(Box::new(self))
+    }
+}
+
+/// SQLSTATE-style class of a DataFusion error.
+fn sql_code(e: &DataFusionError) -> &'static str {
+    match e {
+        DataFusionError::SQL(..) | DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => {
+            "42000"
+        }
+        DataFusionError::NotImplemented(_) => "0A000",
+        DataFusionError::Configuration(_) => "22023",
+        DataFusionError::ResourcesExhausted(_) => "53000",
+        DataFusionError::Execution(_) | DataFusionError::ArrowError(..) => "22000",
+        DataFusionError::Context(_, inner) => sql_code(inner),
+        DataFusionError::Shared(inner) => sql_code(inner),
+        _ => "XX000",
+    }
+}
+
+impl From<DataFusionError> for EngineError {
+    fn from(e: DataFusionError) -> Self {
+        match e {
+            DataFusionError::External(boxed) => match boxed.downcast::<EngineError>() {
+                Ok(engine) => *engine,
+                Err(other) => match other.downcast::<SchedulerError>() {
+                    Ok(s) => Self::Scheduler(*s),
+                    Err(other) => Self::Sql(DataFusionError::External(other)),
+                },
+            },
+            // Context only decorates; the root keeps its code.
+            DataFusionError::Context(context, inner) => match Self::from(*inner) {
+                Self::Sql(inner) => Self::Sql(DataFusionError::Context(context, Box::new(inner))),
+                coded => coded,
+            },
+            DataFusionError::Shared(shared) => match Arc::try_unwrap(shared) {
+                Ok(inner) => Self::from(inner),
+                Err(shared) => Self::Sql(DataFusionError::Shared(shared)),
+            },
+            other => Self::Sql(other),
+        }
+    }
+}
+
+/// Builds an [`EngineError::InvalidDefinition`]: `definition_err!("UDF {name} has no CPU implementation")`.
+#[macro_export]
+macro_rules! definition_err {
+    ($($arg:tt)*) => { $crate::EngineError::InvalidDefinition { message: format!($($arg)*) } };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coded_errors_survive_a_trip_through_datafusion() {
+        let e = EngineError::NoGpuPresent { udf: "f".into() }.into_datafusion();
+        let e = DataFusionError::Context("while running".into(), Box::new(e));
+        let back = EngineError::from(e);
+        assert_eq!(back.code(), "22069");
+        let s = EngineError::from(DataFusionError::External(Box::new(
+            SchedulerError::QueueClosed,
+        )));
+        assert_eq!(s.code(), "57G02");
+    }
+
+    #[test]
+    fn datafusion_errors_get_sqlstate_classes() {
+        let e = EngineError::from(DataFusionError::Plan("no table t".into()));
+        assert_eq!(e.code(), "42000");
+        assert!(e.to_string().starts_with("[42000]"), "{e}");
+    }
+
+    #[test]
+    fn the_22069_message_has_exasols_shape() {
+        let e = EngineError::AcceleratorRequestFailed {
+            requested: AcceleratorRequest::Required,
+            detail: "UDF g; the GPUs went to f".into(),
+        };
+        assert!(e.to_string().starts_with(
+            "[22069] Accelerator device request failed for a user defined function (requested types: GpuNvidia). \
+             Impossible Accelerator Device Request: Insufficient accelerator resources to execute all user defined functions concurrently."
+        ));
+    }
+}

@@ -1,0 +1,308 @@
+//! The GPU placement rule: per query block, at most one UDF call gets the GPUs (required calls
+//! first, then left to right); other required calls fail with 22069, optional ones fall back to
+//! the CPU. Decisions are recorded for EXPLAIN and `accelsql.udf_calls`.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use accelsql_udf_runtime::AcceleratorRequest;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::error::Result as DfResult;
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::{Expr, LogicalPlan, ScalarUDF};
+use datafusion::optimizer::AnalyzerRule;
+
+use crate::EngineError;
+use crate::statement::StatementScope;
+use crate::udf::{AccelScalarUdf, PlacedCall};
+
+/// Where a UDF call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Placement {
+    /// On the statement's GPUs (instances pinned round-robin to the lease's devices).
+    Gpu,
+    /// On the CPU.
+    Cpu,
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Gpu => "GPU",
+            Self::Cpu => "CPU",
+        })
+    }
+}
+
+/// The rule's decision for one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacementDecision {
+    /// Number of the call in its statement, in discovery order (1-based).
+    pub call_id: usize,
+    /// Number of the query block the call is in (1-based; 1 is the outermost select).
+    pub block: usize,
+    /// The UDF.
+    pub udf: String,
+    /// Its annotation.
+    pub request: AcceleratorRequest,
+    /// Where it runs.
+    pub placement: Placement,
+    /// Why, in words.
+    pub reason: String,
+}
+
+impl fmt::Display for PlacementDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "call {} {}() in block {}: {} ({}; requested {})",
+            self.call_id, self.udf, self.block, self.placement, self.reason, self.request
+        )
+    }
+}
+
+/// Counters of one call, updated by its instances.
+#[derive(Debug, Default)]
+pub(crate) struct CallStats {
+    pub(crate) rows_in: AtomicU64,
+    pub(crate) rows_out: AtomicU64,
+    pub(crate) batches: AtomicU64,
+    pub(crate) nanos: AtomicU64,
+    pub(crate) gpu_impl_batches: AtomicU64,
+    pub(crate) instances: Mutex<BTreeSet<usize>>,
+}
+
+impl CallStats {
+    pub(crate) fn record(
+        &self,
+        rows_in: usize,
+        rows_out: usize,
+        elapsed: Duration,
+        instance: usize,
+        gpu_impl: bool,
+    ) {
+        self.rows_in.fetch_add(rows_in as u64, Ordering::Relaxed);
+        self.rows_out.fetch_add(rows_out as u64, Ordering::Relaxed);
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.nanos
+            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+        if gpu_impl {
+            self.gpu_impl_batches.fetch_add(1, Ordering::Relaxed);
+        }
+        self.instances
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(instance);
+    }
+}
+
+/// The analyzer rule, one per statement (it records into the statement's scope).
+#[derive(Debug)]
+pub(crate) struct PlacementRule {
+    scope: Arc<StatementScope>,
+    blocks: Mutex<usize>,
+}
+
+impl PlacementRule {
+    pub(crate) fn new(scope: Arc<StatementScope>) -> Self {
+        Self {
+            scope,
+            blocks: Mutex::new(0),
+        }
+    }
+
+    /// Places the calls of the block rooted at `plan`, then of the blocks nested in it.
+    fn place_block(&self, plan: LogicalPlan) -> DfResult<LogicalPlan> {
+        let block = {
+            let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+            *blocks += 1;
+            *blocks
+        };
+        let mut found = Vec::new();
+        collect_block_calls(&plan, &mut found)?;
+        let decisions = self
+            .decide(block, &found)
+            .map_err(EngineError::into_datafusion)?;
+        let mut next = decisions.into_iter();
+        self.rewrite_block_node(plan, &mut next)
+    }
+
+    fn decide(
+        &self,
+        block: usize,
+        found: &[Arc<AccelScalarUdf>],
+    ) -> crate::Result<Vec<Arc<PlacedCall>>> {
+        let mut order: Vec<usize> = (0..found.len()).collect();
+        // Required calls first, then left to right (the sort is stable).
+        order.sort_by_key(|&i| found[i].definition().accelerator() != AcceleratorRequest::Required);
+        let present = self.scope.devices_present;
+        let mut gpu_holder: Option<String> = None;
+        let mut placements = vec![None; found.len()];
+        for i in order {
+            let def = found[i].definition();
+            let name = def.name().to_string();
+            let (placement, reason) = match def.accelerator() {
+                AcceleratorRequest::None => {
+                    (Placement::Cpu, "no accelerator requested".to_string())
+                }
+                AcceleratorRequest::Required if present == 0 => {
+                    return Err(EngineError::NoGpuPresent { udf: name });
+                }
+                AcceleratorRequest::Required => match &gpu_holder {
+                    None => (Placement::Gpu, "required, first in its block".to_string()),
+                    Some(holder) => {
+                        return Err(EngineError::AcceleratorRequestFailed {
+                            requested: AcceleratorRequest::Required,
+                            detail: format!(
+                                "UDF {name} requires the GPUs, which {holder}() in the same query block already has; \
+                                 only one GPU call per select is possible — move one call into its own sub-select"
+                            ),
+                        });
+                    }
+                },
+                AcceleratorRequest::Preferred if present == 0 => {
+                    (Placement::Cpu, "no GPU present".to_string())
+                }
+                AcceleratorRequest::Preferred => match &gpu_holder {
+                    None => (Placement::Gpu, "optional, first in its block".to_string()),
+                    Some(holder) => (
+                        Placement::Cpu,
+                        format!("GPUs taken by {holder}() in this block"),
+                    ),
+                },
+            };
+            if placement == Placement::Gpu {
+                gpu_holder = Some(name.clone());
+            }
+            placements[i] = Some((placement, reason));
+        }
+        let mut calls = self.scope.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::with_capacity(found.len());
+        for (udf, slot) in found.iter().zip(placements) {
+            let (placement, reason) = slot.unwrap_or((Placement::Cpu, String::new()));
+            let call = Arc::new(PlacedCall {
+                decision: PlacementDecision {
+                    call_id: calls.len() + 1,
+                    block,
+                    udf: udf.definition().name().to_string(),
+                    request: udf.definition().accelerator(),
+                    placement,
+                    reason,
+                },
+                devices: Arc::clone(&self.scope.lease_devices),
+                node_id: self.scope.node_id,
+                pool: std::sync::OnceLock::new(),
+                stats: CallStats::default(),
+            });
+            calls.push(Arc::clone(&call));
+            out.push(call);
+        }
+        Ok(out)
+    }
+
+    /// Rewrites the calls of one node of the current block, then its children: children in the
+    /// same block continue it; block boundaries and subqueries start new blocks.
+    fn rewrite_block_node(
+        &self,
+        plan: LogicalPlan,
+        calls: &mut std::vec::IntoIter<Arc<PlacedCall>>,
+    ) -> DfResult<LogicalPlan> {
+        let plan = plan
+            .map_expressions(|expr| {
+                expr.transform_down(|e| match e {
+                    Expr::ScalarFunction(ScalarFunction { func, args }) => {
+                        match crate::udf::as_accel_udf(func.inner().as_ref())
+                            .filter(|u| !u.is_placed())
+                        {
+                            Some(udf) => {
+                                let call = calls.next().ok_or_else(|| {
+                                    datafusion::error::DataFusionError::Internal(
+                                        "placement: call count changed".into(),
+                                    )
+                                })?;
+                                let placed = ScalarUDF::new_from_impl(udf.placed(call));
+                                Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction {
+                                    func: Arc::new(placed),
+                                    args,
+                                })))
+                            }
+                            None => Ok(Transformed::no(Expr::ScalarFunction(ScalarFunction {
+                                func,
+                                args,
+                            }))),
+                        }
+                    }
+                    e if is_subquery_expr(&e) => {
+                        Ok(Transformed::new(e, false, TreeNodeRecursion::Jump))
+                    }
+                    e => Ok(Transformed::no(e)),
+                })
+            })?
+            .data;
+        let plan = plan
+            .map_subqueries(|sub| self.place_block(sub).map(Transformed::yes))?
+            .data;
+        let new_block_children = starts_blocks(&plan);
+        plan.map_children(|child| {
+            if new_block_children {
+                self.place_block(child).map(Transformed::yes)
+            } else {
+                self.rewrite_block_node(child, calls).map(Transformed::yes)
+            }
+        })
+        .map(|t| t.data)
+    }
+}
+
+impl AnalyzerRule for PlacementRule {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> DfResult<LogicalPlan> {
+        self.place_block(plan)
+    }
+
+    fn name(&self) -> &str {
+        "accelsql_gpu_placement"
+    }
+}
+
+/// Whether the children of `plan` each begin a query block of their own.
+fn starts_blocks(plan: &LogicalPlan) -> bool {
+    matches!(
+        plan,
+        LogicalPlan::SubqueryAlias(_) | LogicalPlan::Union(_) | LogicalPlan::RecursiveQuery(_)
+    )
+}
+
+fn is_subquery_expr(e: &Expr) -> bool {
+    matches!(
+        e,
+        Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_)
+    )
+}
+
+/// The unplaced accelsql calls of the block rooted at `plan`, in the order the rewrite meets them.
+fn collect_block_calls(plan: &LogicalPlan, out: &mut Vec<Arc<AccelScalarUdf>>) -> DfResult<()> {
+    plan.apply_expressions(|expr| {
+        expr.apply(|e| match e {
+            Expr::ScalarFunction(ScalarFunction { func, .. }) => {
+                if let Some(udf) =
+                    crate::udf::as_accel_udf(func.inner().as_ref()).filter(|u| !u.is_placed())
+                {
+                    out.push(Arc::new(udf.clone()));
+                }
+                Ok(TreeNodeRecursion::Continue)
+            }
+            e if is_subquery_expr(e) => Ok(TreeNodeRecursion::Jump),
+            _ => Ok(TreeNodeRecursion::Continue),
+        })
+    })?;
+    if !starts_blocks(plan) {
+        for child in plan.inputs() {
+            collect_block_calls(child, out)?;
+        }
+    }
+    Ok(())
+}

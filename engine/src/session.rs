@@ -1,0 +1,173 @@
+//! A [`Session`]: one connection's SQL front end. Splits statements, plans each with the
+//! placement rule, and runs it under the statement's GPU lease.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, StringArray};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::dataframe::DataFrame;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::{LogicalPlan, ScalarUDF};
+use datafusion::physical_plan::execute_stream;
+use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use futures::TryStreamExt;
+
+use crate::options::AccelsqlOptions;
+use crate::placement::PlacementRule;
+use crate::statement::StatementScope;
+use crate::stream::StatementStream;
+use crate::udf::AccelScalarUdf;
+use crate::{Engine, EngineError, Result};
+
+/// One connection: its own settings and tables, the engine's GPUs and UDFs.
+pub struct Session {
+    engine: Engine,
+    ctx: SessionContext,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("session_id", &self.ctx.session_id())
+            .finish()
+    }
+}
+
+impl Session {
+    pub(crate) fn new(engine: Engine) -> Self {
+        let config = SessionConfig::new()
+            .with_option_extension(AccelsqlOptions::default())
+            .with_information_schema(true);
+        let ctx = SessionContext::new_with_config(config);
+        for f in crate::functions::node_functions(0, 1) {
+            ctx.register_udf(f);
+        }
+        let udfs = engine
+            .inner
+            .udfs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for def in udfs {
+            ctx.register_udf(ScalarUDF::new_from_impl(AccelScalarUdf::new(def)));
+        }
+        if let Err(e) = crate::system::register(&ctx, &engine) {
+            log::error!("system tables unavailable in this session: {e}");
+        }
+        Self { engine, ctx }
+    }
+
+    /// The DataFusion context (to register tables, read settings, or use the DataFrame API).
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The engine this session belongs to.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Runs one or more `;`-separated statements and returns the last one's result.
+    ///
+    /// A failing statement stops the list; the statements before it keep their effects, and the
+    /// session stays usable.
+    pub async fn sql(&self, text: &str) -> Result<Vec<RecordBatch>> {
+        let stream = self.sql_stream(text).await?;
+        Ok(stream.try_collect::<Vec<_>>().await?)
+    }
+
+    /// Like [`Session::sql`], but streams the last statement's result. The statement's GPU lease
+    /// (if it needs one) is taken on the first poll and held until the stream ends, fails or is
+    /// dropped.
+    pub async fn sql_stream(&self, text: &str) -> Result<SendableRecordBatchStream> {
+        let mut statements = DFParser::parse_sql_with_dialect(text, &GenericDialect {})?;
+        let Some(last) = statements.pop_back() else {
+            return Err(EngineError::Sql(datafusion::error::DataFusionError::Plan(
+                "no SQL statement given".into(),
+            )));
+        };
+        for statement in statements {
+            let stream = self.execute(statement).await?;
+            stream.try_collect::<Vec<_>>().await?;
+        }
+        self.execute(last).await
+    }
+
+    async fn execute(&self, statement: DfStatement) -> Result<SendableRecordBatchStream> {
+        let scope = Arc::new(StatementScope::new(
+            self.engine.next_statement_id(),
+            statement.to_string(),
+            self.engine.devices().len(),
+        ));
+        let mut state = self.ctx.state();
+        state.add_analyzer_rule(Arc::new(PlacementRule::new(Arc::clone(&scope))));
+        let plan = state.statement_to_plan(statement).await?;
+        match &plan {
+            // DDL and SET change the session: they go through the context.
+            LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
+                return Ok(self
+                    .ctx
+                    .execute_logical_plan(plan)
+                    .await?
+                    .execute_stream()
+                    .await?);
+            }
+            LogicalPlan::Explain(_) => {
+                let df = DataFrame::new(state, plan);
+                let task = Arc::new(df.task_ctx());
+                let physical = df.create_physical_plan().await?;
+                let schema = physical.schema();
+                let mut batches: Vec<RecordBatch> =
+                    execute_stream(physical, task)?.try_collect().await?;
+                batches.push(placement_rows(&schema, &scope)?);
+                return Ok(Box::pin(MemoryStream::try_new(batches, schema, None)?));
+            }
+            _ => {}
+        }
+        let wait_timeout = state
+            .config_options()
+            .extensions
+            .get::<AccelsqlOptions>()
+            .map(AccelsqlOptions::gpu_wait_timeout)
+            .transpose()?
+            .flatten()
+            .or(self.engine.inner.default_wait_timeout);
+        let df = DataFrame::new(state, plan);
+        let task = Arc::new(df.task_ctx());
+        let physical = df.create_physical_plan().await?;
+        let stream =
+            StatementStream::start(self.engine.clone(), scope, physical, task, wait_timeout)?;
+        Ok(Box::pin(stream))
+    }
+}
+
+/// The EXPLAIN rows that show each call's placement and why.
+fn placement_rows(schema: &SchemaRef, scope: &StatementScope) -> Result<RecordBatch> {
+    let calls = scope.calls();
+    let text = if calls.is_empty() {
+        "no accelsql UDF calls".to_string()
+    } else {
+        calls
+            .iter()
+            .map(|c| c.decision.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let columns = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, _)| {
+            let value = if i == 0 {
+                "gpu_placement"
+            } else {
+                text.as_str()
+            };
+            Arc::new(StringArray::from(vec![value])) as _
+        })
+        .collect();
+    RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| EngineError::Sql(e.into()))
+}

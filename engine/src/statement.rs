@@ -1,0 +1,64 @@
+//! What one statement shares among its UDF calls: its id, its placements, and the devices of its
+//! lease once it has one.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use accelsql_gpu_scheduler::DeviceInfo;
+
+use accelsql_udf_runtime::AcceleratorRequest;
+
+use crate::placement::Placement;
+use crate::udf::PlacedCall;
+
+/// The devices of the statement's lease, set once when the lease is granted.
+pub(crate) type LeaseDevices = OnceLock<Vec<DeviceInfo>>;
+
+/// Per-statement state shared by the placement rule, the UDF calls and the result stream.
+#[derive(Debug)]
+pub(crate) struct StatementScope {
+    pub(crate) id: u64,
+    pub(crate) text: String,
+    pub(crate) devices_present: usize,
+    pub(crate) node_id: usize,
+    pub(crate) lease_devices: Arc<LeaseDevices>,
+    pub(crate) calls: Mutex<Vec<Arc<PlacedCall>>>,
+    pub(crate) lease_wait: Mutex<Option<Duration>>,
+    /// Set when optional GPU calls ran on the CPU because the lease was busy.
+    pub(crate) fell_back: std::sync::atomic::AtomicBool,
+}
+
+impl StatementScope {
+    pub(crate) fn new(id: u64, text: String, devices_present: usize) -> Self {
+        Self {
+            id,
+            text,
+            devices_present,
+            node_id: 0,
+            lease_devices: Arc::new(OnceLock::new()),
+            calls: Mutex::new(Vec::new()),
+            lease_wait: Mutex::new(None),
+            fell_back: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn calls(&self) -> Vec<Arc<PlacedCall>> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether any call of the statement was placed on the GPUs (so it needs the lease).
+    pub(crate) fn needs_lease(&self) -> bool {
+        self.calls()
+            .iter()
+            .any(|c| c.decision.placement == Placement::Gpu)
+    }
+
+    /// Whether a GPU-placed call is required (then the statement waits for the lease; with only
+    /// optional GPU calls it takes the lease only if it is free, else runs them on the CPU).
+    pub(crate) fn must_wait_for_lease(&self) -> bool {
+        self.calls().iter().any(|c| {
+            c.decision.placement == Placement::Gpu
+                && c.decision.request == AcceleratorRequest::Required
+        })
+    }
+}

@@ -1,0 +1,238 @@
+//! The result stream of one statement: takes the node lease before the plan runs when a call was
+//! placed on the GPUs, holds it until the stream ends, fails or is dropped, and then records the
+//! statement's UDF calls.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use accelsql_gpu_scheduler::{Lease, LeaseRequest};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::{ExecutionPlan, execute_stream};
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream, StreamExt};
+
+use crate::engine::{Engine, UdfCallRecord};
+use crate::placement::Placement;
+use crate::statement::StatementScope;
+
+enum State {
+    /// Waiting for the lease; the plan has not started.
+    Waiting {
+        lease: BoxFuture<'static, accelsql_gpu_scheduler::Result<Lease>>,
+        plan: Arc<dyn ExecutionPlan>,
+        task: Arc<TaskContext>,
+    },
+    Running {
+        inner: SendableRecordBatchStream,
+        _lease: Option<Lease>,
+    },
+    Done,
+}
+
+/// A statement's record batches, with its lease and its call accounting attached.
+pub(crate) struct StatementStream {
+    schema: SchemaRef,
+    state: State,
+    scope: Arc<StatementScope>,
+    engine: Engine,
+    recorded: bool,
+}
+
+impl StatementStream {
+    /// Starts `plan`; when the statement needs the GPUs, only after the lease is granted.
+    pub(crate) fn start(
+        engine: Engine,
+        scope: Arc<StatementScope>,
+        plan: Arc<dyn ExecutionPlan>,
+        task: Arc<TaskContext>,
+        wait_timeout: Option<Duration>,
+    ) -> DfResult<Self> {
+        let schema = plan.schema();
+        let queue = engine.lease_queue().clone();
+        let label: String = format!("{} {}", scope.id, scope.text)
+            .chars()
+            .take(80)
+            .collect();
+        let state = if scope.must_wait_for_lease() {
+            let request = LeaseRequest::new(label).timeout_opt(wait_timeout);
+            State::Waiting {
+                lease: async move { queue.acquire(request).await }.boxed(),
+                plan,
+                task,
+            }
+        } else if scope.needs_lease() {
+            // Only optional GPU calls: never wait; a busy lease sends them to the CPU.
+            let lease = queue
+                .try_acquire(label)
+                .map_err(|e| crate::EngineError::from(e).into_datafusion())?;
+            match &lease {
+                Some(l) => {
+                    *scope.lease_wait.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(Duration::ZERO);
+                    let _ = scope.lease_devices.set(l.devices().to_vec());
+                }
+                None => {
+                    scope
+                        .fell_back
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    let _ = scope.lease_devices.set(Vec::new());
+                }
+            }
+            State::Running {
+                inner: execute_stream(plan, task)?,
+                _lease: lease,
+            }
+        } else {
+            State::Running {
+                inner: execute_stream(plan, task)?,
+                _lease: None,
+            }
+        };
+        Ok(Self {
+            schema,
+            state,
+            scope,
+            engine,
+            recorded: false,
+        })
+    }
+
+    fn finish(&mut self) {
+        self.state = State::Done;
+        if self.recorded {
+            return;
+        }
+        self.recorded = true;
+        let lease_wait = *self
+            .scope
+            .lease_wait
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let devices: Vec<u32> = self
+            .scope
+            .lease_devices
+            .get()
+            .map(|d| d.iter().map(|d| d.index).collect())
+            .unwrap_or_default();
+        let records = self
+            .scope
+            .calls()
+            .iter()
+            .map(|call| {
+                let s = &call.stats;
+                let ordering = std::sync::atomic::Ordering::Relaxed;
+                let instances = s.instances.lock().map(|i| i.clone()).unwrap_or_default();
+                let mut decision = call.decision.clone();
+                if decision.placement == Placement::Gpu
+                    && self
+                        .scope
+                        .fell_back
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    decision.placement = Placement::Cpu;
+                    decision.reason =
+                        "optional; the GPU lease was busy, so it ran on the CPU".into();
+                }
+                let gpu = decision.placement == Placement::Gpu;
+                let pinned: Vec<u32> = if gpu && !devices.is_empty() {
+                    let mut used: Vec<u32> = instances
+                        .iter()
+                        .map(|i| devices[i % devices.len()])
+                        .collect();
+                    used.sort_unstable();
+                    used.dedup();
+                    used
+                } else {
+                    Vec::new()
+                };
+                UdfCallRecord {
+                    statement_id: self.scope.id,
+                    decision,
+                    devices: pinned,
+                    instances: instances.len(),
+                    rows_in: s.rows_in.load(ordering),
+                    rows_out: s.rows_out.load(ordering),
+                    elapsed: Duration::from_nanos(s.nanos.load(ordering)),
+                    lease_wait: if gpu { lease_wait } else { None },
+                    gpu_batches: s.gpu_impl_batches.load(ordering),
+                }
+            })
+            .collect();
+        self.engine.record_calls(records);
+    }
+}
+
+impl Stream for StatementStream {
+    type Item = DfResult<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            match &mut this.state {
+                State::Waiting { lease, plan, task } => {
+                    let lease = match lease.poll_unpin(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Err(e)) => {
+                            this.finish();
+                            return Poll::Ready(Some(Err(
+                                crate::EngineError::from(e).into_datafusion()
+                            )));
+                        }
+                        Poll::Ready(Ok(lease)) => lease,
+                    };
+                    *this
+                        .scope
+                        .lease_wait
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Some(lease.waited());
+                    let _ = this.scope.lease_devices.set(lease.devices().to_vec());
+                    match execute_stream(Arc::clone(plan), Arc::clone(task)) {
+                        Ok(inner) => {
+                            this.state = State::Running {
+                                inner,
+                                _lease: Some(lease),
+                            }
+                        }
+                        Err(e) => {
+                            this.finish();
+                            return Poll::Ready(Some(Err(e)));
+                        }
+                    }
+                }
+                State::Running { inner, .. } => {
+                    return match inner.poll_next_unpin(cx) {
+                        Poll::Ready(None) => {
+                            this.finish();
+                            Poll::Ready(None)
+                        }
+                        Poll::Ready(Some(Err(e))) => {
+                            // A failed statement releases its devices at once.
+                            this.finish();
+                            Poll::Ready(Some(Err(e)))
+                        }
+                        other => other,
+                    };
+                }
+                State::Done => return Poll::Ready(None),
+            }
+        }
+    }
+}
+
+impl RecordBatchStream for StatementStream {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+}
+
+impl Drop for StatementStream {
+    fn drop(&mut self) {
+        // Dropped early (cancelled query): release the lease and still account for the calls.
+        self.finish();
+    }
+}

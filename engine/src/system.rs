@@ -1,0 +1,333 @@
+//! System tables, read fresh at each scan: `EXA_METADATA`, `accelsql.gpu_devices`,
+//! `accelsql.gpu_leases`, `accelsql.udf_calls`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, Float64Array, RecordBatch, StringArray, UInt32Array, UInt64Array,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{MemorySchemaProvider, Session as CatalogSession, TableProvider};
+use datafusion::datasource::TableType;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::error::Result as DfResult;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionContext;
+
+use crate::Engine;
+
+/// One row of `accelsql.gpu_leases`: state, lease id, statement, wait ms, hold ms.
+type LeaseRow = (String, Option<u64>, String, f64, Option<f64>);
+
+type Producer = dyn Fn(&Engine) -> DfResult<Vec<ArrayRef>> + Send + Sync;
+
+/// A table whose rows are produced from the engine's state at scan time.
+struct SystemTable {
+    schema: SchemaRef,
+    engine: Engine,
+    produce: Box<Producer>,
+}
+
+impl fmt::Debug for SystemTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SystemTable")
+            .field("schema", &self.schema)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl TableProvider for SystemTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn CatalogSession,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let columns = (self.produce)(&self.engine)?;
+        let batch = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
+        let exec: Arc<dyn ExecutionPlan> = MemorySourceConfig::try_new_exec(
+            &[vec![batch]],
+            Arc::clone(&self.schema),
+            projection.cloned(),
+        )?;
+        Ok(exec)
+    }
+}
+
+fn schema(fields: &[(&str, DataType)]) -> SchemaRef {
+    Arc::new(Schema::new(
+        fields
+            .iter()
+            .map(|(n, t)| Field::new(*n, t.clone(), true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+fn strings<I: IntoIterator<Item = Option<String>>>(values: I) -> ArrayRef {
+    Arc::new(values.into_iter().collect::<StringArray>())
+}
+
+fn millis(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Registers the system tables in `ctx`.
+pub(crate) fn register(ctx: &SessionContext, engine: &Engine) -> DfResult<()> {
+    if let Some(catalog) = ctx.catalog("datafusion") {
+        catalog.register_schema("accelsql", Arc::new(MemorySchemaProvider::new()))?;
+    }
+    let table = |fields: &[(&str, DataType)], produce: Box<Producer>| {
+        Arc::new(SystemTable {
+            schema: schema(fields),
+            engine: engine.clone(),
+            produce,
+        })
+    };
+    use DataType::{Boolean, Float64, UInt32, UInt64, Utf8};
+
+    ctx.register_table(
+        "exa_metadata",
+        table(
+            &[
+                ("param_name", Utf8),
+                ("param_value", Utf8),
+                ("param_description", Utf8),
+            ],
+            Box::new(|engine| {
+                let n = engine.devices().len();
+                let rows = [
+                    (
+                        "databaseProductVersion",
+                        env!("CARGO_PKG_VERSION").to_string(),
+                        "accelsql version",
+                    ),
+                    (
+                        "databaseName",
+                        "accelsql".to_string(),
+                        "name of the database",
+                    ),
+                    (
+                        "acceleratorDeviceDetected",
+                        (n > 0).to_string(),
+                        "whether any accelerator device is usable",
+                    ),
+                    (
+                        "acceleratorDeviceGpuNvidiaDetected",
+                        (n > 0).to_string(),
+                        "whether an NVIDIA GPU is usable",
+                    ),
+                    (
+                        "acceleratorDeviceGpuNvidiaCount",
+                        n.to_string(),
+                        "number of usable NVIDIA GPUs on this node",
+                    ),
+                    (
+                        "acceleratorDeviceBackend",
+                        engine.inventory().backend_name().to_string(),
+                        "where devices come from: nvml or simulated",
+                    ),
+                    ("nodeCount", "1".to_string(), "number of nodes (nproc())"),
+                ];
+                Ok(vec![
+                    strings(rows.iter().map(|r| Some(r.0.to_string()))),
+                    strings(rows.iter().map(|r| Some(r.1.clone()))),
+                    strings(rows.iter().map(|r| Some(r.2.to_string()))),
+                ])
+            }),
+        ),
+    )?;
+
+    ctx.register_table(
+        "accelsql.gpu_devices",
+        table(
+            &[
+                ("index", UInt32),
+                ("uuid", Utf8),
+                ("name", Utf8),
+                ("memory_total", UInt64),
+                ("memory_free", UInt64),
+                ("utilization", UInt32),
+                ("memory_utilization", UInt32),
+                ("processes", UInt32),
+                ("temperature_c", UInt32),
+                ("power_w", Float64),
+                ("simulated", Boolean),
+            ],
+            Box::new(|engine| {
+                let d = engine
+                    .inventory()
+                    .devices()
+                    .map_err(|e| crate::EngineError::from(e).into_datafusion())?;
+                Ok(vec![
+                    Arc::new(d.iter().map(|d| Some(d.index)).collect::<UInt32Array>()),
+                    strings(d.iter().map(|d| Some(d.uuid.clone()))),
+                    strings(d.iter().map(|d| Some(d.name.clone()))),
+                    Arc::new(
+                        d.iter()
+                            .map(|d| Some(d.memory_total))
+                            .collect::<UInt64Array>(),
+                    ),
+                    Arc::new(
+                        d.iter()
+                            .map(|d| Some(d.memory_free))
+                            .collect::<UInt64Array>(),
+                    ),
+                    Arc::new(d.iter().map(|d| d.utilization).collect::<UInt32Array>()),
+                    Arc::new(
+                        d.iter()
+                            .map(|d| d.memory_utilization)
+                            .collect::<UInt32Array>(),
+                    ),
+                    Arc::new(d.iter().map(|d| d.processes).collect::<UInt32Array>()),
+                    Arc::new(d.iter().map(|d| d.temperature_c).collect::<UInt32Array>()),
+                    Arc::new(d.iter().map(|d| d.power_w).collect::<Float64Array>()),
+                    Arc::new(
+                        d.iter()
+                            .map(|d| Some(d.simulated))
+                            .collect::<BooleanArray>(),
+                    ),
+                ])
+            }),
+        ),
+    )?;
+
+    ctx.register_table(
+        "accelsql.gpu_leases",
+        table(
+            &[
+                ("state", Utf8),
+                ("lease_id", UInt64),
+                ("statement", Utf8),
+                ("wait_ms", Float64),
+                ("hold_ms", Float64),
+            ],
+            Box::new(|engine| {
+                let snap = engine.lease_queue().snapshot();
+                let mut rows: Vec<LeaseRow> = Vec::new();
+                for r in &snap.recent {
+                    rows.push((
+                        "released".into(),
+                        Some(r.lease_id),
+                        r.statement.clone(),
+                        millis(r.waited),
+                        Some(millis(r.held)),
+                    ));
+                }
+                if let Some(h) = &snap.holder {
+                    rows.push((
+                        "holding".into(),
+                        Some(h.lease_id),
+                        h.statement.clone(),
+                        millis(h.waited),
+                        Some(millis(h.held_for)),
+                    ));
+                }
+                for w in &snap.waiting {
+                    rows.push((
+                        "waiting".into(),
+                        None,
+                        w.statement.clone(),
+                        millis(w.waiting_for),
+                        None,
+                    ));
+                }
+                Ok(vec![
+                    strings(rows.iter().map(|r| Some(r.0.clone()))),
+                    Arc::new(rows.iter().map(|r| r.1).collect::<UInt64Array>()),
+                    strings(rows.iter().map(|r| Some(r.2.clone()))),
+                    Arc::new(rows.iter().map(|r| Some(r.3)).collect::<Float64Array>()),
+                    Arc::new(rows.iter().map(|r| r.4).collect::<Float64Array>()),
+                ])
+            }),
+        ),
+    )?;
+
+    ctx.register_table(
+        "accelsql.udf_calls",
+        table(
+            &[
+                ("statement_id", UInt64),
+                ("call_id", UInt64),
+                ("block", UInt64),
+                ("udf", Utf8),
+                ("requested", Utf8),
+                ("placement", Utf8),
+                ("reason", Utf8),
+                ("devices", Utf8),
+                ("instances", UInt64),
+                ("rows_in", UInt64),
+                ("rows_out", UInt64),
+                ("elapsed_ms", Float64),
+                ("lease_wait_ms", Float64),
+                ("gpu_batches", UInt64),
+            ],
+            Box::new(|engine| {
+                let c = engine.recent_calls();
+                let list = |v: &[u32]| {
+                    v.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                Ok(vec![
+                    Arc::new(
+                        c.iter()
+                            .map(|r| Some(r.statement_id))
+                            .collect::<UInt64Array>(),
+                    ),
+                    Arc::new(
+                        c.iter()
+                            .map(|r| Some(r.decision.call_id as u64))
+                            .collect::<UInt64Array>(),
+                    ),
+                    Arc::new(
+                        c.iter()
+                            .map(|r| Some(r.decision.block as u64))
+                            .collect::<UInt64Array>(),
+                    ),
+                    strings(c.iter().map(|r| Some(r.decision.udf.clone()))),
+                    strings(c.iter().map(|r| Some(r.decision.request.to_string()))),
+                    strings(c.iter().map(|r| Some(r.decision.placement.to_string()))),
+                    strings(c.iter().map(|r| Some(r.decision.reason.clone()))),
+                    strings(c.iter().map(|r| Some(list(&r.devices)))),
+                    Arc::new(
+                        c.iter()
+                            .map(|r| Some(r.instances as u64))
+                            .collect::<UInt64Array>(),
+                    ),
+                    Arc::new(c.iter().map(|r| Some(r.rows_in)).collect::<UInt64Array>()),
+                    Arc::new(c.iter().map(|r| Some(r.rows_out)).collect::<UInt64Array>()),
+                    Arc::new(
+                        c.iter()
+                            .map(|r| Some(millis(r.elapsed)))
+                            .collect::<Float64Array>(),
+                    ),
+                    Arc::new(
+                        c.iter()
+                            .map(|r| r.lease_wait.map(millis))
+                            .collect::<Float64Array>(),
+                    ),
+                    Arc::new(
+                        c.iter()
+                            .map(|r| Some(r.gpu_batches))
+                            .collect::<UInt64Array>(),
+                    ),
+                ])
+            }),
+        ),
+    )?;
+    Ok(())
+}

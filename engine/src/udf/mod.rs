@@ -1,0 +1,287 @@
+//! Rust UDF definitions: signature, output, accelerator annotations, and the CPU (mandatory) and
+//! GPU (optional) implementations.
+
+mod scalar;
+
+use std::fmt;
+use std::sync::Arc;
+
+use accelsql_udf_runtime::annotations::parse_instance_limit;
+use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
+use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::logical_expr::ColumnarValue;
+
+pub(crate) use self::scalar::{AccelScalarUdf, PlacedCall, as_accel as as_accel_udf};
+use crate::{Result, definition_err};
+
+/// A scalar UDF implementation: `num_rows` rows of arguments in, one column of `num_rows` out.
+///
+/// Arguments that are constants in the query arrive as [`ColumnarValue::Scalar`] (they are not
+/// replicated into columns); use [`ColumnarValue::to_array`] when a column is easier.
+pub trait ScalarKernel: Send + Sync {
+    /// Evaluates one batch on the instance described by `instance`.
+    fn evaluate(
+        &self,
+        instance: &InstanceContext,
+        num_rows: usize,
+        args: &[ColumnarValue],
+    ) -> datafusion::error::Result<ArrayRef>;
+}
+
+impl<F> ScalarKernel for F
+where
+    F: Fn(&InstanceContext, usize, &[ColumnarValue]) -> datafusion::error::Result<ArrayRef>
+        + Send
+        + Sync,
+{
+    fn evaluate(
+        &self,
+        instance: &InstanceContext,
+        num_rows: usize,
+        args: &[ColumnarValue],
+    ) -> datafusion::error::Result<ArrayRef> {
+        self(instance, num_rows, args)
+    }
+}
+
+/// Which arguments a UDF takes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Inputs {
+    /// Exactly these types (arguments are coerced to them).
+    Exact(Vec<DataType>),
+    /// Any number of arguments of any types (`...` in Exasol's script syntax).
+    Variadic,
+}
+
+/// A scalar Rust UDF with Exasol's accelerator annotations.
+///
+/// ```
+/// use std::sync::Arc;
+/// use accelsql_engine::{ScalarUdf, datafusion::arrow::array::{ArrayRef, Int64Array}};
+/// use accelsql_engine::datafusion::arrow::datatypes::DataType;
+///
+/// let double = ScalarUdf::builder("double_it")
+///     .inputs([DataType::Int64])
+///     .returns(DataType::Int64)
+///     .accelerator("GpuNvidia|None").unwrap()
+///     .cpu(|_ctx: &_, rows: usize, args: &[_]| {
+///         let a = accelsql_engine::datafusion::logical_expr::ColumnarValue::values_to_arrays(args)?;
+///         let a = a[0].as_any().downcast_ref::<Int64Array>().unwrap();
+///         Ok(Arc::new(a.iter().map(|v| v.map(|v| v * 2)).collect::<Int64Array>()) as ArrayRef)
+///     })
+///     .build()
+///     .unwrap();
+/// assert_eq!(double.name(), "double_it");
+/// ```
+#[derive(Clone)]
+pub struct ScalarUdf {
+    name: String,
+    inputs: Inputs,
+    returns: DataType,
+    accelerator: AcceleratorRequest,
+    instance_limit: Option<usize>,
+    cpu: Arc<dyn ScalarKernel>,
+    gpu: Option<Arc<dyn ScalarKernel>>,
+}
+
+impl fmt::Debug for ScalarUdf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScalarUdf")
+            .field("name", &self.name)
+            .field("inputs", &self.inputs)
+            .field("returns", &self.returns)
+            .field("accelerator", &self.accelerator)
+            .field("instance_limit", &self.instance_limit)
+            .field("gpu", &self.gpu.is_some())
+            .finish()
+    }
+}
+
+impl ScalarUdf {
+    /// Starts a definition; the name is how SQL calls it (lower-case, as SQL folds identifiers).
+    pub fn builder(name: impl Into<String>) -> ScalarUdfBuilder {
+        ScalarUdfBuilder {
+            name: name.into(),
+            inputs: Inputs::Exact(Vec::new()),
+            returns: None,
+            accelerator: AcceleratorRequest::None,
+            instance_limit: None,
+            cpu: None,
+            gpu: None,
+        }
+    }
+
+    /// The SQL name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The accelerator annotation.
+    pub fn accelerator(&self) -> AcceleratorRequest {
+        self.accelerator
+    }
+
+    /// `%perNodeAndCallInstanceLimit`, if set.
+    pub fn instance_limit(&self) -> Option<usize> {
+        self.instance_limit
+    }
+
+    /// The arguments it takes.
+    pub fn inputs(&self) -> &Inputs {
+        &self.inputs
+    }
+
+    /// Its result type.
+    pub fn returns(&self) -> &DataType {
+        &self.returns
+    }
+
+    /// Whether it has a GPU implementation.
+    pub fn has_gpu_implementation(&self) -> bool {
+        self.gpu.is_some()
+    }
+}
+
+/// Builder of [`ScalarUdf`].
+pub struct ScalarUdfBuilder {
+    name: String,
+    inputs: Inputs,
+    returns: Option<DataType>,
+    accelerator: AcceleratorRequest,
+    instance_limit: Option<usize>,
+    cpu: Option<Arc<dyn ScalarKernel>>,
+    gpu: Option<Arc<dyn ScalarKernel>>,
+}
+
+impl ScalarUdfBuilder {
+    /// Exact argument types.
+    pub fn inputs(mut self, types: impl IntoIterator<Item = DataType>) -> Self {
+        self.inputs = Inputs::Exact(types.into_iter().collect());
+        self
+    }
+
+    /// Any number of arguments of any type.
+    pub fn variadic(mut self) -> Self {
+        self.inputs = Inputs::Variadic;
+        self
+    }
+
+    /// The result type (`RETURNS type`).
+    pub fn returns(mut self, data_type: DataType) -> Self {
+        self.returns = Some(data_type);
+        self
+    }
+
+    /// The accelerator request, parsed as `%perInstanceRequiredAcceleratorDevices` is.
+    pub fn accelerator(mut self, annotation: &str) -> Result<Self> {
+        self.accelerator = AcceleratorRequest::parse(annotation)?;
+        Ok(self)
+    }
+
+    /// The accelerator request, typed.
+    pub fn accelerator_request(mut self, request: AcceleratorRequest) -> Self {
+        self.accelerator = request;
+        self
+    }
+
+    /// `%perNodeAndCallInstanceLimit`, parsed from text.
+    pub fn instance_limit_annotation(mut self, annotation: &str) -> Result<Self> {
+        self.instance_limit = Some(parse_instance_limit(annotation)?);
+        Ok(self)
+    }
+
+    /// At most `n` parallel instances per call.
+    pub fn instance_limit(mut self, n: usize) -> Self {
+        self.instance_limit = Some(n.max(1));
+        self
+    }
+
+    /// The CPU implementation: mandatory, the fallback and the reference.
+    pub fn cpu(mut self, kernel: impl ScalarKernel + 'static) -> Self {
+        self.cpu = Some(Arc::new(kernel));
+        self
+    }
+
+    /// The GPU columnar implementation, used when the call is placed on a GPU of a real device.
+    pub fn gpu(mut self, kernel: impl ScalarKernel + 'static) -> Self {
+        self.gpu = Some(Arc::new(kernel));
+        self
+    }
+
+    /// Checks and finishes the definition.
+    pub fn build(self) -> Result<ScalarUdf> {
+        let name = self.name.trim().to_string();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(definition_err!(
+                "{name:?} is not a valid UDF name (letters, digits and _)"
+            ));
+        }
+        let cpu = self.cpu.ok_or_else(|| {
+            definition_err!(
+                "UDF {name} has no CPU implementation; every UDF needs one (fallback and reference)"
+            )
+        })?;
+        let returns = self
+            .returns
+            .ok_or_else(|| definition_err!("UDF {name} has no result type (RETURNS)"))?;
+        Ok(ScalarUdf {
+            name: name.to_ascii_lowercase(),
+            inputs: self.inputs,
+            returns,
+            accelerator: self.accelerator,
+            instance_limit: self.instance_limit,
+            cpu,
+            gpu: self.gpu,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::Int64Array;
+
+    use super::*;
+
+    fn noop() -> impl ScalarKernel {
+        |_: &InstanceContext, n: usize, _: &[ColumnarValue]| {
+            Ok(Arc::new(Int64Array::from(vec![0; n])) as ArrayRef)
+        }
+    }
+
+    #[test]
+    fn a_cpu_implementation_and_a_result_type_are_mandatory() {
+        let e = ScalarUdf::builder("f")
+            .returns(DataType::Int64)
+            .build()
+            .unwrap_err();
+        assert_eq!(e.code(), "42E01");
+        assert!(e.to_string().contains("no CPU implementation"), "{e}");
+        let e = ScalarUdf::builder("f").cpu(noop()).build().unwrap_err();
+        assert!(e.to_string().contains("no result type"), "{e}");
+        let e = ScalarUdf::builder("bad name")
+            .returns(DataType::Int64)
+            .cpu(noop())
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("not a valid UDF name"), "{e}");
+    }
+
+    #[test]
+    fn annotations_are_parsed_like_script_options() {
+        let udf = ScalarUdf::builder("F")
+            .returns(DataType::Int64)
+            .accelerator("GpuNvidia")
+            .unwrap()
+            .instance_limit_annotation("4")
+            .unwrap()
+            .cpu(noop())
+            .build()
+            .unwrap();
+        assert_eq!(udf.name(), "f");
+        assert_eq!(udf.accelerator(), AcceleratorRequest::Required);
+        assert_eq!(udf.instance_limit(), Some(4));
+        let e = ScalarUdf::builder("f").accelerator("GpuAmd").err().unwrap();
+        assert_eq!(e.code(), "22U01");
+    }
+}

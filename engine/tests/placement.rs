@@ -1,0 +1,294 @@
+//! GPU placement, leases and errors through SQL, on simulated devices.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use accelsql_engine::datafusion::arrow::array::{
+    Array, ArrayRef, Int64Array, RecordBatch, StringArray,
+};
+use accelsql_engine::datafusion::arrow::datatypes::DataType;
+use accelsql_engine::datafusion::logical_expr::ColumnarValue;
+use accelsql_engine::{
+    AcceleratorRequest, Engine, InstanceContext, ScalarUdf, SchedulerConfig, testing,
+};
+
+fn engine(gpus: usize) -> Engine {
+    let engine = Engine::with_config(SchedulerConfig::default().with_simulated_gpus(gpus)).unwrap();
+    testing::register_fixtures(&engine).unwrap();
+    engine
+}
+
+/// Every value of column `col` of the result, as text.
+fn column(batches: &[RecordBatch], col: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in batches {
+        let a = accelsql_engine::datafusion::arrow::compute::cast(b.column(col), &DataType::Utf8)
+            .unwrap();
+        let a = a.as_any().downcast_ref::<StringArray>().unwrap();
+        out.extend((0..a.len()).map(|i| a.value(i).to_string()));
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_required_call_runs_pinned_to_a_leased_device() {
+    let s = engine(2).session();
+    let b = s
+        .sql("SELECT gpu_probe_required(x) FROM (VALUES (1), (2), (3)) t(x)")
+        .await
+        .unwrap();
+    let v = column(&b, 0);
+    assert_eq!(v.len(), 3);
+    assert!(v.iter().all(|d| d == "0" || d == "1"), "{v:?}");
+}
+
+#[tokio::test]
+async fn two_required_calls_in_one_select_fail_with_22069() {
+    let s = engine(2).session();
+    let e = s
+        .sql("SELECT gpu_probe_required() AS a, gpu_probe_required() AS b")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "22069");
+    assert!(e.to_string().contains(
+        "Accelerator device request failed for a user defined function (requested types: GpuNvidia). \
+         Impossible Accelerator Device Request: Insufficient accelerator resources to execute all user defined functions concurrently."
+    ), "{e}");
+    // The session stays usable and the lease was never taken.
+    assert_eq!(column(&s.sql("SELECT 1").await.unwrap(), 0), ["1"]);
+    assert!(s.engine().lease_queue().snapshot().holder.is_none());
+}
+
+#[tokio::test]
+async fn required_calls_win_over_optional_ones_then_left_to_right() {
+    let s = engine(1).session();
+    let b = s
+        .sql("SELECT gpu_probe_optional(), gpu_probe_required()")
+        .await
+        .unwrap();
+    assert_eq!(
+        (column(&b, 0), column(&b, 1)),
+        (vec!["<invalid>".to_string()], vec!["0".to_string()])
+    );
+    let b = s
+        .sql("SELECT gpu_probe_optional() AS a, gpu_probe_optional() AS b, cpu_probe()")
+        .await
+        .unwrap();
+    // Volatile: two identical calls stay two calls, and only the first gets the GPU.
+    assert_eq!(column(&b, 0), ["0"]);
+    assert_eq!(column(&b, 1), ["<invalid>"]);
+    assert_eq!(column(&b, 2), ["<invalid>"]);
+}
+
+#[tokio::test]
+async fn each_sub_select_union_branch_and_cte_is_its_own_block() {
+    let s = engine(2).session();
+    let b = s
+        .sql("SELECT gpu_probe_required() AS outer_call, inner_call FROM (SELECT gpu_probe_required() AS inner_call) sub")
+        .await
+        .unwrap();
+    assert!(column(&b, 0)[0] != "<invalid>" && column(&b, 1)[0] != "<invalid>");
+    let b = s
+        .sql("SELECT gpu_probe_required() UNION ALL SELECT gpu_probe_required()")
+        .await
+        .unwrap();
+    assert_eq!(column(&b, 0).len(), 2);
+    let b = s
+        .sql("WITH c AS (SELECT gpu_probe_required() AS d) SELECT d, gpu_probe_required() FROM c")
+        .await
+        .unwrap();
+    assert!(!column(&b, 1)[0].contains("invalid"));
+    let b = s
+        .sql("SELECT gpu_probe_required() FROM (VALUES (1)) t(x) WHERE x IN (SELECT 1 WHERE gpu_probe_required() IS NOT NULL)")
+        .await
+        .unwrap();
+    assert_eq!(column(&b, 0).len(), 1);
+}
+
+#[tokio::test]
+async fn with_zero_gpus_required_calls_fail_and_optional_calls_use_the_cpu() {
+    let s = engine(0).session();
+    let e = s.sql("SELECT gpu_probe_required()").await.unwrap_err();
+    assert_eq!(e.code(), "22069");
+    assert!(
+        e.to_string().contains("No GPU is present") && e.to_string().contains("gpu_probe_required"),
+        "{e}"
+    );
+    let b = s.sql("SELECT gpu_probe_optional()").await.unwrap();
+    assert_eq!(column(&b, 0), ["<invalid>"]);
+}
+
+#[tokio::test]
+async fn explain_shows_each_call_its_placement_and_why() {
+    let s = engine(1).session();
+    let b = s
+        .sql("EXPLAIN SELECT gpu_probe_optional(), gpu_probe_required()")
+        .await
+        .unwrap();
+    let kinds = column(&b, 0);
+    let plans = column(&b, 1);
+    let i = kinds
+        .iter()
+        .position(|k| k == "gpu_placement")
+        .expect("placement row");
+    assert!(
+        plans[i].contains("gpu_probe_required() in block 1: GPU (required, first in its block"),
+        "{}",
+        plans[i]
+    );
+    assert!(
+        plans[i]
+            .contains("gpu_probe_optional() in block 1: CPU (GPUs taken by gpu_probe_required()"),
+        "{}",
+        plans[i]
+    );
+    // Plain EXPLAIN never takes the lease.
+    assert_eq!(s.engine().lease_queue().snapshot().totals.granted, 0);
+}
+
+#[tokio::test]
+async fn a_udf_returning_the_wrong_length_is_a_coded_error() {
+    let s = engine(1).session();
+    let e = s
+        .sql("SELECT bad_length_gpu(x) FROM (VALUES (1), (2)) t(x)")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "22E02");
+    assert!(e.to_string().contains("3 rows for a batch of 2"), "{e}");
+    assert!(
+        s.engine().lease_queue().snapshot().holder.is_none(),
+        "a failed statement releases its devices"
+    );
+    assert_eq!(column(&s.sql("SELECT 2").await.unwrap(), 0), ["2"]);
+}
+
+#[tokio::test]
+async fn system_tables_describe_devices_leases_and_calls() {
+    let s = engine(2).session();
+    let b = s
+        .sql("SELECT param_value FROM exa_metadata WHERE param_name = 'acceleratorDeviceGpuNvidiaCount'")
+        .await
+        .unwrap();
+    assert_eq!(column(&b, 0), ["2"]);
+    let b = s
+        .sql("SELECT count(*) FROM accelsql.gpu_devices WHERE simulated")
+        .await
+        .unwrap();
+    assert_eq!(column(&b, 0), ["2"]);
+    s.sql("SELECT gpu_probe_required(x) FROM (VALUES (1), (2)) t(x)")
+        .await
+        .unwrap();
+    let b = s
+        .sql("SELECT udf, placement, rows_in, devices FROM accelsql.udf_calls")
+        .await
+        .unwrap();
+    assert_eq!(column(&b, 0), ["gpu_probe_required"]);
+    assert_eq!(column(&b, 1), ["GPU"]);
+    assert_eq!(column(&b, 2), ["2"]);
+    let b = s
+        .sql("SELECT state FROM accelsql.gpu_leases")
+        .await
+        .unwrap();
+    assert_eq!(column(&b, 0), ["released"]);
+    let b = s.sql("SELECT iproc(), nproc()").await.unwrap();
+    assert_eq!(
+        (column(&b, 0), column(&b, 1)),
+        (vec!["0".to_string()], vec!["1".to_string()])
+    );
+}
+
+/// A required GPU UDF that sleeps and records when it ran.
+fn recording_udf(log: Arc<Mutex<Vec<(Instant, Instant)>>>) -> ScalarUdf {
+    ScalarUdf::builder("recorded_gpu")
+        .inputs([DataType::Int64])
+        .returns(DataType::Int64)
+        .accelerator_request(AcceleratorRequest::Required)
+        .cpu(
+            move |_: &InstanceContext, rows: usize, _: &[ColumnarValue]| {
+                let start = Instant::now();
+                std::thread::sleep(Duration::from_millis(5));
+                log.lock().unwrap().push((start, Instant::now()));
+                Ok(Arc::new(Int64Array::from(vec![1; rows])) as ArrayRef)
+            },
+        )
+        .build()
+        .unwrap()
+}
+
+async fn concurrent_sessions_never_overlap(n: usize) {
+    let engine = engine(2);
+    let log: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
+    engine
+        .register_scalar_udf(recording_udf(Arc::clone(&log)))
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let session = engine.session();
+        tasks.push(tokio::spawn(async move {
+            session.sql("SELECT recorded_gpu(1)").await.map(|b| b.len())
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    let mut runs = log.lock().unwrap().clone();
+    assert_eq!(runs.len(), n);
+    runs.sort();
+    for w in runs.windows(2) {
+        assert!(w[0].1 <= w[1].0, "GPU statements overlapped");
+    }
+    assert_eq!(engine.lease_queue().snapshot().totals.granted, n as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_sessions_with_gpu_calls_are_serialized() {
+    concurrent_sessions_never_overlap(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_sessions_with_gpu_calls_are_serialized() {
+    concurrent_sessions_never_overlap(50).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_never_wait() {
+    let engine = engine(1);
+    let holder = engine.session();
+    let mut stream = holder.sql_stream("SELECT slow_gpu(400)").await.unwrap();
+    // Polling starts execution: the lease is taken on the first poll.
+    let running = tokio::spawn(async move {
+        use futures::StreamExt;
+        while stream.next().await.is_some() {}
+    });
+    let start = Instant::now();
+    while engine.lease_queue().snapshot().holder.is_none() {
+        assert!(start.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let waiter = engine.session();
+    let e = waiter
+        .sql("SET accelsql.gpu_wait_timeout = '50ms'; SELECT gpu_probe_required()")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "57G01");
+    assert!(e.to_string().contains("slow_gpu"), "names the holder: {e}");
+    // An optional call does not wait: it runs on the CPU while the lease is busy.
+    let started = Instant::now();
+    let b = waiter.sql("SELECT gpu_probe_optional()").await.unwrap();
+    assert_eq!(column(&b, 0), ["<invalid>"]);
+    assert!(started.elapsed() < Duration::from_millis(300));
+    let calls = engine.recent_calls();
+    let last = calls.last().unwrap();
+    assert!(
+        last.decision.reason.contains("lease was busy"),
+        "{:?}",
+        last.decision
+    );
+    running.await.unwrap();
+    let e = waiter
+        .sql("SET accelsql.gpu_wait_timeout = 'soon'; SELECT gpu_probe_required()")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "22E03");
+}

@@ -1,0 +1,130 @@
+//! UDF instances: the context an implementation runs in, and the pool that hands out instance
+//! slots and pins each GPU instance to one device of the statement's lease.
+
+use std::sync::{Condvar, Mutex};
+
+use accelsql_gpu_scheduler::DeviceInfo;
+
+/// What a UDF implementation knows about the instance running it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceContext {
+    /// Instance number within this call, `0..instances`.
+    pub instance_id: usize,
+    /// Number of this node (`iproc()`); 0 on a single node.
+    pub node_id: usize,
+    /// The GPU this instance is pinned to, or `None` when it runs on the CPU.
+    pub device: Option<DeviceInfo>,
+}
+
+/// A fixed set of instance slots for one UDF call. Each invocation borrows a free slot for its
+/// duration, so no more than `size` instances run at once; slot `i` of a GPU call is pinned to
+/// device `i mod n` of the lease (four instances on two GPUs see devices 0, 1, 0, 1).
+#[derive(Debug)]
+pub struct InstancePool {
+    free: Mutex<Vec<usize>>,
+    returned: Condvar,
+    devices: Vec<DeviceInfo>,
+    node_id: usize,
+}
+
+impl InstancePool {
+    /// A pool of `size` (at least 1) slots, pinned round-robin to `devices` (empty: CPU).
+    pub fn new(size: usize, devices: Vec<DeviceInfo>, node_id: usize) -> Self {
+        let size = size.max(1);
+        Self {
+            free: Mutex::new((0..size).rev().collect()),
+            returned: Condvar::new(),
+            devices,
+            node_id,
+        }
+    }
+
+    /// Borrows a slot, waiting while all are busy (every busy slot is held by a running
+    /// invocation, so the wait is bounded by one invocation).
+    pub fn checkout(&self) -> InstanceSlot<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(id) = free.pop() {
+                let device = (!self.devices.is_empty())
+                    .then(|| self.devices[id % self.devices.len()].clone());
+                return InstanceSlot {
+                    pool: self,
+                    context: InstanceContext {
+                        instance_id: id,
+                        node_id: self.node_id,
+                        device,
+                    },
+                };
+            }
+            free = self.returned.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// A borrowed instance slot; returned to its pool when dropped.
+#[derive(Debug)]
+pub struct InstanceSlot<'a> {
+    pool: &'a InstancePool,
+    context: InstanceContext,
+}
+
+impl InstanceSlot<'_> {
+    /// The instance's context.
+    pub fn context(&self) -> &InstanceContext {
+        &self.context
+    }
+}
+
+impl Drop for InstanceSlot<'_> {
+    fn drop(&mut self) {
+        let mut free = self.pool.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.push(self.context.instance_id);
+        drop(free);
+        self.pool.returned.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use accelsql_gpu_scheduler::Inventory;
+
+    use super::*;
+
+    #[test]
+    fn four_instances_on_two_gpus_are_pinned_round_robin() {
+        let devices = Inventory::simulated(2).devices().unwrap();
+        let pool = InstancePool::new(4, devices.clone(), 0);
+        let slots: Vec<_> = (0..4).map(|_| pool.checkout()).collect();
+        let pinned: Vec<(usize, u32)> = slots
+            .iter()
+            .map(|s| {
+                (
+                    s.context().instance_id,
+                    s.context().device.as_ref().unwrap().index,
+                )
+            })
+            .collect();
+        assert_eq!(pinned, vec![(0, 0), (1, 1), (2, 0), (3, 1)]);
+    }
+
+    #[test]
+    fn cpu_instances_have_no_device_and_slots_are_reused() {
+        let pool = InstancePool::new(1, Vec::new(), 0);
+        let first = pool.checkout();
+        assert_eq!(first.context().device, None);
+        drop(first);
+        assert_eq!(pool.checkout().context().instance_id, 0);
+    }
+
+    #[test]
+    fn a_full_pool_waits_for_a_slot() {
+        let pool = std::sync::Arc::new(InstancePool::new(1, Vec::new(), 0));
+        let held = pool.checkout();
+        let p2 = std::sync::Arc::clone(&pool);
+        let waiter = std::thread::spawn(move || p2.checkout().context().instance_id);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!waiter.is_finished());
+        drop(held);
+        assert_eq!(waiter.join().unwrap(), 0);
+    }
+}
