@@ -255,7 +255,7 @@ async fn fifty_sessions_with_gpu_calls_are_serialized() {
 async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_never_wait() {
     let engine = engine(1);
     let holder = engine.session();
-    let mut stream = holder.sql_stream("SELECT slow_gpu(400)").await.unwrap();
+    let mut stream = holder.sql_stream("SELECT slow_gpu(2000)").await.unwrap();
     // Polling starts execution: the lease is taken on the first poll.
     let running = tokio::spawn(async move {
         use futures::StreamExt;
@@ -277,7 +277,7 @@ async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_never_wait(
     let started = Instant::now();
     let b = waiter.sql("SELECT gpu_probe_optional()").await.unwrap();
     assert_eq!(column(&b, 0), ["<invalid>"]);
-    assert!(started.elapsed() < Duration::from_millis(300));
+    assert!(started.elapsed() < Duration::from_millis(1500), "it did not wait for the 2 s holder");
     let calls = engine.recent_calls();
     let last = calls.last().unwrap();
     assert!(
