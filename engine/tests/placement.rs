@@ -277,7 +277,10 @@ async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_never_wait(
     let started = Instant::now();
     let b = waiter.sql("SELECT gpu_probe_optional()").await.unwrap();
     assert_eq!(column(&b, 0), ["<invalid>"]);
-    assert!(started.elapsed() < Duration::from_millis(1500), "it did not wait for the 2 s holder");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "it did not wait for the 2 s holder"
+    );
     let calls = engine.recent_calls();
     let last = calls.last().unwrap();
     assert!(
