@@ -95,22 +95,19 @@ impl AccelScalarUdf {
                 (out, start.elapsed(), 0, false)
             }
             Some(call) => {
-                let devices = match call.decision.placement {
-                    Placement::Gpu => call
-                        .devices
-                        .get()
-                        .ok_or_else(|| {
-                            EngineError::Sql(datafusion::error::DataFusionError::Internal(format!(
-                                "GPU call of {} ran without the statement's lease",
-                                self.def.name()
-                            )))
-                        })?
-                        .clone(),
-                    Placement::Cpu => Vec::new(),
+                // The lease's devices are read once, when the call's pool is first built.
+                let devices: &[_] = match call.decision.placement {
+                    Placement::Gpu => call.devices.get().ok_or_else(|| {
+                        EngineError::Sql(datafusion::error::DataFusionError::Internal(format!(
+                            "GPU call of {} ran without the statement's lease",
+                            self.def.name()
+                        )))
+                    })?,
+                    Placement::Cpu => &[],
                 };
                 let pool = call
                     .pool
-                    .get_or_init(|| InstancePool::new(size, devices, call.node_id));
+                    .get_or_init(|| InstancePool::new(size, devices.to_vec(), call.node_id));
                 let slot = pool.checkout();
                 let context = slot.context();
                 // Simulated devices have no CUDA behind them: their instances run the CPU
