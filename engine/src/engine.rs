@@ -10,7 +10,7 @@ use accelsql_gpu_scheduler::{DeviceInfo, DeviceLockDir, Inventory, LeaseQueue, S
 
 use crate::placement::PlacementDecision;
 use crate::session::Session;
-use crate::udf::ScalarUdf;
+use crate::udf::{ScalarUdf, SetUdf};
 use crate::{Result, definition_err};
 
 /// How many finished UDF calls `accelsql.udf_calls` keeps.
@@ -62,9 +62,27 @@ pub(crate) struct EngineInner {
     pub(crate) devices: Vec<DeviceInfo>,
     pub(crate) queue: LeaseQueue,
     pub(crate) default_wait_timeout: Option<Duration>,
-    pub(crate) udfs: RwLock<Vec<Arc<ScalarUdf>>>,
+    pub(crate) udfs: RwLock<Registry>,
     pub(crate) next_statement: AtomicU64,
     pub(crate) recent_calls: Mutex<VecDeque<UdfCallRecord>>,
+}
+
+/// The Rust UDFs registered in an engine.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Registry {
+    pub(crate) scalar: Vec<Arc<ScalarUdf>>,
+    pub(crate) set: Vec<Arc<SetUdf>>,
+}
+
+impl Registry {
+    fn check_new_name(&self, name: &str) -> Result<()> {
+        let taken = self.scalar.iter().any(|u| u.name() == name)
+            || self.set.iter().any(|u| u.name() == name);
+        if taken {
+            return Err(definition_err!("a UDF named {name} is already registered"));
+        }
+        Ok(())
+    }
 }
 
 impl Engine {
@@ -90,23 +108,37 @@ impl Engine {
                 devices,
                 queue,
                 default_wait_timeout: config.lease_wait_timeout,
-                udfs: RwLock::new(Vec::new()),
+                udfs: RwLock::new(Registry {
+                    scalar: crate::builtins::builtin_udfs()?
+                        .into_iter()
+                        .map(Arc::new)
+                        .collect(),
+                    set: Vec::new(),
+                }),
                 next_statement: AtomicU64::new(1),
                 recent_calls: Mutex::new(VecDeque::new()),
             }),
         })
     }
 
-    /// Registers a Rust UDF for every session opened afterwards.
+    /// Registers a scalar (RETURNS) Rust UDF; sessions created afterwards can call it.
+    ///
+    /// Fails with 42E01 if a UDF of that name exists.
     pub fn register_scalar_udf(&self, udf: ScalarUdf) -> Result<()> {
-        let mut udfs = self.inner.udfs.write().unwrap_or_else(|e| e.into_inner());
-        if udfs.iter().any(|u| u.name() == udf.name()) {
-            return Err(definition_err!(
-                "a UDF named {} is already registered",
-                udf.name()
-            ));
-        }
-        udfs.push(Arc::new(udf));
+        let mut registry = self.inner.udfs.write().unwrap_or_else(|e| e.into_inner());
+        registry.check_new_name(udf.name())?;
+        registry.scalar.push(Arc::new(udf));
+        Ok(())
+    }
+
+    /// Registers a SET (RETURNS or EMITS) or SCALAR EMITS Rust UDF; sessions created afterwards
+    /// can call it.
+    ///
+    /// Fails with 42E01 if a UDF of that name exists.
+    pub fn register_set_udf(&self, udf: SetUdf) -> Result<()> {
+        let mut registry = self.inner.udfs.write().unwrap_or_else(|e| e.into_inner());
+        registry.check_new_name(udf.name())?;
+        registry.set.push(Arc::new(udf));
         Ok(())
     }
 

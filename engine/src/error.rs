@@ -60,6 +60,19 @@ pub enum EngineError {
         message: String,
     },
 
+    /// An EMITS call where SQL cannot take its rows: anywhere but alone in its select list (with
+    /// GROUP BY keys beside it), or with more than one EMITS call in one select.
+    #[error(
+        "[{}] EMITS UDF {udf} used in an illegal position: {message}",
+        Self::EMITS_POSITION
+    )]
+    EmitsPosition {
+        /// The UDF.
+        udf: String,
+        /// What is wrong, and how to write it instead.
+        message: String,
+    },
+
     /// The GPU lease, device inventory or device locks failed.
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
@@ -89,6 +102,8 @@ impl EngineError {
     pub const INVALID_DEFINITION: &'static str = "42E01";
     /// Code of [`EngineError::BadUdfResult`].
     pub const BAD_UDF_RESULT: &'static str = "22E02";
+    /// Code of [`EngineError::EmitsPosition`].
+    pub const EMITS_POSITION: &'static str = "42E02";
     /// Code of [`EngineError::InvalidSetting`].
     pub const INVALID_SETTING: &'static str = "22E03";
 
@@ -100,6 +115,7 @@ impl EngineError {
             }
             Self::InvalidDefinition { .. } => Self::INVALID_DEFINITION,
             Self::BadUdfResult { .. } => Self::BAD_UDF_RESULT,
+            Self::EmitsPosition { .. } => Self::EMITS_POSITION,
             Self::InvalidSetting { .. } => Self::INVALID_SETTING,
             Self::Scheduler(e) => e.code(),
             Self::Runtime(e) => e.code(),
@@ -123,7 +139,10 @@ fn sql_code(e: &DataFusionError) -> &'static str {
         DataFusionError::Configuration(_) => "22023",
         DataFusionError::ResourcesExhausted(_) => "53000",
         DataFusionError::Execution(_) | DataFusionError::ArrowError(..) => "22000",
-        DataFusionError::Context(_, inner) => sql_code(inner),
+        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
+            sql_code(inner)
+        }
+        DataFusionError::Collection(errors) => errors.first().map_or("XX000", sql_code),
         DataFusionError::Shared(inner) => sql_code(inner),
         _ => "XX000",
     }
@@ -144,6 +163,13 @@ impl From<DataFusionError> for EngineError {
                 Self::Sql(inner) => Self::Sql(DataFusionError::Context(context, Box::new(inner))),
                 coded => coded,
             },
+            // A diagnostic only adds source locations for tools; the root keeps its code.
+            DataFusionError::Diagnostic(diagnostic, inner) => match Self::from(*inner) {
+                Self::Sql(inner) => {
+                    Self::Sql(DataFusionError::Diagnostic(diagnostic, Box::new(inner)))
+                }
+                coded => coded,
+            },
             DataFusionError::Shared(shared) => match Arc::try_unwrap(shared) {
                 Ok(inner) => Self::from(inner),
                 Err(shared) => Self::Sql(DataFusionError::Shared(shared)),
@@ -157,6 +183,14 @@ impl From<DataFusionError> for EngineError {
 #[macro_export]
 macro_rules! definition_err {
     ($($arg:tt)*) => { $crate::EngineError::InvalidDefinition { message: format!($($arg)*) } };
+}
+
+/// Builds an [`EngineError::EmitsPosition`]: `emits_err!(udf, "it must be alone in its select list")`.
+#[macro_export]
+macro_rules! emits_err {
+    ($udf:expr, $($arg:tt)*) => {
+        $crate::EngineError::EmitsPosition { udf: $udf.to_string(), message: format!($($arg)*) }
+    };
 }
 
 #[cfg(test)]

@@ -8,12 +8,15 @@
 //!
 //! This crate is the facade a Rust application embeds: it re-exports the layers below it.
 
+mod builtins;
+mod emits;
 mod engine;
 mod error;
 mod functions;
 mod options;
 mod placement;
 mod session;
+pub mod splitter;
 mod statement;
 mod stream;
 mod system;
@@ -30,4 +33,7 @@ pub use error::{EngineError, Result};
 pub use options::AccelsqlOptions;
 pub use placement::{Placement, PlacementDecision};
 pub use session::Session;
-pub use udf::{Inputs, ScalarKernel, ScalarUdf, ScalarUdfBuilder};
+pub use udf::{
+    InputType, Inputs, Output, ScalarKernel, ScalarUdf, ScalarUdfBuilder, SetKernel, SetUdf,
+    SetUdfBuilder,
+};

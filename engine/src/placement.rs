@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,13 +12,14 @@ use accelsql_udf_runtime::AcceleratorRequest;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::Result as DfResult;
-use datafusion::logical_expr::expr::ScalarFunction;
-use datafusion::logical_expr::{Expr, LogicalPlan, ScalarUDF};
+use datafusion::logical_expr::expr::{AggregateFunction, ScalarFunction};
+use datafusion::logical_expr::{AggregateUDF, Expr, Extension, LogicalPlan, ScalarUDF};
 use datafusion::optimizer::AnalyzerRule;
 
 use crate::EngineError;
+use crate::emits::UdfCallNode;
 use crate::statement::StatementScope;
-use crate::udf::{AccelScalarUdf, PlacedCall};
+use crate::udf::PlacedCall;
 
 /// Where a UDF call runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -105,6 +106,66 @@ impl CallStats {
 pub(crate) struct PlacementRule {
     scope: Arc<StatementScope>,
     blocks: Mutex<usize>,
+    /// `datafusion.execution.target_partitions` of the statement: the default instance count.
+    partitions: AtomicUsize,
+}
+
+/// A UDF call the rule places: a scalar function, an aggregate (SET RETURNS) or a `UdfCall`
+/// node (EMITS).
+#[derive(Debug, Clone)]
+struct CallSite {
+    udf: String,
+    request: AcceleratorRequest,
+    instance_limit: Option<usize>,
+}
+
+impl CallSite {
+    fn of_expr(e: &Expr) -> Option<Self> {
+        match e {
+            Expr::ScalarFunction(ScalarFunction { func, .. }) => {
+                crate::udf::as_accel_udf(func.inner().as_ref())
+                    .filter(|u| !u.is_placed())
+                    .map(|u| {
+                        let d = u.definition();
+                        Self::new(d.name(), d.accelerator(), d.instance_limit())
+                    })
+            }
+            Expr::AggregateFunction(AggregateFunction { func, .. }) => {
+                crate::udf::as_accel_aggregate(func.inner().as_ref())
+                    .filter(|u| !u.is_placed())
+                    .map(|u| {
+                        let d = u.definition();
+                        Self::new(d.name(), d.accelerator(), d.instance_limit())
+                    })
+            }
+            _ => None,
+        }
+    }
+
+    fn of_node(plan: &LogicalPlan) -> Option<Self> {
+        let node = unplaced_node(plan)?;
+        let d = &node.def;
+        Some(Self::new(d.name(), d.accelerator(), d.instance_limit()))
+    }
+
+    fn new(udf: &str, request: AcceleratorRequest, instance_limit: Option<usize>) -> Self {
+        Self {
+            udf: udf.to_string(),
+            request,
+            instance_limit,
+        }
+    }
+}
+
+/// The `UdfCall` node `plan` is, if it is one and not yet placed.
+fn unplaced_node(plan: &LogicalPlan) -> Option<&UdfCallNode> {
+    match plan {
+        LogicalPlan::Extension(Extension { node }) => node
+            .as_any()
+            .downcast_ref::<UdfCallNode>()
+            .filter(|n| n.placed.is_none()),
+        _ => None,
+    }
 }
 
 impl PlacementRule {
@@ -112,6 +173,7 @@ impl PlacementRule {
         Self {
             scope,
             blocks: Mutex::new(0),
+            partitions: AtomicUsize::new(1),
         }
     }
 
@@ -131,21 +193,16 @@ impl PlacementRule {
         self.rewrite_block_node(plan, &mut next)
     }
 
-    fn decide(
-        &self,
-        block: usize,
-        found: &[Arc<AccelScalarUdf>],
-    ) -> crate::Result<Vec<Arc<PlacedCall>>> {
+    fn decide(&self, block: usize, found: &[CallSite]) -> crate::Result<Vec<Arc<PlacedCall>>> {
         let mut order: Vec<usize> = (0..found.len()).collect();
         // Required calls first, then left to right (the sort is stable).
-        order.sort_by_key(|&i| found[i].definition().accelerator() != AcceleratorRequest::Required);
+        order.sort_by_key(|&i| found[i].request != AcceleratorRequest::Required);
         let present = self.scope.devices_present;
         let mut gpu_holder: Option<String> = None;
         let mut placements = vec![None; found.len()];
         for i in order {
-            let def = found[i].definition();
-            let name = def.name().to_string();
-            let (placement, reason) = match def.accelerator() {
+            let name = found[i].udf.clone();
+            let (placement, reason) = match found[i].request {
                 AcceleratorRequest::None => {
                     (Placement::Cpu, "no accelerator requested".to_string())
                 }
@@ -182,19 +239,23 @@ impl PlacementRule {
         }
         let mut calls = self.scope.calls.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::with_capacity(found.len());
-        for (udf, slot) in found.iter().zip(placements) {
+        let partitions = self.partitions.load(Ordering::Relaxed).max(1);
+        for (site, slot) in found.iter().zip(placements) {
             let (placement, reason) = slot.unwrap_or((Placement::Cpu, String::new()));
             let call = Arc::new(PlacedCall {
                 decision: PlacementDecision {
                     call_id: calls.len() + 1,
                     block,
-                    udf: udf.definition().name().to_string(),
-                    request: udf.definition().accelerator(),
+                    udf: site.udf.clone(),
+                    request: site.request,
                     placement,
                     reason,
                 },
                 devices: Arc::clone(&self.scope.lease_devices),
                 node_id: self.scope.node_id,
+                instances: site
+                    .instance_limit
+                    .map_or(partitions, |limit| limit.min(partitions)),
                 pool: std::sync::OnceLock::new(),
                 stats: CallStats::default(),
             });
@@ -211,38 +272,56 @@ impl PlacementRule {
         plan: LogicalPlan,
         calls: &mut std::vec::IntoIter<Arc<PlacedCall>>,
     ) -> DfResult<LogicalPlan> {
+        let next = |calls: &mut std::vec::IntoIter<Arc<PlacedCall>>| {
+            calls.next().ok_or_else(|| {
+                datafusion::error::DataFusionError::Internal("placement: call count changed".into())
+            })
+        };
         let plan = plan
             .map_expressions(|expr| {
-                expr.transform_down(|e| match e {
-                    Expr::ScalarFunction(ScalarFunction { func, args }) => {
-                        match crate::udf::as_accel_udf(func.inner().as_ref())
-                            .filter(|u| !u.is_placed())
-                        {
-                            Some(udf) => {
-                                let call = calls.next().ok_or_else(|| {
-                                    datafusion::error::DataFusionError::Internal(
-                                        "placement: call count changed".into(),
-                                    )
-                                })?;
-                                let placed = ScalarUDF::new_from_impl(udf.placed(call));
-                                Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction {
-                                    func: Arc::new(placed),
-                                    args,
-                                })))
-                            }
-                            None => Ok(Transformed::no(Expr::ScalarFunction(ScalarFunction {
+                expr.transform_down(|e| {
+                    if is_subquery_expr(&e) {
+                        return Ok(Transformed::new(e, false, TreeNodeRecursion::Jump));
+                    }
+                    if CallSite::of_expr(&e).is_none() {
+                        return Ok(Transformed::no(e));
+                    }
+                    match e {
+                        Expr::ScalarFunction(ScalarFunction { func, args }) => {
+                            let func = match crate::udf::as_accel_udf(func.inner().as_ref()) {
+                                Some(u) => {
+                                    Arc::new(ScalarUDF::new_from_impl(u.placed(next(calls)?)))
+                                }
+                                None => func,
+                            };
+                            Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction {
                                 func,
                                 args,
-                            }))),
+                            })))
                         }
+                        Expr::AggregateFunction(AggregateFunction { func, params }) => {
+                            let func = match crate::udf::as_accel_aggregate(func.inner().as_ref()) {
+                                Some(u) => {
+                                    Arc::new(AggregateUDF::new_from_impl(u.placed(next(calls)?)))
+                                }
+                                None => func,
+                            };
+                            Ok(Transformed::yes(Expr::AggregateFunction(
+                                AggregateFunction { func, params },
+                            )))
+                        }
+                        e => Ok(Transformed::no(e)),
                     }
-                    e if is_subquery_expr(&e) => {
-                        Ok(Transformed::new(e, false, TreeNodeRecursion::Jump))
-                    }
-                    e => Ok(Transformed::no(e)),
                 })
             })?
             .data;
+        // An EMITS node is placed after the calls in its own expressions (its arguments).
+        let plan = match unplaced_node(&plan) {
+            Some(node) => LogicalPlan::Extension(Extension {
+                node: Arc::new(node.placed(next(calls)?)),
+            }),
+            None => plan,
+        };
         let plan = plan
             .map_subqueries(|sub| self.place_block(sub).map(Transformed::yes))?
             .data;
@@ -259,7 +338,9 @@ impl PlacementRule {
 }
 
 impl AnalyzerRule for PlacementRule {
-    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> DfResult<LogicalPlan> {
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> DfResult<LogicalPlan> {
+        self.partitions
+            .store(config.execution.target_partitions, Ordering::Relaxed);
         self.place_block(plan)
     }
 
@@ -284,21 +365,17 @@ fn is_subquery_expr(e: &Expr) -> bool {
 }
 
 /// The unplaced accelsql calls of the block rooted at `plan`, in the order the rewrite meets them.
-fn collect_block_calls(plan: &LogicalPlan, out: &mut Vec<Arc<AccelScalarUdf>>) -> DfResult<()> {
+fn collect_block_calls(plan: &LogicalPlan, out: &mut Vec<CallSite>) -> DfResult<()> {
     plan.apply_expressions(|expr| {
-        expr.apply(|e| match e {
-            Expr::ScalarFunction(ScalarFunction { func, .. }) => {
-                if let Some(udf) =
-                    crate::udf::as_accel_udf(func.inner().as_ref()).filter(|u| !u.is_placed())
-                {
-                    out.push(Arc::new(udf.clone()));
-                }
-                Ok(TreeNodeRecursion::Continue)
+        expr.apply(|e| {
+            if is_subquery_expr(e) {
+                return Ok(TreeNodeRecursion::Jump);
             }
-            e if is_subquery_expr(e) => Ok(TreeNodeRecursion::Jump),
-            _ => Ok(TreeNodeRecursion::Continue),
+            out.extend(CallSite::of_expr(e));
+            Ok(TreeNodeRecursion::Continue)
         })
     })?;
+    out.extend(CallSite::of_node(plan));
     if !starts_blocks(plan) {
         for child in plan.inputs() {
             collect_block_calls(child, out)?;

@@ -7,7 +7,8 @@ use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::logical_expr::{LogicalPlan, ScalarUDF};
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::logical_expr::{AggregateUDF, LogicalPlan, ScalarUDF};
 use datafusion::physical_plan::execute_stream;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -15,11 +16,15 @@ use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use futures::TryStreamExt;
 
+use crate::emits::{AccelQueryPlanner, EmitsRule, expand_emits_calls};
 use crate::options::AccelsqlOptions;
 use crate::placement::PlacementRule;
 use crate::statement::StatementScope;
 use crate::stream::StatementStream;
-use crate::udf::AccelScalarUdf;
+use crate::udf::{
+    AccelAggregateUdf, AccelScalarUdf, EmitsAggregate, EmitsScalar, InputType, Output, SetUdf,
+    emits_of, emits_of_aggregate,
+};
 use crate::{Engine, EngineError, Result};
 
 /// One connection: its own settings and tables, the engine's GPUs and UDFs.
@@ -41,18 +46,38 @@ impl Session {
         let config = SessionConfig::new()
             .with_option_extension(AccelsqlOptions::default())
             .with_information_schema(true);
-        let ctx = SessionContext::new_with_config(config);
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .with_query_planner(Arc::new(AccelQueryPlanner))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        ctx.add_analyzer_rule(Arc::new(EmitsRule));
         for f in crate::functions::node_functions(0, 1) {
             ctx.register_udf(f);
         }
-        let udfs = engine
+        let registry = engine
             .inner
             .udfs
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        for def in udfs {
+        for def in registry.scalar {
             ctx.register_udf(ScalarUDF::new_from_impl(AccelScalarUdf::new(def)));
+        }
+        for def in registry.set {
+            match (def.input_type(), def.output()) {
+                (InputType::Set, Output::Returns(_)) => match AccelAggregateUdf::new(def) {
+                    Ok(udf) => ctx.register_udaf(AggregateUDF::new_from_impl(udf)),
+                    Err(e) => log::error!("UDF unavailable in this session: {e}"),
+                },
+                (InputType::Set, Output::Emits(_)) => {
+                    ctx.register_udaf(AggregateUDF::new_from_impl(EmitsAggregate::new(def)))
+                }
+                (InputType::Scalar, _) => {
+                    ctx.register_udf(ScalarUDF::new_from_impl(EmitsScalar::new(def)))
+                }
+            }
         }
         if let Err(e) = crate::system::register(&ctx, &engine) {
             log::error!("system tables unavailable in this session: {e}");
@@ -96,7 +121,9 @@ impl Session {
         self.execute(last).await
     }
 
-    async fn execute(&self, statement: DfStatement) -> Result<SendableRecordBatchStream> {
+    async fn execute(&self, mut statement: DfStatement) -> Result<SendableRecordBatchStream> {
+        let lookup = |name: &str| self.emits_udf(name);
+        expand_emits_calls(&mut statement, &lookup)?;
         let scope = Arc::new(StatementScope::new(
             self.engine.next_statement_id(),
             statement.to_string(),
@@ -145,6 +172,22 @@ impl Session {
 }
 
 /// The EXPLAIN rows that show each call's placement and why.
+impl Session {
+    /// The EMITS UDF registered in this session under `name`, if any.
+    fn emits_udf(&self, name: &str) -> Option<Arc<SetUdf>> {
+        let state = self.ctx.state_ref();
+        let state = state.read();
+        if let Some(def) = state.scalar_functions().get(name).and_then(|f| emits_of(f)) {
+            return Some(Arc::clone(def));
+        }
+        state
+            .aggregate_functions()
+            .get(name)
+            .and_then(|f| emits_of_aggregate(f))
+            .map(Arc::clone)
+    }
+}
+
 fn placement_rows(schema: &SchemaRef, scope: &StatementScope) -> Result<RecordBatch> {
     let calls = scope.calls();
     let text = if calls.is_empty() {

@@ -5,6 +5,7 @@ pub mod annotations;
 mod error;
 pub mod gpu;
 pub mod instance;
+pub mod kernels;
 
 pub use annotations::AcceleratorRequest;
 pub use error::{Result, RuntimeError};

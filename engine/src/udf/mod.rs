@@ -1,7 +1,11 @@
 //! Rust UDF definitions: signature, output, accelerator annotations, and the CPU (mandatory) and
 //! GPU (optional) implementations.
 
+mod aggregate;
+mod call;
+mod emits;
 mod scalar;
+mod set;
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,9 +14,14 @@ use accelsql_udf_runtime::annotations::parse_instance_limit;
 use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::logical_expr::ColumnarValue;
+use datafusion::logical_expr::{ColumnarValue, Signature, TypeSignature, Volatility};
 
-pub(crate) use self::scalar::{AccelScalarUdf, PlacedCall, as_accel as as_accel_udf};
+pub(crate) use self::aggregate::AccelAggregateUdf;
+pub(crate) use self::aggregate::as_accel_aggregate;
+pub(crate) use self::call::{PlacedCall, on_instance};
+pub(crate) use self::emits::{EmitsAggregate, EmitsScalar, emits_of, emits_of_aggregate};
+pub(crate) use self::scalar::{AccelScalarUdf, as_accel as as_accel_udf};
+pub use self::set::{InputType, Output, SetKernel, SetUdf, SetUdfBuilder};
 use crate::{Result, definition_err};
 
 /// A scalar UDF implementation: `num_rows` rows of arguments in, one column of `num_rows` out.
@@ -211,12 +220,7 @@ impl ScalarUdfBuilder {
 
     /// Checks and finishes the definition.
     pub fn build(self) -> Result<ScalarUdf> {
-        let name = self.name.trim().to_string();
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(definition_err!(
-                "{name:?} is not a valid UDF name (letters, digits and _)"
-            ));
-        }
+        let name = check_name(&self.name)?;
         let cpu = self.cpu.ok_or_else(|| {
             definition_err!(
                 "UDF {name} has no CPU implementation; every UDF needs one (fallback and reference)"
@@ -226,7 +230,7 @@ impl ScalarUdfBuilder {
             .returns
             .ok_or_else(|| definition_err!("UDF {name} has no result type (RETURNS)"))?;
         Ok(ScalarUdf {
-            name: name.to_ascii_lowercase(),
+            name,
             inputs: self.inputs,
             returns,
             accelerator: self.accelerator,
@@ -234,6 +238,29 @@ impl ScalarUdfBuilder {
             cpu,
             gpu: self.gpu,
         })
+    }
+}
+
+/// Checks a UDF name and folds it to lower case, as SQL folds unquoted identifiers.
+fn check_name(name: &str) -> Result<String> {
+    let name = name.trim();
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(definition_err!(
+            "{name:?} is not a valid UDF name (letters, digits and _)"
+        ));
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+/// The DataFusion signature of a UDF taking `inputs`. Always Volatile: two identical calls stay
+/// two calls (no common-subexpression merging), as in Exasol.
+fn signature(inputs: &Inputs) -> Signature {
+    match inputs {
+        Inputs::Exact(types) => Signature::exact(types.clone(), Volatility::Volatile),
+        Inputs::Variadic => Signature::one_of(
+            vec![TypeSignature::Nullary, TypeSignature::VariadicAny],
+            Volatility::Volatile,
+        ),
     }
 }
 

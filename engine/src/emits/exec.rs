@@ -1,0 +1,411 @@
+//! `UdfCallExec`, the physical operator of an EMITS call. SET calls get their input hash-partitioned
+//! by the GROUP BY keys and sorted by them within each partition, so each group arrives as one
+//! contiguous run and is handed to one instance; SCALAR EMITS calls run batch by batch.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
+use datafusion::arrow::compute::{concat, partition};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::ScalarValue;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{
+    EquivalenceProperties, LexRequirement, OrderingRequirements, PhysicalExpr,
+    PhysicalSortRequirement,
+};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
+    Partitioning, PlanProperties,
+};
+use futures::StreamExt;
+
+use crate::EngineError;
+use crate::udf::{InputType, PlacedCall, SetUdf, on_instance};
+
+/// The physical operator of one EMITS call.
+#[derive(Debug)]
+pub(crate) struct UdfCallExec {
+    call: Arc<CallSpec>,
+    input: Arc<dyn ExecutionPlan>,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+/// What every partition's stream shares.
+#[derive(Debug)]
+pub(crate) struct CallSpec {
+    pub(crate) def: Arc<SetUdf>,
+    pub(crate) keys: Vec<Arc<dyn PhysicalExpr>>,
+    pub(crate) args: Vec<Arc<dyn PhysicalExpr>>,
+    pub(crate) schema: SchemaRef,
+    pub(crate) placed: Option<Arc<PlacedCall>>,
+}
+
+impl UdfCallExec {
+    pub(crate) fn new(call: CallSpec, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::with_spec(Arc::new(call), input)
+    }
+
+    fn with_spec(call: Arc<CallSpec>, input: Arc<dyn ExecutionPlan>) -> Self {
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&call.schema)),
+            Partitioning::UnknownPartitioning(input.output_partitioning().partition_count()),
+            EmissionType::Incremental,
+            match input.boundedness() {
+                Boundedness::Bounded => Boundedness::Bounded,
+                other => other,
+            },
+        );
+        Self {
+            call,
+            input,
+            properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    fn is_set(&self) -> bool {
+        self.call.def.input_type() == InputType::Set
+    }
+}
+
+impl DisplayAs for UdfCallExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let call = &self.call;
+        write!(
+            f,
+            "UdfCallExec: {} {}(",
+            call.def.input_type(),
+            call.def.name()
+        )?;
+        for (i, a) in call.args.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{a}")?;
+        }
+        f.write_str(")")?;
+        if !call.keys.is_empty() {
+            f.write_str(", group by [")?;
+            for (i, k) in call.keys.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{k}")?;
+            }
+            f.write_str("]")?;
+        }
+        match &call.placed {
+            Some(p) => write!(
+                f,
+                ", placement={}, instances={}",
+                p.decision.placement, p.instances
+            ),
+            None => f.write_str(", placement=CPU (unplaced)"),
+        }
+    }
+}
+
+impl ExecutionPlan for UdfCallExec {
+    fn name(&self) -> &str {
+        "UdfCallExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        for e in self.call.keys.iter().chain(&self.call.args) {
+            if f(e)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return Err(DataFusionError::Internal(format!(
+                "UdfCallExec has one input, got {}",
+                children.len()
+            )));
+        }
+        Ok(Arc::new(Self::with_spec(
+            Arc::clone(&self.call),
+            children.remove(0),
+        )))
+    }
+
+    fn input_distribution_requirements(
+        &self,
+    ) -> datafusion::physical_plan::InputDistributionRequirements {
+        let distribution = match (self.is_set(), self.call.keys.is_empty()) {
+            // One group per key value: all of a group's rows in one partition.
+            (true, false) => Distribution::KeyPartitioned(self.call.keys.clone()),
+            // No GROUP BY: the whole input is one group.
+            (true, true) => Distribution::SinglePartition,
+            (false, _) => Distribution::UnspecifiedDistribution,
+        };
+        datafusion::physical_plan::InputDistributionRequirements::new(vec![distribution])
+    }
+
+    fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
+        if !self.is_set() {
+            return vec![None];
+        }
+        // Rows of one group arrive together: sorted by the keys (either direction).
+        let requirement = LexRequirement::new(
+            self.call
+                .keys
+                .iter()
+                .map(|k| PhysicalSortRequirement::new(Arc::clone(k), None)),
+        );
+        vec![requirement.map(OrderingRequirements::new)]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![!(self.is_set() && self.call.keys.is_empty())]
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let state = RunState {
+            call: Arc::clone(&self.call),
+            input,
+            group: None,
+            pending: VecDeque::new(),
+            done: false,
+            baseline: BaselineMetrics::new(&self.metrics, partition),
+            rows_in: MetricBuilder::new(&self.metrics).counter("rows_in", partition),
+            runs: MetricBuilder::new(&self.metrics).counter("runs", partition),
+        };
+        let stream = futures::stream::try_unfold(state, |mut state| async move {
+            loop {
+                if let Some(batch) = state.pending.pop_front() {
+                    state.baseline.record_output(batch.num_rows());
+                    return Ok(Some((batch, state)));
+                }
+                if state.done {
+                    return Ok(None);
+                }
+                match state.input.next().await {
+                    Some(batch) => {
+                        let batch = batch?;
+                        let elapsed = state.baseline.elapsed_compute().clone();
+                        let timer = elapsed.timer();
+                        state
+                            .consume(&batch)
+                            .map_err(EngineError::into_datafusion)?;
+                        timer.done();
+                    }
+                    None => {
+                        state.done = true;
+                        let elapsed = state.baseline.elapsed_compute().clone();
+                        let timer = elapsed.timer();
+                        state.finish_group().map_err(EngineError::into_datafusion)?;
+                        timer.done();
+                    }
+                }
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.call.schema),
+            stream,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// The rows of the group being gathered.
+struct Group {
+    key: Vec<ScalarValue>,
+    parts: Vec<Vec<ArrayRef>>,
+    rows: usize,
+}
+
+/// One partition's progress.
+struct RunState {
+    call: Arc<CallSpec>,
+    input: SendableRecordBatchStream,
+    group: Option<Group>,
+    pending: VecDeque<RecordBatch>,
+    done: bool,
+    baseline: BaselineMetrics,
+    rows_in: Count,
+    runs: Count,
+}
+
+impl RunState {
+    fn consume(&mut self, batch: &RecordBatch) -> crate::Result<()> {
+        let rows = batch.num_rows();
+        if rows == 0 {
+            return Ok(());
+        }
+        self.rows_in.add(rows);
+        let args = evaluate(&self.call.args, batch)?;
+        if self.call.def.input_type() == InputType::Scalar {
+            return self.run(&[], rows, &args);
+        }
+        let keys = evaluate(&self.call.keys, batch)?;
+        let ranges: Vec<std::ops::Range<usize>> = if keys.is_empty() {
+            std::iter::once(0..rows).collect()
+        } else {
+            partition(&keys).map_err(DataFusionError::from)?.ranges()
+        };
+        for range in ranges {
+            let key = keys
+                .iter()
+                .map(|k| ScalarValue::try_from_array(k, range.start))
+                .collect::<DfResult<Vec<_>>>()?;
+            if self.group.as_ref().is_some_and(|g| g.key != key) {
+                self.finish_group()?;
+            }
+            let group = self.group.get_or_insert_with(|| Group {
+                key,
+                parts: vec![Vec::new(); args.len()],
+                rows: 0,
+            });
+            for (part, arg) in group.parts.iter_mut().zip(&args) {
+                part.push(arg.slice(range.start, range.len()));
+            }
+            group.rows += range.len();
+        }
+        Ok(())
+    }
+
+    /// Hands the gathered group, if any, to an instance as one run.
+    fn finish_group(&mut self) -> crate::Result<()> {
+        let Some(group) = self.group.take() else {
+            return Ok(());
+        };
+        let args = group
+            .parts
+            .iter()
+            .map(|parts| {
+                let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+                concat(&refs)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(DataFusionError::from)?;
+        self.run(&group.key, group.rows, &args)
+    }
+
+    /// One run: the kernel's rows, checked against EMITS, behind the run's key columns.
+    fn run(&mut self, key: &[ScalarValue], rows: usize, args: &[ArrayRef]) -> crate::Result<()> {
+        let call = Arc::clone(&self.call);
+        let def = &call.def;
+        let ran = on_instance(
+            call.placed.as_deref(),
+            def.name(),
+            def.accelerator(),
+            def.cpu.as_ref(),
+            def.gpu.as_deref(),
+            |kernel, context| kernel.run(context, rows, args),
+        )?;
+        self.runs.add(1);
+        let emitted = check_emitted(def, &call.schema, key.len(), ran.value)?;
+        let out_rows = emitted.first().map_or(0, |c| c.len());
+        if let Some(placed) = &call.placed {
+            placed
+                .stats
+                .record(rows, out_rows, ran.elapsed, ran.instance, ran.used_gpu_impl);
+        }
+        if out_rows == 0 {
+            return Ok(());
+        }
+        let mut columns = key
+            .iter()
+            .map(|k| k.to_array_of_size(out_rows))
+            .collect::<DfResult<Vec<_>>>()?;
+        columns.extend(emitted);
+        let batch = RecordBatch::try_new(Arc::clone(&call.schema), columns).map_err(|e| {
+            EngineError::BadUdfResult {
+                udf: def.name().to_string(),
+                message: e.to_string(),
+            }
+        })?;
+        self.pending.push_back(batch);
+        Ok(())
+    }
+}
+
+fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> DfResult<Vec<ArrayRef>> {
+    exprs
+        .iter()
+        .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
+        .collect()
+}
+
+/// Checks a run's output against the EMITS columns (the schema after `keys` key columns).
+fn check_emitted(
+    def: &SetUdf,
+    schema: &SchemaRef,
+    keys: usize,
+    columns: Vec<ArrayRef>,
+) -> crate::Result<Vec<ArrayRef>> {
+    let bad = |message: String| EngineError::BadUdfResult {
+        udf: def.name().to_string(),
+        message,
+    };
+    let fields = &schema.fields()[keys..];
+    if columns.len() != fields.len() {
+        return Err(bad(format!(
+            "{} columns where EMITS declares {}",
+            columns.len(),
+            fields.len()
+        )));
+    }
+    let rows = columns.first().map_or(0, |c| c.len());
+    for (column, field) in columns.iter().zip(fields) {
+        if column.len() != rows {
+            return Err(bad(format!(
+                "column {} has {} rows, column {} has {rows}",
+                field.name(),
+                column.len(),
+                fields[0].name()
+            )));
+        }
+        if column.data_type() != field.data_type() {
+            return Err(bad(format!(
+                "column {} is {} where EMITS says {}",
+                field.name(),
+                column.data_type(),
+                field.data_type()
+            )));
+        }
+        if !field.is_nullable() && column.null_count() > 0 {
+            return Err(bad(format!(
+                "column {} is declared NOT NULL but holds NULL",
+                field.name()
+            )));
+        }
+    }
+    Ok(columns)
+}

@@ -1,0 +1,138 @@
+//! `UdfCall`, the logical plan node of an EMITS call: input rows in (grouped by the GROUP BY keys
+//! for SET UDFs), the keys and the EMITS columns out.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use datafusion::common::DFSchemaRef;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
+
+use crate::udf::{InputType, PlacedCall, SetUdf};
+
+/// One EMITS call and the rows it reads.
+#[derive(Debug, Clone)]
+pub(crate) struct UdfCallNode {
+    pub(crate) def: Arc<SetUdf>,
+    pub(crate) input: LogicalPlan,
+    /// GROUP BY keys (SET only); they start the output, before the EMITS columns.
+    pub(crate) keys: Vec<Expr>,
+    pub(crate) args: Vec<Expr>,
+    pub(crate) schema: DFSchemaRef,
+    pub(crate) placed: Option<Arc<PlacedCall>>,
+}
+
+impl UdfCallNode {
+    /// A copy carrying the placement rule's decision.
+    pub(crate) fn placed(&self, call: Arc<PlacedCall>) -> Self {
+        Self {
+            placed: Some(call),
+            ..self.clone()
+        }
+    }
+}
+
+impl PartialEq for UdfCallNode {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.def, &other.def)
+            && self.input == other.input
+            && self.keys == other.keys
+            && self.args == other.args
+            && self.schema == other.schema
+            && match (&self.placed, &other.placed) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+}
+
+impl Eq for UdfCallNode {}
+
+impl PartialOrd for UdfCallNode {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        (self == other).then_some(Ordering::Equal)
+    }
+}
+
+impl Hash for UdfCallNode {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.def.name().hash(state);
+        self.input.hash(state);
+        self.keys.hash(state);
+        self.args.hash(state);
+        self.placed.as_ref().map(|c| c.decision.call_id).hash(state);
+    }
+}
+
+impl UserDefinedLogicalNodeCore for UdfCallNode {
+    fn name(&self) -> &str {
+        "UdfCall"
+    }
+
+    fn inputs(&self) -> Vec<&LogicalPlan> {
+        vec![&self.input]
+    }
+
+    fn schema(&self) -> &DFSchemaRef {
+        &self.schema
+    }
+
+    fn expressions(&self) -> Vec<Expr> {
+        self.keys.iter().chain(&self.args).cloned().collect()
+    }
+
+    fn fmt_for_explain(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.def.input_type() {
+            InputType::Scalar => "SCALAR",
+            InputType::Set => "SET",
+        };
+        write!(f, "UdfCall: {kind} {}(", self.def.name())?;
+        for (i, a) in self.args.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{a}")?;
+        }
+        write!(f, ") {}", self.def.output())?;
+        if !self.keys.is_empty() {
+            f.write_str(", group by [")?;
+            for (i, k) in self.keys.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{k}")?;
+            }
+            f.write_str("]")?;
+        }
+        match &self.placed {
+            Some(call) => write!(f, ", placement={}", call.decision.placement),
+            None => Ok(()),
+        }
+    }
+
+    fn with_exprs_and_inputs(
+        &self,
+        exprs: Vec<Expr>,
+        mut inputs: Vec<LogicalPlan>,
+    ) -> DfResult<Self> {
+        if inputs.len() != 1 || exprs.len() != self.keys.len() + self.args.len() {
+            return Err(DataFusionError::Internal(format!(
+                "UdfCall of {} rebuilt with {} inputs and {} expressions",
+                self.def.name(),
+                inputs.len(),
+                exprs.len()
+            )));
+        }
+        let mut keys = exprs;
+        let args = keys.split_off(self.keys.len());
+        Ok(Self {
+            input: inputs.remove(0),
+            keys,
+            args,
+            ..self.clone()
+        })
+    }
+}

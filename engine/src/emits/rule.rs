@@ -1,0 +1,276 @@
+//! The EMITS analyzer rule: folds a select list of `get_field(f(…), 'col')` items (written by the
+//! front end, see `sql.rs`) into one `UdfCall` node below a projection of its columns, and rejects
+//! any EMITS call left where rows cannot come from.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Column, DFSchema, ScalarValue};
+use datafusion::error::Result as DfResult;
+use datafusion::logical_expr::expr::{AggregateFunction, ScalarFunction};
+use datafusion::logical_expr::{
+    Aggregate, Expr, Extension, LogicalPlan, Projection, utils::expr_to_columns,
+};
+use datafusion::optimizer::AnalyzerRule;
+
+use super::node::UdfCallNode;
+use crate::emits_err;
+use crate::udf::{SetUdf, emits_of, emits_of_aggregate};
+
+/// Rewrites EMITS calls into `UdfCall` nodes.
+#[derive(Debug, Default)]
+pub(crate) struct EmitsRule;
+
+impl AnalyzerRule for EmitsRule {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> DfResult<LogicalPlan> {
+        let plan = plan
+            .transform_up_with_subqueries(|node| match node {
+                LogicalPlan::Projection(p) => rewrite_projection(p),
+                other => Ok(Transformed::no(other)),
+            })?
+            .data;
+        reject_leftovers(&plan)?;
+        Ok(plan)
+    }
+
+    fn name(&self) -> &str {
+        "accelsql_emits"
+    }
+}
+
+/// `get_field(inner, 'name')`: the inner expression and the field name.
+fn field_access(expr: &Expr) -> Option<(&Expr, &str)> {
+    let Expr::ScalarFunction(ScalarFunction { func, args }) = expr.clone().unalias_nested().data
+    else {
+        return None;
+    };
+    if func.name() != "get_field" || args.len() != 2 {
+        return None;
+    }
+    // Borrow from the original expression (unalias_nested cloned it).
+    let Expr::ScalarFunction(ScalarFunction { args, .. }) = strip_alias(expr) else {
+        return None;
+    };
+    match &args[1] {
+        Expr::Literal(ScalarValue::Utf8(Some(name)), _) => Some((&args[0], name.as_str())),
+        _ => None,
+    }
+}
+
+fn strip_alias(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Alias(a) => strip_alias(&a.expr),
+        e => e,
+    }
+}
+
+/// Output expression `i` of `projection` as a column of the `UdfCall` output, same output name.
+fn renamed(projection: &Projection, i: usize, column: Column) -> Expr {
+    let (qualifier, field) = projection.schema.qualified_field(i);
+    Expr::Column(column).alias_qualified(qualifier.cloned(), field.name())
+}
+
+fn rewrite_projection(projection: Projection) -> DfResult<Transformed<LogicalPlan>> {
+    if let Some(call) = scalar_emits_in(&projection) {
+        return rewrite_scalar(projection, call).map(Transformed::yes);
+    }
+    if let LogicalPlan::Aggregate(agg) = projection.input.as_ref()
+        && agg.aggr_expr.iter().any(|e| set_emits(e).is_some())
+    {
+        let agg = agg.clone();
+        return rewrite_set(projection, agg).map(Transformed::yes);
+    }
+    Ok(Transformed::no(LogicalPlan::Projection(projection)))
+}
+
+/// The first SCALAR EMITS call in the projection's expressions.
+fn scalar_emits_in(projection: &Projection) -> Option<(Arc<SetUdf>, Vec<Expr>)> {
+    let mut found = None;
+    for expr in &projection.expr {
+        let _ = expr.apply(|e| {
+            if let Expr::ScalarFunction(ScalarFunction { func, args }) = e
+                && let Some(def) = emits_of(func)
+            {
+                found = Some((Arc::clone(def), args.clone()));
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        if found.is_some() {
+            break;
+        }
+    }
+    found
+}
+
+fn alone_err(def: &SetUdf) -> datafusion::error::DataFusionError {
+    emits_err!(
+        def.name(),
+        "an EMITS call shares its select list only with GROUP BY keys; select other \
+         expressions in an outer query"
+    )
+    .into_datafusion()
+}
+
+fn rewrite_scalar(
+    projection: Projection,
+    (def, args): (Arc<SetUdf>, Vec<Expr>),
+) -> DfResult<LogicalPlan> {
+    let mut exprs = Vec::with_capacity(projection.expr.len());
+    for (i, expr) in projection.expr.iter().enumerate() {
+        let Some((Expr::ScalarFunction(ScalarFunction { func, args: a }), name)) =
+            field_access(expr)
+        else {
+            return Err(alone_err(&def));
+        };
+        if emits_of(func).is_none_or(|d| !Arc::ptr_eq(d, &def)) || a != &args {
+            return Err(alone_err(&def));
+        }
+        exprs.push(renamed(&projection, i, Column::new_unqualified(name)));
+    }
+    let fields = def.emits().cloned().unwrap_or_default();
+    let schema = DFSchema::from_unqualified_fields(fields, Default::default())?;
+    let node = UdfCallNode {
+        def,
+        input: Arc::unwrap_or_clone(projection.input),
+        keys: Vec::new(),
+        args,
+        schema: Arc::new(schema),
+        placed: None,
+    };
+    let input = LogicalPlan::Extension(Extension {
+        node: Arc::new(node),
+    });
+    Ok(LogicalPlan::Projection(Projection::try_new(
+        exprs,
+        Arc::new(input),
+    )?))
+}
+
+/// The SET EMITS UDF an aggregate expression calls, with its arguments.
+fn set_emits(expr: &Expr) -> Option<(Arc<SetUdf>, &AggregateFunction)> {
+    match strip_alias(expr) {
+        Expr::AggregateFunction(f) => emits_of_aggregate(&f.func).map(|d| (Arc::clone(d), f)),
+        _ => None,
+    }
+}
+
+fn rewrite_set(projection: Projection, agg: Aggregate) -> DfResult<LogicalPlan> {
+    let Some((def, function)) = agg.aggr_expr.iter().find_map(set_emits) else {
+        return Ok(LogicalPlan::Projection(projection));
+    };
+    if agg.aggr_expr.len() > 1 {
+        return Err(emits_err!(
+            def.name(),
+            "an EMITS call cannot share its select list with aggregate functions; aggregate \
+             its rows in an outer query"
+        )
+        .into_datafusion());
+    }
+    let params = &function.params;
+    if params.distinct || params.filter.is_some() || !params.order_by.is_empty() {
+        return Err(emits_err!(
+            def.name(),
+            "DISTINCT, FILTER and ORDER BY are not supported in EMITS calls"
+        )
+        .into_datafusion());
+    }
+    if agg
+        .group_expr
+        .iter()
+        .any(|e| matches!(e, Expr::GroupingSet(_)))
+    {
+        return Err(emits_err!(
+            def.name(),
+            "GROUPING SETS, ROLLUP and CUBE cannot group an EMITS call"
+        )
+        .into_datafusion());
+    }
+    let keys = agg.group_expr.len();
+    let key_columns: HashSet<Column> = agg
+        .schema
+        .iter()
+        .take(keys)
+        .map(|(q, f)| Column::new(q.cloned(), f.name()))
+        .collect();
+    let call_column = {
+        let (q, f) = agg.schema.qualified_field(keys);
+        Column::new(q.cloned(), f.name())
+    };
+    let mut exprs = Vec::with_capacity(projection.expr.len());
+    for (i, expr) in projection.expr.iter().enumerate() {
+        if let Some((Expr::Column(c), name)) = field_access(expr)
+            && c == &call_column
+        {
+            exprs.push(renamed(&projection, i, Column::new_unqualified(name)));
+            continue;
+        }
+        let mut used = HashSet::new();
+        expr_to_columns(expr, &mut used)?;
+        if !used.is_subset(&key_columns) {
+            return Err(alone_err(&def));
+        }
+        exprs.push(expr.clone());
+    }
+    let mut fields: Vec<_> = agg
+        .schema
+        .iter()
+        .take(keys)
+        .map(|(q, f)| (q.cloned(), Arc::clone(f)))
+        .collect();
+    fields.extend(
+        def.emits()
+            .into_iter()
+            .flatten()
+            .map(|f| (None, Arc::clone(f))),
+    );
+    let schema = DFSchema::new_with_metadata(fields, Default::default()).map_err(|e| {
+        emits_err!(
+            def.name(),
+            "its EMITS columns clash with the GROUP BY keys ({e}); rename the keys"
+        )
+        .into_datafusion()
+    })?;
+    let node = UdfCallNode {
+        def,
+        input: Arc::unwrap_or_clone(agg.input),
+        keys: agg.group_expr,
+        args: function.params.args.clone(),
+        schema: Arc::new(schema),
+        placed: None,
+    };
+    let input = LogicalPlan::Extension(Extension {
+        node: Arc::new(node),
+    });
+    Ok(LogicalPlan::Projection(Projection::try_new(
+        exprs,
+        Arc::new(input),
+    )?))
+}
+
+/// Fails on any EMITS call the rewrite could not take (HAVING, window, nested expressions…).
+fn reject_leftovers(plan: &LogicalPlan) -> DfResult<()> {
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                let def = match e {
+                    Expr::ScalarFunction(f) => emits_of(&f.func),
+                    Expr::AggregateFunction(f) => emits_of_aggregate(&f.func),
+                    _ => None,
+                };
+                match def {
+                    Some(def) => Err(emits_err!(
+                        def.name(),
+                        "an EMITS call must stand alone in its select list (beside GROUP BY \
+                         keys), with no HAVING, window or expression around it"
+                    )
+                    .into_datafusion()),
+                    None => Ok(TreeNodeRecursion::Continue),
+                }
+            })
+        })
+    })?;
+    Ok(())
+}

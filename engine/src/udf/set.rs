@@ -1,0 +1,388 @@
+//! Rust UDFs whose implementation gets whole runs of rows: Exasol's SET scripts (RETURNS or
+//! EMITS) and SCALAR EMITS scripts.
+
+use std::fmt;
+use std::sync::Arc;
+
+use accelsql_udf_runtime::annotations::parse_instance_limit;
+use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
+use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields};
+
+use super::{Inputs, check_name};
+use crate::{Result, definition_err};
+
+/// A run-based UDF implementation.
+///
+/// One call of [`SetKernel::run`] is one run: a whole group for a SET UDF (all rows with the same
+/// GROUP BY keys, or the whole input without GROUP BY), or a batch of input rows for a SCALAR
+/// EMITS UDF. `args` holds one column of `num_rows` rows per argument.
+///
+/// The result is the run's output as columns:
+/// - EMITS: one column per EMITS column, all of the same length (any, zero included), of the
+///   declared types.
+/// - RETURNS (SET only): one column holding exactly one value, of the declared type.
+pub trait SetKernel: Send + Sync {
+    /// Processes one run on the instance described by `instance`.
+    fn run(
+        &self,
+        instance: &InstanceContext,
+        num_rows: usize,
+        args: &[ArrayRef],
+    ) -> datafusion::error::Result<Vec<ArrayRef>>;
+}
+
+impl<F> SetKernel for F
+where
+    F: Fn(&InstanceContext, usize, &[ArrayRef]) -> datafusion::error::Result<Vec<ArrayRef>>
+        + Send
+        + Sync,
+{
+    fn run(
+        &self,
+        instance: &InstanceContext,
+        num_rows: usize,
+        args: &[ArrayRef],
+    ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        self(instance, num_rows, args)
+    }
+}
+
+/// What one run of the UDF sees (Exasol's `SCALAR` / `SET`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InputType {
+    /// Rows one by one (here: a batch of rows per run); only with EMITS — a SCALAR RETURNS UDF is
+    /// a [`ScalarUdf`](crate::ScalarUdf).
+    Scalar,
+    /// A whole group per run.
+    Set,
+}
+
+impl fmt::Display for InputType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Scalar => "SCALAR",
+            Self::Set => "SET",
+        })
+    }
+}
+
+/// What the UDF produces.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Output {
+    /// One value per run (`RETURNS type`): the UDF is an aggregate function.
+    Returns(DataType),
+    /// Any number of rows per run (`EMITS (a type, b type)`): the UDF is a row source and must
+    /// stand alone in its select list (beside GROUP BY keys).
+    Emits(Fields),
+}
+
+impl fmt::Display for Output {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Returns(t) => write!(f, "RETURNS {t}"),
+            Self::Emits(fields) => {
+                f.write_str("EMITS (")?;
+                for (i, field) in fields.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{} {}", field.name(), field.data_type())?;
+                }
+                f.write_str(")")
+            }
+        }
+    }
+}
+
+/// A SET (RETURNS or EMITS) or SCALAR EMITS Rust UDF with Exasol's accelerator annotations.
+///
+/// ```
+/// use std::sync::Arc;
+/// use accelsql_engine::SetUdf;
+/// use accelsql_engine::datafusion::arrow::array::{ArrayRef, Int64Array};
+/// use accelsql_engine::datafusion::arrow::datatypes::{DataType, Field};
+///
+/// // SELECT k, group_size(x) FROM t GROUP BY k  →  one row (k, n) per group
+/// let group_size = SetUdf::builder("group_size")
+///     .inputs([DataType::Int64])
+///     .emits([Field::new("n", DataType::Int64, false)])
+///     .accelerator("GpuNvidia|None").unwrap()
+///     .cpu(|_ctx: &_, rows: usize, _args: &[ArrayRef]| {
+///         Ok(vec![Arc::new(Int64Array::from(vec![rows as i64])) as ArrayRef])
+///     })
+///     .build()
+///     .unwrap();
+/// assert_eq!(group_size.name(), "group_size");
+/// ```
+#[derive(Clone)]
+pub struct SetUdf {
+    name: String,
+    input_type: InputType,
+    inputs: Inputs,
+    output: Output,
+    accelerator: AcceleratorRequest,
+    instance_limit: Option<usize>,
+    pub(crate) cpu: Arc<dyn SetKernel>,
+    pub(crate) gpu: Option<Arc<dyn SetKernel>>,
+}
+
+impl fmt::Debug for SetUdf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SetUdf")
+            .field("name", &self.name)
+            .field("input_type", &self.input_type)
+            .field("inputs", &self.inputs)
+            .field("output", &self.output)
+            .field("accelerator", &self.accelerator)
+            .field("instance_limit", &self.instance_limit)
+            .field("gpu", &self.gpu.is_some())
+            .finish()
+    }
+}
+
+impl SetUdf {
+    /// Starts a SET UDF definition (use [`SetUdfBuilder::scalar_input`] for SCALAR EMITS).
+    pub fn builder(name: impl Into<String>) -> SetUdfBuilder {
+        SetUdfBuilder {
+            name: name.into(),
+            input_type: InputType::Set,
+            inputs: Inputs::Exact(Vec::new()),
+            output: None,
+            accelerator: AcceleratorRequest::None,
+            instance_limit: None,
+            cpu: None,
+            gpu: None,
+        }
+    }
+
+    /// The SQL name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// SCALAR or SET.
+    pub fn input_type(&self) -> InputType {
+        self.input_type
+    }
+
+    /// The arguments it takes.
+    pub fn inputs(&self) -> &Inputs {
+        &self.inputs
+    }
+
+    /// RETURNS or EMITS.
+    pub fn output(&self) -> &Output {
+        &self.output
+    }
+
+    /// The EMITS columns, if it emits.
+    pub fn emits(&self) -> Option<&Fields> {
+        match &self.output {
+            Output::Emits(fields) => Some(fields),
+            Output::Returns(_) => None,
+        }
+    }
+
+    /// The accelerator annotation.
+    pub fn accelerator(&self) -> AcceleratorRequest {
+        self.accelerator
+    }
+
+    /// `%perNodeAndCallInstanceLimit`, if set.
+    pub fn instance_limit(&self) -> Option<usize> {
+        self.instance_limit
+    }
+
+    /// Whether it has a GPU implementation.
+    pub fn has_gpu_implementation(&self) -> bool {
+        self.gpu.is_some()
+    }
+}
+
+/// Builder of [`SetUdf`].
+pub struct SetUdfBuilder {
+    name: String,
+    input_type: InputType,
+    inputs: Inputs,
+    output: Option<Output>,
+    accelerator: AcceleratorRequest,
+    instance_limit: Option<usize>,
+    cpu: Option<Arc<dyn SetKernel>>,
+    gpu: Option<Arc<dyn SetKernel>>,
+}
+
+impl SetUdfBuilder {
+    /// Makes it a SCALAR EMITS UDF: runs get batches of input rows, each row may emit 0..n rows.
+    pub fn scalar_input(mut self) -> Self {
+        self.input_type = InputType::Scalar;
+        self
+    }
+
+    /// Exact argument types.
+    pub fn inputs(mut self, types: impl IntoIterator<Item = DataType>) -> Self {
+        self.inputs = Inputs::Exact(types.into_iter().collect());
+        self
+    }
+
+    /// Any number of arguments of any type.
+    pub fn variadic(mut self) -> Self {
+        self.inputs = Inputs::Variadic;
+        self
+    }
+
+    /// One value per group (`RETURNS type`): an aggregate function.
+    pub fn returns(mut self, data_type: DataType) -> Self {
+        self.output = Some(Output::Returns(data_type));
+        self
+    }
+
+    /// Rows per run (`EMITS (…)`).
+    pub fn emits(mut self, fields: impl IntoIterator<Item = Field>) -> Self {
+        let fields: Vec<FieldRef> = fields.into_iter().map(Arc::new).collect();
+        self.output = Some(Output::Emits(fields.into()));
+        self
+    }
+
+    /// The accelerator request, parsed as `%perInstanceRequiredAcceleratorDevices` is.
+    pub fn accelerator(mut self, annotation: &str) -> Result<Self> {
+        self.accelerator = AcceleratorRequest::parse(annotation)?;
+        Ok(self)
+    }
+
+    /// The accelerator request, typed.
+    pub fn accelerator_request(mut self, request: AcceleratorRequest) -> Self {
+        self.accelerator = request;
+        self
+    }
+
+    /// `%perNodeAndCallInstanceLimit`, parsed from text.
+    pub fn instance_limit_annotation(mut self, annotation: &str) -> Result<Self> {
+        self.instance_limit = Some(parse_instance_limit(annotation)?);
+        Ok(self)
+    }
+
+    /// At most `n` parallel instances per call.
+    pub fn instance_limit(mut self, n: usize) -> Self {
+        self.instance_limit = Some(n.max(1));
+        self
+    }
+
+    /// The CPU implementation: mandatory, the fallback and the reference.
+    pub fn cpu(mut self, kernel: impl SetKernel + 'static) -> Self {
+        self.cpu = Some(Arc::new(kernel));
+        self
+    }
+
+    /// The GPU implementation, used when the call is placed on a GPU of a real device.
+    pub fn gpu(mut self, kernel: impl SetKernel + 'static) -> Self {
+        self.gpu = Some(Arc::new(kernel));
+        self
+    }
+
+    /// Checks and finishes the definition.
+    pub fn build(self) -> Result<SetUdf> {
+        let name = check_name(&self.name)?;
+        let cpu = self.cpu.ok_or_else(|| {
+            definition_err!(
+                "UDF {name} has no CPU implementation; every UDF needs one (fallback and reference)"
+            )
+        })?;
+        let output = self
+            .output
+            .ok_or_else(|| definition_err!("UDF {name} has neither RETURNS nor EMITS"))?;
+        match (&output, self.input_type) {
+            (Output::Returns(_), InputType::Scalar) => {
+                return Err(definition_err!(
+                    "UDF {name} is SCALAR RETURNS: define it as a ScalarUdf"
+                ));
+            }
+            (Output::Returns(_), InputType::Set) if self.inputs == Inputs::Exact(Vec::new()) => {
+                return Err(definition_err!(
+                    "SET RETURNS UDF {name} needs at least one parameter"
+                ));
+            }
+            (Output::Emits(fields), _) => {
+                if fields.is_empty() {
+                    return Err(definition_err!("UDF {name} EMITS no columns"));
+                }
+                let mut names: Vec<_> = fields.iter().map(|f| f.name().to_string()).collect();
+                names.sort();
+                if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+                    return Err(definition_err!("UDF {name} EMITS column {} twice", w[0]));
+                }
+            }
+            _ => {}
+        }
+        Ok(SetUdf {
+            name,
+            input_type: self.input_type,
+            inputs: self.inputs,
+            output,
+            accelerator: self.accelerator,
+            instance_limit: self.instance_limit,
+            cpu,
+            gpu: self.gpu,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noop() -> impl SetKernel {
+        |_: &InstanceContext, _: usize, _: &[ArrayRef]| Ok(Vec::new())
+    }
+
+    #[test]
+    fn definitions_are_checked() {
+        let e = SetUdf::builder("f")
+            .scalar_input()
+            .returns(DataType::Int64)
+            .cpu(noop())
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("define it as a ScalarUdf"), "{e}");
+        let e = SetUdf::builder("f")
+            .returns(DataType::Int64)
+            .cpu(noop())
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("at least one parameter"), "{e}");
+        let e = SetUdf::builder("f")
+            .inputs([DataType::Int64])
+            .emits([
+                Field::new("a", DataType::Int64, true),
+                Field::new("a", DataType::Utf8, true),
+            ])
+            .cpu(noop())
+            .build()
+            .unwrap_err();
+        assert_eq!(e.code(), "42E01");
+        assert!(e.to_string().contains("EMITS column a twice"), "{e}");
+        let e = SetUdf::builder("f")
+            .inputs([DataType::Int64])
+            .emits([Field::new("a", DataType::Int64, true)])
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("no CPU implementation"), "{e}");
+    }
+
+    #[test]
+    fn output_is_shown_in_exasol_syntax() {
+        let udf = SetUdf::builder("Split")
+            .scalar_input()
+            .variadic()
+            .emits([
+                Field::new("word", DataType::Utf8, true),
+                Field::new("n", DataType::Int64, true),
+            ])
+            .cpu(noop())
+            .build()
+            .unwrap();
+        assert_eq!(udf.name(), "split");
+        assert_eq!(udf.input_type(), InputType::Scalar);
+        assert_eq!(udf.output().to_string(), "EMITS (word Utf8, n Int64)");
+    }
+}

@@ -1,0 +1,258 @@
+//! Set UDFs through SQL: SCALAR EMITS, SET EMITS with GROUP BY (and `GROUP BY iproc()`), SET
+//! RETURNS as aggregates, EMITS position errors, and their placement.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
+
+use accelsql_engine::datafusion::arrow::array::{Array, RecordBatch, StringArray};
+use accelsql_engine::datafusion::arrow::datatypes::DataType;
+use accelsql_engine::{Engine, SchedulerConfig, Session, testing};
+
+fn session(gpus: usize) -> Session {
+    let engine = Engine::with_config(SchedulerConfig::default().with_simulated_gpus(gpus)).unwrap();
+    testing::register_fixtures(&engine).unwrap();
+    engine.session()
+}
+
+/// The result as rows of text cells ("NULL" for nulls).
+fn rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for b in batches {
+        let cols: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| accelsql_engine::datafusion::arrow::compute::cast(c, &DataType::Utf8).unwrap())
+            .collect();
+        for r in 0..b.num_rows() {
+            out.push(
+                cols.iter()
+                    .map(|c| {
+                        let c = c.as_any().downcast_ref::<StringArray>().unwrap();
+                        if c.is_null(r) {
+                            "NULL".to_string()
+                        } else {
+                            c.value(r).to_string()
+                        }
+                    })
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
+fn flat(batches: &[RecordBatch]) -> Vec<String> {
+    rows(batches).into_iter().map(|r| r.join("|")).collect()
+}
+
+async fn err_code(s: &Session, sql: &str) -> (String, String) {
+    let e = s.sql(sql).await.expect_err(sql);
+    (e.code().to_string(), e.to_string())
+}
+
+const T: &str = "CREATE TABLE t AS SELECT * FROM (VALUES \
+    ('a', 1.0), ('a', 2.0), ('b', 10.0), ('c', 100.0), ('c', 200.0), ('c', 300.0)) AS v(k, x)";
+
+#[tokio::test]
+async fn scalar_emits_gives_zero_to_n_rows_per_input_row() {
+    let s = session(0);
+    let b = s
+        .sql("SELECT explode(n) FROM (VALUES (0), (2), (3), (-1)) AS t(n) ORDER BY i")
+        .await
+        .unwrap();
+    assert_eq!(b[0].schema().field(0).name(), "i");
+    assert_eq!(flat(&b), ["1", "1", "2", "2", "3"]);
+    // Without FROM, and read by an outer query by its EMITS column name.
+    let b = s.sql("SELECT explode(2)").await.unwrap();
+    assert_eq!(flat(&b), ["1", "2"]);
+    let b = s
+        .sql("SELECT sum(i) AS total FROM (SELECT explode(4))")
+        .await
+        .unwrap();
+    assert_eq!(flat(&b), ["10"]);
+}
+
+#[tokio::test]
+async fn set_emits_runs_once_per_group_and_keeps_the_keys() {
+    let s = session(0);
+    s.sql(T).await.unwrap();
+    let b = s
+        .sql("SELECT k, group_probe(x) FROM t GROUP BY k ORDER BY k")
+        .await
+        .unwrap();
+    let schema = b[0].schema();
+    let names: Vec<_> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, ["k", "rows", "device"]);
+    assert_eq!(
+        flat(&b),
+        ["a|2|<invalid>", "b|1|<invalid>", "c|3|<invalid>"]
+    );
+    // No GROUP BY: the whole input is one group.
+    let b = s.sql("SELECT group_probe(x) FROM t").await.unwrap();
+    assert_eq!(flat(&b), ["6|<invalid>"]);
+    // Groups that span many small batches and partitions are still one run each.
+    s.sql("SET datafusion.execution.batch_size = 2")
+        .await
+        .unwrap();
+    s.sql("SET datafusion.execution.target_partitions = 3")
+        .await
+        .unwrap();
+    let b = s
+        .sql(
+            "SELECT g, group_probe(v) FROM (SELECT value % 7 AS g, value AS v FROM range(1000)) \
+             GROUP BY g ORDER BY g",
+        )
+        .await
+        .unwrap();
+    let got: Vec<_> = rows(&b).into_iter().map(|r| r[1].clone()).collect();
+    let want: Vec<_> = (0..7)
+        .map(|g| (0..1000).filter(|v| v % 7 == g).count().to_string())
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[tokio::test]
+async fn group_by_iproc_makes_one_group_per_node() {
+    let s = session(0);
+    s.sql(T).await.unwrap();
+    let b = s
+        .sql("SELECT group_probe(x) FROM t GROUP BY iproc()")
+        .await
+        .unwrap();
+    assert_eq!(flat(&b), ["6|<invalid>"]);
+    let b = s
+        .sql("SELECT k, group_probe(x) FROM t GROUP BY iproc(), k ORDER BY k")
+        .await
+        .unwrap();
+    assert_eq!(
+        flat(&b),
+        ["a|2|<invalid>", "b|1|<invalid>", "c|3|<invalid>"]
+    );
+}
+
+#[tokio::test]
+async fn set_returns_is_an_aggregate_across_partitions() {
+    let s = session(0);
+    s.sql(T).await.unwrap();
+    s.sql("SET datafusion.execution.target_partitions = 4")
+        .await
+        .unwrap();
+    let b = s
+        .sql("SELECT k, group_sum(x) AS s, count(*) AS n FROM t GROUP BY k ORDER BY k")
+        .await
+        .unwrap();
+    assert_eq!(flat(&b), ["a|3.0|2", "b|10.0|1", "c|600.0|3"]);
+    let b = s
+        .sql(
+            "SELECT group_sum(CAST(value AS DOUBLE)) FROM \
+             (SELECT value FROM range(10000) UNION ALL SELECT value FROM range(10000))",
+        )
+        .await
+        .unwrap();
+    assert_eq!(flat(&b), [format!("{}.0", 2 * (0..10000).sum::<i64>())]);
+    // An aggregate over no rows: no run, NULL.
+    let b = s
+        .sql("SELECT group_sum(x) FROM t WHERE x < 0")
+        .await
+        .unwrap();
+    assert_eq!(flat(&b), ["NULL"]);
+}
+
+#[tokio::test]
+async fn emits_calls_in_illegal_positions_are_coded_errors() {
+    let s = session(0);
+    s.sql(T).await.unwrap();
+    for sql in [
+        "SELECT explode(2), 1",
+        "SELECT explode(2) + 1",
+        "SELECT * FROM t WHERE k IN (SELECT 'a' FROM t WHERE explode(1) IS NOT NULL)",
+        "SELECT explode(1) AS e",
+        "SELECT explode(1), explode(2)",
+        "SELECT k, group_probe(x), count(*) FROM t GROUP BY k",
+        "SELECT k, group_probe(x) FROM t GROUP BY k HAVING count(*) > 1",
+        "SELECT k, group_probe(x) FROM t GROUP BY k ORDER BY group_probe(x)",
+    ] {
+        let (code, message) = err_code(&s, sql).await;
+        assert_eq!(code, "42E02", "{sql}: {message}");
+        assert!(
+            message.contains("explode") || message.contains("group_probe"),
+            "{message}"
+        );
+    }
+    // Columns beside a SET EMITS call must be GROUP BY keys: DataFusion's own check answers.
+    let (code, message) = err_code(&s, "SELECT x, group_probe(x) FROM t GROUP BY k").await;
+    assert_eq!(code, "42000", "{message}");
+    // Expressions of keys are allowed beside it.
+    let b = s
+        .sql("SELECT upper(k) AS uk, group_probe(x) FROM t GROUP BY k ORDER BY uk")
+        .await
+        .unwrap();
+    assert_eq!(
+        flat(&b),
+        ["A|2|<invalid>", "B|1|<invalid>", "C|3|<invalid>"]
+    );
+    let (code, message) = err_code(&s, "SELECT explode(2) + 1").await;
+    assert_eq!(code, "42E02", "{message}");
+    assert!(message.contains("explode"), "{message}");
+    let (code, message) =
+        err_code(&s, "SELECT k, group_probe(x), count(*) FROM t GROUP BY k").await;
+    assert_eq!(code, "42E02", "{message}");
+    // A broken implementation is a coded error, and the session stays usable.
+    let (code, message) = err_code(&s, "SELECT bad_emits(x) FROM t").await;
+    assert_eq!(code, "22E02", "{message}");
+    assert_eq!(flat(&s.sql("SELECT count(*) FROM t").await.unwrap()), ["6"]);
+}
+
+#[tokio::test]
+async fn emits_calls_are_placed_and_pinned_like_scalar_calls() {
+    let s = session(2);
+    s.sql(T).await.unwrap();
+    s.sql("SET datafusion.execution.target_partitions = 4")
+        .await
+        .unwrap();
+    // The optional set call gets the GPUs; its instances are pinned to leased devices.
+    let b = s
+        .sql("SELECT k, group_probe(x) FROM t GROUP BY k ORDER BY k")
+        .await
+        .unwrap();
+    for row in rows(&b) {
+        assert!(row[2] == "0" || row[2] == "1", "{row:?}");
+    }
+    // A required EMITS call and a required scalar call in one select: 22069 before running.
+    let (code, message) = err_code(
+        &s,
+        "SELECT k, gpu_group_probe(gpu_probe_required()) FROM t GROUP BY k",
+    )
+    .await;
+    assert_eq!(code, "22069", "{message}");
+    // EXPLAIN shows the UdfCall node and the placement.
+    let b = s
+        .sql("EXPLAIN SELECT k, gpu_group_probe(x) FROM t GROUP BY k")
+        .await
+        .unwrap();
+    let text = flat(&b).join("\n");
+    assert!(text.contains("UdfCall: SET gpu_group_probe"), "{text}");
+    assert!(text.contains("UdfCallExec"), "{text}");
+    assert!(text.contains("gpu_group_probe() in block 1: GPU"), "{text}");
+    // udf_calls records the run: 3 groups in, 3 rows out.
+    s.sql("SELECT k, gpu_group_probe(x) FROM t GROUP BY k")
+        .await
+        .unwrap();
+    let b = s
+        .sql(
+            "SELECT placement, rows_in, rows_out FROM accelsql.udf_calls \
+             WHERE udf = 'gpu_group_probe' ORDER BY statement_id DESC LIMIT 1",
+        )
+        .await
+        .unwrap();
+    assert_eq!(flat(&b), ["GPU|6|3"]);
+}
+
+#[tokio::test]
+async fn with_zero_gpus_required_emits_calls_fail_and_optional_ones_run_on_cpu() {
+    let s = session(0);
+    s.sql(T).await.unwrap();
+    let (code, message) = err_code(&s, "SELECT gpu_group_probe(x) FROM t").await;
+    assert_eq!(code, "22069", "{message}");
+    assert!(message.contains("gpu_group_probe"), "{message}");
+    let b = s.sql("SELECT group_probe(x) FROM t").await.unwrap();
+    assert_eq!(flat(&b), ["6|<invalid>"]);
+}
