@@ -27,7 +27,7 @@ pub struct UdfCallRecord {
     pub devices: Vec<u32>,
     /// How many distinct instances ran.
     pub instances: usize,
-    /// Rows in and out.
+    /// Rows in.
     pub rows_in: u64,
     /// Rows out.
     pub rows_out: u64,
@@ -37,6 +37,27 @@ pub struct UdfCallRecord {
     pub lease_wait: Option<Duration>,
     /// Batches that ran the GPU implementation (0 on simulated devices: they run the CPU one).
     pub gpu_batches: u64,
+}
+
+impl std::fmt::Display for UdfCallRecord {
+    /// One line per call, as `EXPLAIN ANALYZE` shows it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        write!(
+            f,
+            "{}: devices {:?}, instances {}, rows in {} out {}, time {:.3} ms",
+            self.decision,
+            self.devices,
+            self.instances,
+            self.rows_in,
+            self.rows_out,
+            ms(self.elapsed)
+        )?;
+        if let Some(wait) = self.lease_wait {
+            write!(f, ", lease wait {:.3} ms", ms(wait))?;
+        }
+        write!(f, ", GPU-implementation batches {}", self.gpu_batches)
+    }
 }
 
 /// The embedded engine: devices, GPU lease queue, UDF registry.

@@ -162,11 +162,15 @@ impl Session {
             .transpose()?
             .flatten()
             .or(self.engine.inner.default_wait_timeout);
+        let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
         let df = DataFrame::new(state, plan);
         let task = Arc::new(df.task_ctx());
         let physical = df.create_physical_plan().await?;
-        let stream =
+        let mut stream =
             StatementStream::start(self.engine.clone(), scope, physical, task, wait_timeout)?;
+        if is_analyze {
+            stream = stream.with_call_report();
+        }
         Ok(Box::pin(stream))
     }
 }

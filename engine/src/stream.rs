@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use accelsql_gpu_scheduler::{Lease, LeaseRequest};
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
@@ -41,6 +41,8 @@ pub(crate) struct StatementStream {
     scope: Arc<StatementScope>,
     engine: Engine,
     recorded: bool,
+    /// EXPLAIN ANALYZE: after the plan's rows, one row with each call's placement and counters.
+    report_calls: bool,
 }
 
 impl StatementStream {
@@ -99,13 +101,38 @@ impl StatementStream {
             scope,
             engine,
             recorded: false,
+            report_calls: false,
         })
     }
 
-    fn finish(&mut self) {
+    /// Appends the `gpu_calls` row of EXPLAIN ANALYZE (whose schema is `plan_type, plan`).
+    pub(crate) fn with_call_report(mut self) -> Self {
+        self.report_calls = self.schema.fields().len() == 2;
+        self
+    }
+
+    /// The `gpu_calls` row: each call's placement, devices, instances, rows, time, lease wait.
+    fn call_report(&self, records: &[UdfCallRecord]) -> DfResult<RecordBatch> {
+        let text = if records.is_empty() {
+            "no accelsql UDF calls".to_string()
+        } else {
+            records
+                .iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let columns: Vec<datafusion::arrow::array::ArrayRef> = vec![
+            Arc::new(StringArray::from(vec!["gpu_calls"])),
+            Arc::new(StringArray::from(vec![text])),
+        ];
+        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
+    }
+
+    fn finish(&mut self) -> Vec<UdfCallRecord> {
         self.state = State::Done;
         if self.recorded {
-            return;
+            return Vec::new();
         }
         self.recorded = true;
         let lease_wait = *self
@@ -162,8 +189,9 @@ impl StatementStream {
                     gpu_batches: s.gpu_impl_batches.load(ordering),
                 }
             })
-            .collect();
-        self.engine.record_calls(records);
+            .collect::<Vec<_>>();
+        self.engine.record_calls(records.clone());
+        records
     }
 }
 
@@ -207,8 +235,12 @@ impl Stream for StatementStream {
                 State::Running { inner, .. } => {
                     return match inner.poll_next_unpin(cx) {
                         Poll::Ready(None) => {
-                            this.finish();
-                            Poll::Ready(None)
+                            let records = this.finish();
+                            if this.report_calls {
+                                Poll::Ready(Some(this.call_report(&records)))
+                            } else {
+                                Poll::Ready(None)
+                            }
                         }
                         Poll::Ready(Some(Err(e))) => {
                             // A failed statement releases its devices at once.

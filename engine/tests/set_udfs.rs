@@ -232,6 +232,19 @@ async fn emits_calls_are_placed_and_pinned_like_scalar_calls() {
     assert!(text.contains("UdfCall: SET gpu_group_probe"), "{text}");
     assert!(text.contains("UdfCallExec"), "{text}");
     assert!(text.contains("gpu_group_probe() in block 1: GPU"), "{text}");
+    // EXPLAIN ANALYZE runs it (under the lease) and adds each call's placement and counters.
+    let b = s
+        .sql("EXPLAIN ANALYZE SELECT k, gpu_group_probe(x) FROM t GROUP BY k")
+        .await
+        .unwrap();
+    let text = flat(&b).join("\n");
+    assert!(
+        text.contains("gpu_calls|call 1 gpu_group_probe() in block 1: GPU"),
+        "{text}"
+    );
+    assert!(text.contains("rows in 6 out 3"), "{text}");
+    assert!(text.contains("lease wait"), "{text}");
+    assert!(text.contains("runs=3"), "{text}");
     // udf_calls records the run: 3 groups in, 3 rows out.
     s.sql("SELECT k, gpu_group_probe(x) FROM t GROUP BY k")
         .await

@@ -1,13 +1,14 @@
-//! Registers a GPU-capable scalar UDF (CPU fallback) and a GPU-required one, queries them, and
-//! shows where each call ran. Run: `ACCELSQL_SIMULATED_GPUS=2 cargo run -p accelsql-examples --example gpu_scalar_udf`.
+//! Registers a GPU-capable scalar UDF (CPU fallback), a GPU-required one and a SET EMITS UDF,
+//! queries them, and shows where each call ran.
+//! Run: `ACCELSQL_SIMULATED_GPUS=2 cargo run -p accelsql-examples --example gpu_scalar_udf`.
 
 use std::sync::Arc;
 
-use accelsql_engine::datafusion::arrow::array::{ArrayRef, Float64Array};
-use accelsql_engine::datafusion::arrow::datatypes::DataType;
+use accelsql_engine::datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array};
+use accelsql_engine::datafusion::arrow::datatypes::{DataType, Field};
 use accelsql_engine::datafusion::arrow::util::pretty::pretty_format_batches;
 use accelsql_engine::datafusion::logical_expr::ColumnarValue;
-use accelsql_engine::{Engine, InstanceContext, ScalarUdf};
+use accelsql_engine::{Engine, InstanceContext, ScalarUdf, SetUdf};
 
 /// `scale(x, factor)`: x * factor. The same kernel serves as CPU and (on a real GPU) as the
 /// reference; a CUDA implementation would be given with `.gpu(...)`.
@@ -32,6 +33,23 @@ fn as_f64(a: &ArrayRef) -> accelsql_engine::datafusion::error::Result<&Float64Ar
     })
 }
 
+/// `stats(x) EMITS (n, mean, device)`: one row per group, computed by one instance, which says
+/// which GPU it was pinned to (-1 on the CPU).
+fn stats(
+    ctx: &InstanceContext,
+    rows: usize,
+    args: &[ArrayRef],
+) -> accelsql_engine::datafusion::error::Result<Vec<ArrayRef>> {
+    let x = as_f64(&args[0])?;
+    let mean = x.iter().flatten().sum::<f64>() / rows.max(1) as f64;
+    let device = ctx.device.as_ref().map_or(-1, |d| i64::from(d.index));
+    Ok(vec![
+        Arc::new(Int64Array::from(vec![rows as i64])),
+        Arc::new(Float64Array::from(vec![mean])),
+        Arc::new(Int64Array::from(vec![device])),
+    ])
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let engine = Engine::new()?;
@@ -52,9 +70,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .cpu(scale)
             .build()?,
     )?;
+    engine.register_set_udf(
+        SetUdf::builder("stats")
+            .inputs([DataType::Float64])
+            .emits([
+                Field::new("n", DataType::Int64, false),
+                Field::new("mean", DataType::Float64, false),
+                Field::new("device", DataType::Int64, false),
+            ])
+            .accelerator("GpuNvidia|None")?
+            .cpu(stats)
+            .build()?,
+    )?;
     let session = engine.session();
     session
-        .sql("CREATE TABLE t(x DOUBLE) AS VALUES (1.0), (2.5), (4.0)")
+        .sql("CREATE TABLE t(k VARCHAR, x DOUBLE) AS VALUES ('a', 1.0), ('a', 2.5), ('b', 4.0)")
         .await?;
 
     println!("GPUs: {}", engine.devices().len());
@@ -69,6 +99,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(batches) => println!("{}", pretty_format_batches(&batches)?),
         Err(e) => println!("required GPU call: {e}"),
     }
+    // A SET EMITS call: one run per GROUP BY group, rows named by its EMITS clause.
+    let groups = session
+        .sql("SELECT k, stats(x) FROM t GROUP BY k ORDER BY k")
+        .await?;
+    println!("{}", pretty_format_batches(&groups)?);
     let calls = session
         .sql("SELECT udf, placement, reason, devices, rows_in FROM accelsql.udf_calls")
         .await?;
