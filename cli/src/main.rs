@@ -1,18 +1,36 @@
-//! The `accelsql` command: GPU status and `gpu run` today; the SQL shell joins it later.
+//! The `accelsql` command: the SQL shell (the default), and `accelsql gpu status|run`.
 
 mod error;
 mod gpu;
+mod shell;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+
+use crate::shell::OutputFormat;
 
 /// accelsql: an embedded SQL engine whose user-defined functions run on NVIDIA GPUs.
+///
+/// Without a subcommand, accelsql is a SQL shell: `-c SQL` runs statements, `-f FILE` runs a
+/// script, piped standard input is run as a script, and on a terminal it is interactive.
 #[derive(Debug, Parser)]
-#[command(name = "accelsql", version, about, long_about = None)]
+#[command(
+    name = "accelsql",
+    version,
+    about,
+    long_about = None,
+    args_conflicts_with_subcommands = true,
+    after_help = "Without -c or -f: runs standard input as a script when it is piped in, else \
+                  starts the interactive shell (\\? for help, \\q to quit; history in \
+                  ~/.accelsql_history)."
+)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    shell: ShellArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -22,15 +40,42 @@ enum Command {
     Gpu(gpu::GpuCommand),
 }
 
+/// Options of the SQL shell.
+#[derive(Debug, Args)]
+pub(crate) struct ShellArgs {
+    /// Run the statement(s) in SQL (`;`-separated) and exit; stops at the first error (exit 1).
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "SQL",
+        conflicts_with = "file"
+    )]
+    pub(crate) sql: Option<String>,
+    /// Run the statements of FILE in order and exit; stops at the first error (exit 1) and says
+    /// which statement failed and on which line it starts.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub(crate) file: Option<PathBuf>,
+    /// How results are printed: an aligned table, CSV with a header, or one JSON object per row.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Table)]
+    pub(crate) format: OutputFormat,
+    /// After each statement, print its row count and how long it took.
+    #[arg(long)]
+    pub(crate) timing: bool,
+    /// Use N simulated GPUs instead of NVML (overrides ACCELSQL_SIMULATED_GPUS).
+    #[arg(long, value_name = "N")]
+    pub(crate) simulated_gpus: Option<usize>,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Gpu(command) => gpu::run(command),
+        Some(Command::Gpu(command)) => gpu::run(command),
+        None => shell::run(&cli.shell),
     };
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("accelsql: {e}");
+            eprintln!("{}", e.report());
             ExitCode::from(e.exit_code())
         }
     }
@@ -45,5 +90,36 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn without_a_subcommand_the_shell_options_apply() {
+        let cli = Cli::try_parse_from([
+            "accelsql",
+            "-c",
+            "SELECT 1",
+            "--format",
+            "csv",
+            "--timing",
+            "--simulated-gpus",
+            "2",
+        ])
+        .unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.shell.sql.as_deref(), Some("SELECT 1"));
+        assert_eq!(cli.shell.format, OutputFormat::Csv);
+        assert!(cli.shell.timing);
+        assert_eq!(cli.shell.simulated_gpus, Some(2));
+    }
+
+    #[test]
+    fn a_file_and_a_command_cannot_be_combined() {
+        assert!(Cli::try_parse_from(["accelsql", "-c", "SELECT 1", "-f", "x.sql"]).is_err());
+    }
+
+    #[test]
+    fn the_gpu_subcommands_still_parse() {
+        let cli = Cli::try_parse_from(["accelsql", "gpu", "status", "--json"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Gpu(_))));
     }
 }

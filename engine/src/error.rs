@@ -73,6 +73,14 @@ pub enum EngineError {
         message: String,
     },
 
+    /// The statement was cancelled by its user (Ctrl-C in the shell, an interrupted client); its
+    /// stream was dropped, so its devices are released.
+    #[error("[{}] statement cancelled: {reason}", Self::CANCELLED)]
+    Cancelled {
+        /// Who or what cancelled it.
+        reason: String,
+    },
+
     /// The GPU lease, device inventory or device locks failed.
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
@@ -104,6 +112,8 @@ impl EngineError {
     pub const BAD_UDF_RESULT: &'static str = "22E02";
     /// Code of [`EngineError::EmitsPosition`].
     pub const EMITS_POSITION: &'static str = "42E02";
+    /// Code of [`EngineError::Cancelled`] (SQLSTATE `query_canceled`).
+    pub const CANCELLED: &'static str = "57014";
     /// Code of [`EngineError::InvalidSetting`].
     pub const INVALID_SETTING: &'static str = "22E03";
 
@@ -116,6 +126,7 @@ impl EngineError {
             Self::InvalidDefinition { .. } => Self::INVALID_DEFINITION,
             Self::BadUdfResult { .. } => Self::BAD_UDF_RESULT,
             Self::EmitsPosition { .. } => Self::EMITS_POSITION,
+            Self::Cancelled { .. } => Self::CANCELLED,
             Self::InvalidSetting { .. } => Self::INVALID_SETTING,
             Self::Scheduler(e) => e.code(),
             Self::Runtime(e) => e.code(),

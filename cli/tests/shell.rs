@@ -1,0 +1,317 @@
+//! The `accelsql` SQL shell as a user runs it: `-c`, `-f`, piped scripts, output formats, timing
+//! and error reports.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const ACCELSQL: &str = env!("CARGO_BIN_EXE_accelsql");
+
+/// `accelsql ARGS` with `stdin` piped in, on zero simulated GPUs unless the args say otherwise.
+fn accelsql_with_stdin(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(ACCELSQL)
+        .args(args)
+        .env("ACCELSQL_SIMULATED_GPUS", "0")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("ACCELSQL_DEVICE_LOCK_DIR")
+        .env_remove("ACCELSQL_GPU_WAIT_TIMEOUT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start accelsql");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn accelsql(args: &[&str]) -> Output {
+    accelsql_with_stdin(args, "")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+/// The `[CODE]` in `line` right after `prefix`, checked to be a 5-character SQLSTATE-style code.
+fn code_after<'a>(line: &'a str, prefix: &str) -> &'a str {
+    let rest = line
+        .strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("{line:?} does not start with {prefix:?}"));
+    let code = &rest[..5];
+    assert!(
+        code.chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()),
+        "{line}"
+    );
+    code
+}
+
+fn write_script(dir: &Path, text: &str) -> String {
+    let path = dir.join("script.sql");
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn a_command_prints_a_table_by_default() {
+    let out = accelsql(&["-c", "SELECT 1 AS one, 'a' AS letter"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "+-----+--------+\n\
+         | one | letter |\n\
+         +-----+--------+\n\
+         | 1   | a      |\n\
+         +-----+--------+\n"
+    );
+}
+
+#[test]
+fn a_command_prints_csv_with_a_header() {
+    let out = accelsql(&[
+        "--format",
+        "csv",
+        "-c",
+        "SELECT * FROM (VALUES (1, 'x, y'), (2, NULL)) AS t(n, s) ORDER BY n",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "n,s\n1,\"x, y\"\n2,\n");
+}
+
+#[test]
+fn a_command_prints_one_json_object_per_row() {
+    let out = accelsql(&[
+        "--format",
+        "json",
+        "-c",
+        "SELECT * FROM (VALUES (1, 'x'), (2, NULL)) AS t(n, s) ORDER BY n",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            serde_json::json!({"n": 1, "s": "x"}),
+            serde_json::json!({"n": 2, "s": null})
+        ]
+    );
+}
+
+#[test]
+fn a_command_runs_every_statement_and_prints_each_result() {
+    let out = accelsql(&[
+        "--format",
+        "csv",
+        "-c",
+        "CREATE TABLE t (x INT); INSERT INTO t VALUES (1), (2); SELECT sum(x) AS total FROM t;",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // INSERT reports its row count; CREATE TABLE prints nothing.
+    assert_eq!(stdout(&out), "count\n2\ntotal\n3\n");
+}
+
+#[test]
+fn a_failing_command_prints_its_code_and_exits_1() {
+    let out = accelsql(&["-c", "SELEC 1"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.starts_with("ERROR [42000]: SQL error: "), "{err}");
+
+    let out = accelsql(&["-c", "SELECT 1; SELECT * FROM no_such_table; SELECT 2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    code_after(&err, "ERROR [");
+    assert!(err.contains("no_such_table"), "{err}");
+    assert!(stdout(&out).contains("| 1 "), "the first statement ran");
+    assert!(!stdout(&out).contains("| 2 "), "the last one did not");
+}
+
+#[test]
+fn a_script_stops_at_the_first_error_and_says_where_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_script(
+        dir.path(),
+        "-- setup\n\
+         CREATE TABLE t (x INT);\n\
+         INSERT INTO t VALUES (1);\n\
+         \n\
+         SELECT x\n\
+           FROM missing;\n\
+         SELECT 'never runs' AS after;\n",
+    );
+    let out = accelsql(&["--format", "csv", "-f", &script]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    code_after(&err, &format!("ERROR at {script}:5 (statement 3): ["));
+    assert!(err.contains("missing"), "{err}");
+    assert_eq!(
+        stdout(&out),
+        "count\n1\n",
+        "statements before the error ran"
+    );
+    assert!(!stdout(&out).contains("never runs"));
+}
+
+#[test]
+fn a_script_reports_an_accelsql_error_with_its_own_code() {
+    let dir = tempfile::tempdir().unwrap();
+    // The setting is checked when the next query uses it.
+    let script = write_script(
+        dir.path(),
+        "SELECT 1;\nSET accelsql.gpu_wait_timeout = 'soon';\nSELECT 2;\n",
+    );
+    let out = accelsql(&["-f", &script]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(&format!("ERROR at {script}:3 (statement 3): [22E03] ")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_script_is_an_error_naming_the_file() {
+    let out = accelsql(&["-f", "/no/such/script.sql"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("accelsql: [58C03] cannot read /no/such/script.sql"),
+        "{err}"
+    );
+}
+
+#[test]
+fn piped_standard_input_runs_as_a_script() {
+    let out = accelsql_with_stdin(
+        &["--format", "csv"],
+        "SELECT 1 AS a;\nSELECT 2 AS b -- no semicolon at the end\n",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "a\n1\nb\n2\n");
+
+    let out = accelsql_with_stdin(&[], "SELECT 1;\n\nSELECT nope FROM nowhere;\n");
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    code_after(&err, "ERROR at <stdin>:3 (statement 2): [");
+}
+
+#[test]
+fn timing_prints_row_count_and_time_after_each_statement() {
+    let out = accelsql(&[
+        "--timing",
+        "--format",
+        "csv",
+        "-c",
+        "SELECT * FROM (VALUES (1), (2), (3)) AS t(x); SELECT 1 AS y",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[..5], ["x", "1", "2", "3", "3 row(s)"], "{text}");
+    assert!(
+        lines[5].starts_with("Time: ") && lines[5].ends_with(" ms"),
+        "{text}"
+    );
+    assert_eq!(lines[6..8], ["y", "1"], "{text}");
+    assert_eq!(lines[8], "1 row(s)", "{text}");
+    let ms: f64 = lines[9]
+        .strip_prefix("Time: ")
+        .and_then(|t| t.strip_suffix(" ms"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(ms >= 0.0);
+}
+
+#[test]
+fn simulated_gpus_show_in_the_system_tables() {
+    let out = accelsql(&[
+        "--simulated-gpus",
+        "2",
+        "--format",
+        "csv",
+        "-c",
+        "SELECT count(*) AS n FROM accelsql.gpu_devices",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "n\n2\n");
+}
+
+#[test]
+fn the_quickstart_script_runs_without_gpus() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart.sql");
+    let out = accelsql(&["-f", script.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("acceleratorDeviceGpuNvidiaCount"), "{text}");
+    assert!(text.contains("gpu_placement"), "{text}");
+    assert!(text.contains("Berlin"), "{text}");
+}
+
+#[test]
+fn a_reader_that_stops_early_ends_the_shell_quietly() {
+    use std::io::Read;
+
+    let mut child = Command::new(ACCELSQL)
+        .args([
+            "--format",
+            "csv",
+            "-c",
+            "SELECT * FROM generate_series(1, 500000)",
+        ])
+        .env("ACCELSQL_SIMULATED_GPUS", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 6];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap(); // then the pipe closes
+    assert_eq!(&first, b"value\n");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn ctrl_c_cancels_the_running_statement_and_stops_the_script() {
+    // A statement that runs for minutes, then one that must not run.
+    let child = Command::new(ACCELSQL)
+        .args([
+            "-c",
+            "SELECT sum(value) FROM range(100000000000); SELECT 'not reached'",
+        ])
+        .env("ACCELSQL_SIMULATED_GPUS", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start accelsql");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: sending SIGINT to our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let started = std::time::Instant::now();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "cancellation took {:?}",
+        started.elapsed()
+    );
+    let err = String::from_utf8(output.stderr.clone()).unwrap();
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(err.contains("ERROR [57014]: statement cancelled"), "{err}");
+    assert!(!stdout(&output).contains("not reached"));
+}
