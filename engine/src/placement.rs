@@ -18,7 +18,7 @@ use datafusion::optimizer::AnalyzerRule;
 
 use crate::EngineError;
 use crate::emits::UdfCallNode;
-use crate::statement::StatementScope;
+use crate::statement::{PlacementFailure, StatementScope};
 use crate::udf::PlacedCall;
 
 /// Where a UDF call runs.
@@ -207,18 +207,21 @@ impl PlacementRule {
                     (Placement::Cpu, "no accelerator requested".to_string())
                 }
                 AcceleratorRequest::Required if present == 0 => {
-                    return Err(EngineError::NoGpuPresent { udf: name });
+                    let failure = PlacementFailure::NoGpu { udf: name };
+                    self.scope.placement_failed(failure.clone());
+                    return Err(failure.into());
                 }
                 AcceleratorRequest::Required => match &gpu_holder {
                     None => (Placement::Gpu, "required, first in its block".to_string()),
                     Some(holder) => {
-                        return Err(EngineError::AcceleratorRequestFailed {
-                            requested: AcceleratorRequest::Required,
+                        let failure = PlacementFailure::Taken {
                             detail: format!(
                                 "UDF {name} requires the GPUs, which {holder}() in the same query block already has; \
                                  only one GPU call per select is possible — move one call into its own sub-select"
                             ),
-                        });
+                        };
+                        self.scope.placement_failed(failure.clone());
+                        return Err(failure.into());
                     }
                 },
                 AcceleratorRequest::Preferred if present == 0 => {

@@ -1,19 +1,21 @@
 //! A [`Session`]: one connection's SQL front end. Splits statements, plans each with the
 //! placement rule, and runs it under the statement's GPU lease.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::dataframe::DataFrame;
+use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::{AggregateUDF, LogicalPlan, ScalarUDF};
 use datafusion::physical_plan::execute_stream;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use datafusion::sql::parser::{DFParser, Statement as DfStatement};
-use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::parser::{DFParserBuilder, ResetStatement, Statement as DfStatement};
+use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use futures::TryStreamExt;
 
 use crate::emits::{AccelQueryPlanner, EmitsRule, expand_emits_calls};
@@ -107,10 +109,25 @@ impl Session {
     /// Like [`Session::sql`], but streams the last statement's result. The statement's GPU lease
     /// (if it needs one) is taken on the first poll and held until the stream ends, fails or is
     /// dropped.
+    ///
+    /// Each statement is parsed just before it runs, in the session's dialect
+    /// (`SET datafusion.sql_parser.dialect = 'postgres'` applies to the statements after it).
     pub async fn sql_stream(&self, text: &str) -> Result<SendableRecordBatchStream> {
-        let mut statements = DFParser::parse_sql_with_dialect(text, &GenericDialect {})?;
+        let pieces = crate::splitter::split_statements(text);
+        let Some((last, earlier)) = pieces.split_last() else {
+            return Err(EngineError::Sql(DataFusionError::Plan(
+                "no SQL statement given".into(),
+            )));
+        };
+        for piece in earlier {
+            for statement in self.parse(&piece.text)? {
+                let stream = self.execute(statement).await?;
+                stream.try_collect::<Vec<_>>().await?;
+            }
+        }
+        let mut statements = self.parse(&last.text)?;
         let Some(last) = statements.pop_back() else {
-            return Err(EngineError::Sql(datafusion::error::DataFusionError::Plan(
+            return Err(EngineError::Sql(DataFusionError::Plan(
                 "no SQL statement given".into(),
             )));
         };
@@ -121,7 +138,45 @@ impl Session {
         self.execute(last).await
     }
 
+    /// Parses `text` in the session's current SQL dialect.
+    fn parse(&self, text: &str) -> Result<VecDeque<DfStatement>> {
+        let config = self.ctx.copied_config();
+        let options = config.options();
+        let name = &options.sql_parser.dialect;
+        let dialect = dialect_from_str(name).ok_or_else(|| {
+            EngineError::Sql(DataFusionError::Plan(format!(
+                "unsupported SQL dialect: {name}"
+            )))
+        })?;
+        Ok(DFParserBuilder::new(text)
+            .with_dialect(dialect.as_ref())
+            .with_recursion_limit(options.sql_parser.recursion_limit.get())
+            .build()?
+            .parse_statements()?)
+    }
+
+    /// `RESET accelsql.<name>`: DataFusion resets only its own namespaces.
+    fn reset_own_setting(&self, statement: &DfStatement) -> Option<Result<()>> {
+        let DfStatement::Reset(ResetStatement::Variable(name)) = statement else {
+            return None;
+        };
+        let name = name.to_string().to_ascii_lowercase();
+        let key = name.strip_prefix("accelsql.")?.to_string();
+        let state = self.ctx.state_ref();
+        let mut state = state.write();
+        let options = state.config_mut().options_mut();
+        Some(match options.extensions.get_mut::<AccelsqlOptions>() {
+            Some(own) => own.reset(&key),
+            None => Ok(()),
+        })
+    }
+
     async fn execute(&self, mut statement: DfStatement) -> Result<SendableRecordBatchStream> {
+        if let Some(reset) = self.reset_own_setting(&statement) {
+            reset?;
+            let schema = Arc::new(datafusion::arrow::datatypes::Schema::empty());
+            return Ok(Box::pin(MemoryStream::try_new(Vec::new(), schema, None)?));
+        }
         let lookup = |name: &str| self.emits_udf(name);
         expand_emits_calls(&mut statement, &lookup)?;
         let scope = Arc::new(StatementScope::new(
@@ -146,6 +201,11 @@ impl Session {
                 let df = DataFrame::new(state, plan);
                 let task = Arc::new(df.task_ctx());
                 let physical = df.create_physical_plan().await?;
+                // EXPLAIN reports analyzer failures as plan text; a placement failure still
+                // fails the statement, as running it would.
+                if let Some(e) = scope.placement_failure() {
+                    return Err(e);
+                }
                 let schema = physical.schema();
                 let mut batches: Vec<RecordBatch> =
                     execute_stream(physical, task)?.try_collect().await?;

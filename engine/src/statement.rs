@@ -8,11 +8,39 @@ use accelsql_gpu_scheduler::DeviceInfo;
 
 use accelsql_udf_runtime::AcceleratorRequest;
 
+use crate::EngineError;
 use crate::placement::Placement;
 use crate::udf::PlacedCall;
 
 /// The devices of the statement's lease, set once when the lease is granted.
 pub(crate) type LeaseDevices = OnceLock<Vec<DeviceInfo>>;
+
+/// Why the placement rule failed a statement (the two forms of error 22069).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PlacementFailure {
+    /// No GPU is present, and `udf` requires one.
+    NoGpu {
+        /// The UDF.
+        udf: String,
+    },
+    /// Another required call in the block has the GPUs.
+    Taken {
+        /// What to say.
+        detail: String,
+    },
+}
+
+impl From<PlacementFailure> for EngineError {
+    fn from(f: PlacementFailure) -> Self {
+        match f {
+            PlacementFailure::NoGpu { udf } => Self::NoGpuPresent { udf },
+            PlacementFailure::Taken { detail } => Self::AcceleratorRequestFailed {
+                requested: AcceleratorRequest::Required,
+                detail,
+            },
+        }
+    }
+}
 
 /// Per-statement state shared by the placement rule, the UDF calls and the result stream.
 #[derive(Debug)]
@@ -24,6 +52,9 @@ pub(crate) struct StatementScope {
     pub(crate) lease_devices: Arc<LeaseDevices>,
     pub(crate) calls: Mutex<Vec<Arc<PlacedCall>>>,
     pub(crate) lease_wait: Mutex<Option<Duration>>,
+    /// The placement rule's failure (22069), kept for EXPLAIN, which reports analyzer errors as
+    /// plan text instead of failing.
+    pub(crate) placement_failure: Mutex<Option<PlacementFailure>>,
     /// Set when optional GPU calls ran on the CPU because the lease was busy.
     pub(crate) fell_back: std::sync::atomic::AtomicBool,
 }
@@ -38,8 +69,26 @@ impl StatementScope {
             lease_devices: Arc::new(OnceLock::new()),
             calls: Mutex::new(Vec::new()),
             lease_wait: Mutex::new(None),
+            placement_failure: Mutex::new(None),
             fell_back: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Records why placement failed.
+    pub(crate) fn placement_failed(&self, failure: PlacementFailure) {
+        *self
+            .placement_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(failure);
+    }
+
+    /// The placement failure as an error, if placement failed.
+    pub(crate) fn placement_failure(&self) -> Option<EngineError> {
+        self.placement_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .map(EngineError::from)
     }
 
     pub(crate) fn calls(&self) -> Vec<Arc<PlacedCall>> {

@@ -16,7 +16,12 @@ extern "C" fn on_sigint(_signal: libc::c_int) {
 pub(crate) fn install() -> bool {
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe, and the function
     // pointer has the `extern "C" fn(c_int)` type `signal` expects.
-    let previous = unsafe { libc::signal(libc::SIGINT, on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+    let previous = unsafe {
+        libc::signal(
+            libc::SIGINT,
+            on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        )
+    };
     previous != libc::SIG_ERR
 }
 

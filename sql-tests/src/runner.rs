@@ -1,0 +1,274 @@
+//! Runs `.slt` files: a fresh engine and session per file, every record run (a failure does not
+//! stop the file), and a report per file with each failing record's location.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use accelsql_engine::{Engine, SchedulerConfig, testing};
+use futures::StreamExt;
+use sqllogictest::{Condition, Record, Runner, parse_file, strict_column_validator};
+
+use crate::database::AccelsqlDb;
+use crate::directives::Directives;
+use crate::flavor::Flavor;
+use crate::upstream::output::DFColumnType;
+use crate::upstream::validator::{df_value_validator, value_normalizer};
+
+/// How a run goes.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Files run at the same time.
+    pub threads: usize,
+    /// A file still running after this long fails.
+    pub file_timeout: Duration,
+    /// At most this many failing records are reported per file (the rest are counted).
+    pub max_failures_shown: usize,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            threads: std::thread::available_parallelism().map_or(1, usize::from),
+            file_timeout: Duration::from_secs(600),
+            max_failures_shown: 10,
+        }
+    }
+}
+
+/// What running one file gave.
+#[derive(Debug, Clone)]
+pub struct FileReport {
+    /// The file.
+    pub path: PathBuf,
+    /// The rules it ran under.
+    pub flavor: Flavor,
+    /// Statement and query records run (those not skipped by `onlyif`/`skipif`).
+    pub records: usize,
+    /// Records that failed.
+    pub failed_records: usize,
+    /// The first failing records' errors, locations included (see
+    /// [`RunOptions::max_failures_shown`]); or why the file could not run.
+    pub failures: Vec<String>,
+    /// How long it took.
+    pub elapsed: Duration,
+}
+
+impl FileReport {
+    /// Whether every record passed.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    fn failed(path: &Path, flavor: Flavor, why: String, start: Instant) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            flavor,
+            records: 0,
+            failed_records: 0,
+            failures: vec![why],
+            elapsed: start.elapsed(),
+        }
+    }
+}
+
+impl fmt::Display for FileReport {
+    /// `ok   path (N records, 1.2s)`, or `FAIL path …` followed by the failures.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.elapsed.as_secs_f64();
+        if self.passed() {
+            return write!(
+                f,
+                "ok   {} ({} records, {secs:.1}s)",
+                self.path.display(),
+                self.records
+            );
+        }
+        if self.failed_records == 0 {
+            writeln!(
+                f,
+                "FAIL {} (could not run, {secs:.1}s)",
+                self.path.display()
+            )?;
+        } else {
+            writeln!(
+                f,
+                "FAIL {} ({} of {} records failed, {secs:.1}s)",
+                self.path.display(),
+                self.failed_records,
+                self.records
+            )?;
+        }
+        for (i, failure) in self.failures.iter().enumerate() {
+            writeln!(
+                f,
+                "  {}. {}",
+                i + 1,
+                failure.trim_end().replace('\n', "\n     ")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The engine a file of `flavor` runs on.
+fn engine_for(flavor: Flavor, directives: &Directives) -> Result<Engine, String> {
+    let config = match flavor {
+        // Parity files need no devices; do not probe NVML for each of them.
+        Flavor::Upstream => SchedulerConfig::default().with_simulated_gpus(0),
+        // A file that names its device count is hermetic: no environment variable changes it
+        // (not CUDA_VISIBLE_DEVICES, nor a lock folder shared with other files running at once).
+        Flavor::Accelsql => match directives.simulated_gpus {
+            Some(n) => SchedulerConfig::default().with_simulated_gpus(n),
+            None => SchedulerConfig::from_env().map_err(|e| e.to_string())?,
+        },
+    };
+    let engine = Engine::with_config(config).map_err(|e| e.to_string())?;
+    if flavor == Flavor::Accelsql {
+        testing::register_fixtures(&engine).map_err(|e| e.to_string())?;
+    }
+    Ok(engine)
+}
+
+fn skipped(conditions: &[Condition], label: &str) -> bool {
+    conditions.iter().any(|c| match c {
+        Condition::OnlyIf { label: l } => l != label,
+        Condition::SkipIf { label: l } => l == label,
+    })
+}
+
+/// Runs one file: a fresh engine (devices from the file's `# accelsql:` directive, else the
+/// environment), a fresh session per connection, every record to the end or to `halt`.
+pub async fn run_file(path: &Path, options: &RunOptions) -> FileReport {
+    let start = Instant::now();
+    let flavor = Flavor::of_path(path);
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) => return FileReport::failed(path, flavor, format!("cannot read: {e}"), start),
+    };
+    let directives = match Directives::parse(&text) {
+        Ok(d) => d,
+        Err(e) => return FileReport::failed(path, flavor, format!("bad directive: {e}"), start),
+    };
+    let engine = match engine_for(flavor, &directives) {
+        Ok(engine) => engine,
+        Err(e) => return FileReport::failed(path, flavor, format!("no engine: {e}"), start),
+    };
+    let records = match parse_file::<DFColumnType>(path) {
+        Ok(records) => records,
+        Err(e) => return FileReport::failed(path, flavor, format!("cannot parse: {e}"), start),
+    };
+
+    let mut runner = Runner::new(move || {
+        let session = engine.session();
+        async move { AccelsqlDb::connect(session, flavor).await }
+    });
+    runner.add_label(flavor.label());
+    runner.with_column_validator(strict_column_validator);
+    runner.with_normalizer(value_normalizer);
+    runner.with_validator(df_value_validator);
+
+    let mut report = FileReport {
+        path: path.to_path_buf(),
+        flavor,
+        records: 0,
+        failed_records: 0,
+        failures: Vec::new(),
+        elapsed: Duration::ZERO,
+    };
+    for record in records {
+        match &record {
+            Record::Halt { .. } => break,
+            Record::Statement { conditions, .. } | Record::Query { conditions, .. }
+                if !skipped(conditions, flavor.label()) =>
+            {
+                report.records += 1;
+            }
+            _ => {}
+        }
+        if let Err(e) = runner.run_async(record).await {
+            report.failed_records += 1;
+            if report.failures.len() < options.max_failures_shown {
+                report.failures.push(e.to_string());
+            }
+        }
+    }
+    if report.failed_records > report.failures.len() {
+        report.failures.push(format!(
+            "… and {} more failing records",
+            report.failed_records - report.failures.len()
+        ));
+    }
+    runner.shutdown_async().await;
+    report.elapsed = start.elapsed();
+    report
+}
+
+/// Runs `files`, `options.threads` at a time, each in its own task (a panic or a timeout fails
+/// that file only); calls `on_report` with each report in the order of `files`.
+pub async fn run_files(
+    files: Vec<PathBuf>,
+    options: &RunOptions,
+    mut on_report: impl FnMut(&FileReport),
+) -> Vec<FileReport> {
+    let tasks = files.into_iter().map(|path| {
+        let options = options.clone();
+        async move {
+            let start = Instant::now();
+            let flavor = Flavor::of_path(&path);
+            let task_path = path.clone();
+            let task = tokio::spawn(async move {
+                tokio::time::timeout(options.file_timeout, run_file(&task_path, &options)).await
+            });
+            match task.await {
+                Ok(Ok(report)) => report,
+                Ok(Err(_)) => {
+                    FileReport::failed(&path, flavor, "timed out (a statement hung?)".into(), start)
+                }
+                Err(e) => FileReport::failed(&path, flavor, format!("panicked: {e}"), start),
+            }
+        }
+    });
+    let mut stream = futures::stream::iter(tasks).buffered(options.threads.max(1));
+    let mut reports = Vec::new();
+    while let Some(report) = stream.next().await {
+        on_report(&report);
+        reports.push(report);
+    }
+    reports
+}
+
+/// Totals of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Files that passed.
+    pub passed: usize,
+    /// Files with a failing record.
+    pub failed: usize,
+    /// Files an `excluded.txt` left out.
+    pub excluded: usize,
+    /// Records run.
+    pub records: usize,
+}
+
+impl Summary {
+    /// Totals of `reports`, with `excluded` files left out.
+    pub fn of(reports: &[FileReport], excluded: usize) -> Self {
+        Self {
+            passed: reports.iter().filter(|r| r.passed()).count(),
+            failed: reports.iter().filter(|r| !r.passed()).count(),
+            excluded,
+            records: reports.iter().map(|r| r.records).sum(),
+        }
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} files passed, {} failed, {} excluded; {} records",
+            self.passed, self.failed, self.excluded, self.records
+        )
+    }
+}

@@ -1,0 +1,78 @@
+//! Upstream parity: runs the `.slt` files of DataFusion 55.2.0 copied into
+//! `sql-tests/upstream/datafusion-55.2.0` through accelsql's session (all of them but those
+//! `excluded.txt` lists; about a minute and a half in a debug build on two cores).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
+
+use accelsql_sql_tests::discover::{self, Exclusions};
+use accelsql_sql_tests::runner::{RunOptions, Summary, run_files};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn upstream_datafusion_files_pass() {
+    let dir = discover::upstream_dir();
+    let selection = discover::select(std::slice::from_ref(&dir), false).unwrap();
+    assert!(
+        selection.files.len() > 100,
+        "expected the copied upstream files in {}",
+        dir.display()
+    );
+    let reports = runtime().block_on(run_files(selection.files, &RunOptions::default(), |r| {
+        if !r.passed() {
+            println!("{r}")
+        }
+    }));
+    let failed: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.passed())
+        .map(ToString::to_string)
+        .collect();
+    let summary = Summary::of(&reports, selection.excluded.len());
+    assert!(failed.is_empty(), "{summary}\n\n{}", failed.join("\n"));
+    println!("{summary}");
+}
+
+/// A copied file that excluded.txt lists must still fail: when an engine fix makes it pass, this
+/// test says so, and its line in excluded.txt should go.
+#[test]
+fn excluded_copied_files_still_fail() {
+    let dir = discover::upstream_dir();
+    let exclusions = Exclusions::load(&dir).unwrap().expect("excluded.txt");
+    let copied: Vec<_> = exclusions
+        .entries
+        .keys()
+        .map(|relative| dir.join(relative))
+        .filter(|path| path.is_file())
+        .collect();
+    let reports = runtime().block_on(run_files(copied, &RunOptions::default(), |_| {}));
+    let passing: Vec<String> = reports
+        .iter()
+        .filter(|r| r.passed())
+        .map(|r| r.path.display().to_string())
+        .collect();
+    assert!(
+        passing.is_empty(),
+        "these files pass now; remove them from excluded.txt: {passing:?}"
+    );
+}
+
+/// Every entry of excluded.txt names an upstream file and gives a reason.
+#[test]
+fn excluded_txt_is_well_formed() {
+    let dir = discover::upstream_dir();
+    let exclusions = Exclusions::load(&dir).unwrap().expect("excluded.txt");
+    assert!(
+        exclusions.entries.len() > 300,
+        "{}",
+        exclusions.entries.len()
+    );
+    for (path, reason) in &exclusions.entries {
+        assert!(path.ends_with(".slt"), "{path}");
+        assert!(reason.len() > 10, "{path}: {reason}");
+    }
+}
