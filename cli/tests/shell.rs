@@ -168,7 +168,7 @@ fn a_script_stops_at_the_first_error_and_says_where_it_is() {
 #[test]
 fn a_script_reports_an_accelsql_error_with_its_own_code() {
     let dir = tempfile::tempdir().unwrap();
-    // The setting is checked when the next query uses it.
+    // A bad value is rejected by SET itself.
     let script = write_script(
         dir.path(),
         "SELECT 1;\nSET accelsql.gpu_wait_timeout = 'soon';\nSELECT 2;\n",
@@ -177,7 +177,7 @@ fn a_script_reports_an_accelsql_error_with_its_own_code() {
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(
-        err.starts_with(&format!("ERROR at {script}:3 (statement 3): [22E03] ")),
+        err.starts_with(&format!("ERROR at {script}:2 (statement 2): [22E03] ")),
         "{err}"
     );
 }
