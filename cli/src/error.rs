@@ -39,7 +39,7 @@ pub(crate) enum CliError {
 
     /// The engine could not start (e.g. a malformed `ACCELSQL_*` variable).
     #[error(transparent)]
-    Engine(EngineError),
+    Engine(Box<EngineError>),
 
     /// A SQL statement failed; the message carries the engine's own code.
     #[error("{}", statement_message(.location.as_ref(), .source))]
@@ -48,7 +48,7 @@ pub(crate) enum CliError {
         location: Option<StatementLocation>,
         /// The engine's error.
         #[source]
-        source: EngineError,
+        source: Box<EngineError>,
     },
 
     /// A script file (or piped standard input) could not be read.
@@ -116,7 +116,7 @@ impl CliError {
     pub(crate) fn statement(source: EngineError) -> Self {
         Self::Statement {
             location: None,
-            source,
+            source: Box::new(source),
         }
     }
 

@@ -64,6 +64,10 @@ pub(crate) struct ShellArgs {
     /// Use N simulated GPUs instead of NVML (overrides ACCELSQL_SIMULATED_GPUS).
     #[arg(long, value_name = "N")]
     pub(crate) simulated_gpus: Option<usize>,
+
+    /// Keep the script catalog (`CREATE … SCRIPT`) in DIR, so scripts survive a restart
+    #[arg(long, value_name = "DIR")]
+    pub(crate) data_dir: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {

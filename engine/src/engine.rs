@@ -9,6 +9,7 @@ use std::time::Duration;
 use accelsql_gpu_scheduler::{DeviceInfo, DeviceLockDir, Inventory, LeaseQueue, SchedulerConfig};
 
 use crate::placement::PlacementDecision;
+use crate::script::ScriptCatalog;
 use crate::session::Session;
 use crate::udf::{ScalarUdf, SetUdf};
 use crate::{Result, definition_err};
@@ -85,7 +86,34 @@ pub(crate) struct EngineInner {
     pub(crate) default_wait_timeout: Option<Duration>,
     pub(crate) udfs: RwLock<Registry>,
     pub(crate) next_statement: AtomicU64,
+    pub(crate) next_session: AtomicU64,
+    /// The scripts created with `CREATE … SCRIPT` (kept in the data directory, if any).
+    pub(crate) scripts: ScriptCatalog,
+    /// Whether sessions may run script DDL.
+    pub(crate) script_ddl: bool,
     pub(crate) recent_calls: Mutex<VecDeque<UdfCallRecord>>,
+}
+
+/// How to build an [`Engine`].
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Devices, lease timeout, lock directory.
+    pub scheduler: SchedulerConfig,
+    /// Where `CREATE … SCRIPT` definitions persist (`scripts.json`); `None`: in memory only.
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Whether sessions may run `CREATE/DROP SCRIPT` (turn off for untrusted SQL: scripts run
+    /// arbitrary code on this machine).
+    pub script_ddl: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            scheduler: SchedulerConfig::default(),
+            data_dir: None,
+            script_ddl: true,
+        }
+    }
 }
 
 /// The Rust UDFs registered in an engine.
@@ -115,6 +143,21 @@ impl Engine {
 
     /// An engine with an explicit device configuration.
     pub fn with_config(config: SchedulerConfig) -> Result<Self> {
+        Self::with_options(EngineOptions {
+            scheduler: config,
+            ..EngineOptions::default()
+        })
+    }
+
+    /// An engine with the devices of `options.scheduler`, the script catalog of
+    /// `options.data_dir` (in memory without one; a damaged catalog file is an error), and script
+    /// DDL allowed or not.
+    pub fn with_options(options: EngineOptions) -> Result<Self> {
+        let config = options.scheduler.clone();
+        let scripts = match &options.data_dir {
+            Some(dir) => ScriptCatalog::open(dir)?,
+            None => ScriptCatalog::in_memory(),
+        };
         let inventory = Inventory::from_config(&config)?;
         let devices = inventory.devices()?;
         let locks = config
@@ -137,6 +180,9 @@ impl Engine {
                     set: Vec::new(),
                 }),
                 next_statement: AtomicU64::new(1),
+                next_session: AtomicU64::new(1),
+                scripts,
+                script_ddl: options.script_ddl,
                 recent_calls: Mutex::new(VecDeque::new()),
             }),
         })
@@ -192,6 +238,10 @@ impl Engine {
             .iter()
             .cloned()
             .collect()
+    }
+
+    pub(crate) fn next_session_id(&self) -> u64 {
+        self.inner.next_session.fetch_add(1, Ordering::Relaxed)
     }
 
     pub(crate) fn next_statement_id(&self) -> u64 {

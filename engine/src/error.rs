@@ -73,6 +73,23 @@ pub enum EngineError {
         message: String,
     },
 
+    /// Malformed or unusable script DDL (`CREATE … SCRIPT`, `DROP SCRIPT`,
+    /// `ALTER SESSION SET SCRIPT_LANGUAGES`): what is wrong and where.
+    #[error("[{}] {message}", Self::SCRIPT_DEFINITION)]
+    ScriptDefinition {
+        /// What is wrong, with its line and column.
+        message: String,
+    },
+
+    /// The data directory (script catalog) cannot be used.
+    #[error("[{}] data directory {}: {message}", Self::DATA_DIRECTORY, path.display())]
+    DataDirectory {
+        /// The directory or file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+
     /// The statement was cancelled by its user (Ctrl-C in the shell, an interrupted client); its
     /// stream was dropped, so its devices are released.
     #[error("[{}] statement cancelled: {reason}", Self::CANCELLED)]
@@ -112,6 +129,10 @@ impl EngineError {
     pub const BAD_UDF_RESULT: &'static str = "22E02";
     /// Code of [`EngineError::EmitsPosition`].
     pub const EMITS_POSITION: &'static str = "42E02";
+    /// Code of [`EngineError::ScriptDefinition`].
+    pub const SCRIPT_DEFINITION: &'static str = "42E03";
+    /// Code of [`EngineError::DataDirectory`].
+    pub const DATA_DIRECTORY: &'static str = "58E01";
     /// Code of [`EngineError::Cancelled`] (SQLSTATE `query_canceled`).
     pub const CANCELLED: &'static str = "57014";
     /// Code of [`EngineError::InvalidSetting`].
@@ -127,6 +148,8 @@ impl EngineError {
             Self::BadUdfResult { .. } => Self::BAD_UDF_RESULT,
             Self::EmitsPosition { .. } => Self::EMITS_POSITION,
             Self::Cancelled { .. } => Self::CANCELLED,
+            Self::ScriptDefinition { .. } => Self::SCRIPT_DEFINITION,
+            Self::DataDirectory { .. } => Self::DATA_DIRECTORY,
             Self::InvalidSetting { .. } => Self::INVALID_SETTING,
             Self::Scheduler(e) => e.code(),
             Self::Runtime(e) => e.code(),

@@ -15,13 +15,22 @@ use crate::{EngineError, Result};
 pub struct AccelsqlOptions {
     /// Longest wait for the node's GPU lease, e.g. '30s' or '5min'; empty: the engine's default.
     pub gpu_wait_timeout: String,
+    /// Longest time one UDF instance may spend on one run (a batch or a group) before it is
+    /// killed, e.g. '10min'; empty: no bound.
+    pub udf_timeout: String,
 }
 
 /// The settings: name, description.
-const SETTINGS: [(&str, &str); 1] = [(
-    "gpu_wait_timeout",
-    "Longest wait for the node's GPU lease, e.g. '30s' or '5min'; empty: the engine's default",
-)];
+const SETTINGS: [(&str, &str); 2] = [
+    (
+        "gpu_wait_timeout",
+        "Longest wait for the node's GPU lease, e.g. '30s' or '5min'; empty: the engine's default",
+    ),
+    (
+        "udf_timeout",
+        "Longest run (batch or group) of one UDF instance before it is killed; empty: no bound",
+    ),
+];
 
 impl ConfigExtension for AccelsqlOptions {
     const PREFIX: &'static str = "accelsql";
@@ -43,8 +52,15 @@ impl ExtensionOptions for AccelsqlOptions {
     fn set(&mut self, key: &str, value: &str) -> DfResult<()> {
         match key {
             "gpu_wait_timeout" => {
-                parse_timeout(value).map_err(EngineError::into_datafusion)?;
+                parse_timeout("accelsql.gpu_wait_timeout", value)
+                    .map_err(EngineError::into_datafusion)?;
                 self.gpu_wait_timeout = value.trim().to_string();
+                Ok(())
+            }
+            "udf_timeout" => {
+                parse_timeout("accelsql.udf_timeout", value)
+                    .map_err(EngineError::into_datafusion)?;
+                self.udf_timeout = value.trim().to_string();
                 Ok(())
             }
             _ => Err(EngineError::InvalidSetting {
@@ -65,6 +81,7 @@ impl ExtensionOptions for AccelsqlOptions {
                 key: format!("accelsql.{name}"),
                 value: Some(match *name {
                     "gpu_wait_timeout" => self.gpu_wait_timeout.clone(),
+                    "udf_timeout" => self.udf_timeout.clone(),
                     _ => String::new(),
                 }),
                 description,
@@ -76,7 +93,12 @@ impl ExtensionOptions for AccelsqlOptions {
 impl AccelsqlOptions {
     /// The lease wait bound, if one is set.
     pub fn gpu_wait_timeout(&self) -> Result<Option<Duration>> {
-        parse_timeout(&self.gpu_wait_timeout)
+        parse_timeout("accelsql.gpu_wait_timeout", &self.gpu_wait_timeout)
+    }
+
+    /// The bound on one run of a UDF instance, if one is set.
+    pub fn udf_timeout(&self) -> Result<Option<Duration>> {
+        parse_timeout("accelsql.udf_timeout", &self.udf_timeout)
     }
 
     /// Puts setting `key` (without the `accelsql.` prefix) back to its default.
@@ -84,6 +106,10 @@ impl AccelsqlOptions {
         match key {
             "gpu_wait_timeout" => {
                 self.gpu_wait_timeout = String::new();
+                Ok(())
+            }
+            "udf_timeout" => {
+                self.udf_timeout = String::new();
                 Ok(())
             }
             _ => Err(EngineError::InvalidSetting {
@@ -94,7 +120,7 @@ impl AccelsqlOptions {
     }
 }
 
-fn parse_timeout(text: &str) -> Result<Option<Duration>> {
+fn parse_timeout(name: &str, text: &str) -> Result<Option<Duration>> {
     let text = text.trim();
     if text.is_empty() {
         return Ok(None);
@@ -102,7 +128,7 @@ fn parse_timeout(text: &str) -> Result<Option<Duration>> {
     parse_duration(text)
         .map(Some)
         .map_err(|e| EngineError::InvalidSetting {
-            name: "accelsql.gpu_wait_timeout".into(),
+            name: name.into(),
             // The scheduler's message without its own code: this error has one.
             message: strip_code(&e.to_string()).to_string(),
         })

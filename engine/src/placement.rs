@@ -260,6 +260,10 @@ impl PlacementRule {
                     .instance_limit
                     .map_or(partitions, |limit| limit.min(partitions)),
                 pool: std::sync::OnceLock::new(),
+                statement: accelsql_udf_runtime::StatementInfo {
+                    statement_id: self.scope.id,
+                    run_timeout: self.scope.run_timeout,
+                },
                 stats: CallStats::default(),
             });
             calls.push(Arc::clone(&call));

@@ -21,6 +21,7 @@ use futures::TryStreamExt;
 use crate::emits::{AccelQueryPlanner, EmitsRule, expand_emits_calls};
 use crate::options::AccelsqlOptions;
 use crate::placement::PlacementRule;
+use crate::script::{ScriptUdf, SessionScripts, is_script_ddl};
 use crate::statement::StatementScope;
 use crate::stream::StatementStream;
 use crate::udf::{
@@ -33,6 +34,7 @@ use crate::{Engine, EngineError, Result};
 pub struct Session {
     engine: Engine,
     ctx: SessionContext,
+    scripts: SessionScripts,
 }
 
 impl std::fmt::Debug for Session {
@@ -68,23 +70,17 @@ impl Session {
             ctx.register_udf(ScalarUDF::new_from_impl(AccelScalarUdf::new(def)));
         }
         for def in registry.set {
-            match (def.input_type(), def.output()) {
-                (InputType::Set, Output::Returns(_)) => match AccelAggregateUdf::new(def) {
-                    Ok(udf) => ctx.register_udaf(AggregateUDF::new_from_impl(udf)),
-                    Err(e) => log::error!("UDF unavailable in this session: {e}"),
-                },
-                (InputType::Set, Output::Emits(_)) => {
-                    ctx.register_udaf(AggregateUDF::new_from_impl(EmitsAggregate::new(def)))
-                }
-                (InputType::Scalar, _) => {
-                    ctx.register_udf(ScalarUDF::new_from_impl(EmitsScalar::new(def)))
-                }
-            }
+            register_set_udf(&ctx, def);
         }
         if let Err(e) = crate::system::register(&ctx, &engine) {
             log::error!("system tables unavailable in this session: {e}");
         }
-        Self { engine, ctx }
+        let scripts = SessionScripts::new(engine.next_session_id());
+        Self {
+            engine,
+            ctx,
+            scripts,
+        }
     }
 
     /// The DataFusion context (to register tables, read settings, or use the DataFrame API).
@@ -114,28 +110,68 @@ impl Session {
     /// (`SET datafusion.sql_parser.dialect = 'postgres'` applies to the statements after it).
     pub async fn sql_stream(&self, text: &str) -> Result<SendableRecordBatchStream> {
         let pieces = crate::splitter::split_statements(text);
-        let Some((last, earlier)) = pieces.split_last() else {
+        if pieces.is_empty() {
             return Err(EngineError::Sql(DataFusionError::Plan(
                 "no SQL statement given".into(),
             )));
-        };
-        for piece in earlier {
-            for statement in self.parse(&piece.text)? {
+        }
+        let mut last_stream = None;
+        for (i, piece) in pieces.iter().enumerate() {
+            let is_last_piece = i + 1 == pieces.len();
+            if is_script_ddl(&piece.text) {
+                self.run_script_ddl(&piece.text)?;
+                if is_last_piece {
+                    last_stream = Some(empty_stream()?);
+                }
+                continue;
+            }
+            let mut statements = self.parse(&piece.text)?;
+            let last = if is_last_piece {
+                statements.pop_back()
+            } else {
+                None
+            };
+            for statement in statements {
                 let stream = self.execute(statement).await?;
                 stream.try_collect::<Vec<_>>().await?;
             }
+            if let Some(last) = last {
+                last_stream = Some(self.execute(last).await?);
+            }
         }
-        let mut statements = self.parse(&last.text)?;
-        let Some(last) = statements.pop_back() else {
-            return Err(EngineError::Sql(DataFusionError::Plan(
+        match last_stream {
+            Some(stream) => Ok(stream),
+            None => Err(EngineError::Sql(DataFusionError::Plan(
                 "no SQL statement given".into(),
-            )));
-        };
-        for statement in statements {
-            let stream = self.execute(statement).await?;
-            stream.try_collect::<Vec<_>>().await?;
+            ))),
         }
-        self.execute(last).await
+    }
+
+    /// Runs one script statement (`CREATE … SCRIPT`, `DROP SCRIPT`, `ALTER SESSION SET
+    /// SCRIPT_LANGUAGES`).
+    fn run_script_ddl(&self, text: &str) -> Result<()> {
+        let inner = &self.engine.inner;
+        let taken = |name: &str| {
+            let registry = inner.udfs.read().unwrap_or_else(|e| e.into_inner());
+            registry.scalar.iter().any(|u| u.name() == name)
+                || registry.set.iter().any(|u| u.name() == name)
+        };
+        self.scripts
+            .execute(text, &inner.scripts, inner.script_ddl, &taken)
+    }
+
+    /// Registers scripts created (or dropped) since the last statement, by any session.
+    fn sync_scripts(&self) {
+        self.scripts.sync(
+            &self.ctx,
+            &self.engine.inner.scripts,
+            &|ctx, udf| match udf {
+                ScriptUdf::Scalar(def) => {
+                    ctx.register_udf(ScalarUDF::new_from_impl(AccelScalarUdf::new(Arc::new(def))))
+                }
+                ScriptUdf::Set(def) => register_set_udf(ctx, Arc::new(def)),
+            },
+        );
     }
 
     /// Parses `text` in the session's current SQL dialect.
@@ -172,19 +208,27 @@ impl Session {
     }
 
     async fn execute(&self, mut statement: DfStatement) -> Result<SendableRecordBatchStream> {
+        self.sync_scripts();
         if let Some(reset) = self.reset_own_setting(&statement) {
             reset?;
-            let schema = Arc::new(datafusion::arrow::datatypes::Schema::empty());
-            return Ok(Box::pin(MemoryStream::try_new(Vec::new(), schema, None)?));
+            return empty_stream();
         }
         let lookup = |name: &str| self.emits_udf(name);
         expand_emits_calls(&mut statement, &lookup)?;
-        let scope = Arc::new(StatementScope::new(
+        let mut state = self.ctx.state();
+        let mut scope = StatementScope::new(
             self.engine.next_statement_id(),
             statement.to_string(),
             self.engine.devices().len(),
-        ));
-        let mut state = self.ctx.state();
+        );
+        scope.run_timeout = state
+            .config_options()
+            .extensions
+            .get::<AccelsqlOptions>()
+            .map(AccelsqlOptions::udf_timeout)
+            .transpose()?
+            .flatten();
+        let scope = Arc::new(scope);
         state.add_analyzer_rule(Arc::new(PlacementRule::new(Arc::clone(&scope))));
         let plan = state.statement_to_plan(statement).await?;
         match &plan {
@@ -250,6 +294,27 @@ impl Session {
             .and_then(|f| emits_of_aggregate(f))
             .map(Arc::clone)
     }
+}
+
+/// Registers a set or EMITS UDF in `ctx` as its kind asks: an aggregate (SET RETURNS), or an
+/// EMITS placeholder (aggregate for SET, scalar for SCALAR).
+fn register_set_udf(ctx: &SessionContext, def: Arc<SetUdf>) {
+    match (def.input_type(), def.output()) {
+        (InputType::Set, Output::Returns(_)) => match AccelAggregateUdf::new(def) {
+            Ok(udf) => ctx.register_udaf(AggregateUDF::new_from_impl(udf)),
+            Err(e) => log::error!("UDF unavailable in this session: {e}"),
+        },
+        (InputType::Set, Output::Emits(_)) => {
+            ctx.register_udaf(AggregateUDF::new_from_impl(EmitsAggregate::new(def)))
+        }
+        (InputType::Scalar, _) => ctx.register_udf(ScalarUDF::new_from_impl(EmitsScalar::new(def))),
+    }
+}
+
+/// The result of a statement without one.
+fn empty_stream() -> Result<SendableRecordBatchStream> {
+    let schema = Arc::new(datafusion::arrow::datatypes::Schema::empty());
+    Ok(Box::pin(MemoryStream::try_new(Vec::new(), schema, None)?))
 }
 
 fn placement_rows(schema: &SchemaRef, scope: &StatementScope) -> Result<RecordBatch> {

@@ -36,7 +36,8 @@ pub struct SqlStatement {
 pub fn split_statements(text: &str) -> Vec<SqlStatement> {
     let mut statements = Vec::new();
     let mut current: Option<Pending> = None;
-    for lexeme in Lexer::new(text) {
+    let mut lexer = Lexer::new(text);
+    while let Some(lexeme) = lexer.next() {
         match lexeme.kind {
             LexemeKind::Whitespace => {}
             // Comments before a statement's first token and after its last are not part of it;
@@ -48,15 +49,22 @@ pub fn split_statements(text: &str) -> Vec<SqlStatement> {
             }
             LexemeKind::Semicolon => {
                 // A `;` with no statement before it is an empty statement: skipped.
-                if let Some(pending) = current.take_if(|p| p.terminator == Terminator::Semicolon) {
+                if let Some(pending) = current.take() {
                     statements.push(pending.finish(text, statements.len() + 1));
                 }
             }
             LexemeKind::Code | LexemeKind::Quoted => {
-                // Hook for `CREATE … SCRIPT … AS <body>`: this is where a statement's first
-                // tokens are seen; recognising that head would set `terminator` to a line
-                // holding only `/` (see `Terminator`). Until scripts exist, every statement
-                // ends at `;`.
+                if current.is_none() && is_script_head(&text[lexeme.start..]) {
+                    // `CREATE … SCRIPT … AS <body>`: the body is not SQL (its `;`, quotes and
+                    // comments belong to it); the statement ends at a line holding only `/`,
+                    // or at the end of the text.
+                    let (end, resume) = script_end(text, lexeme.start);
+                    let mut pending = Pending::starting_at(&lexeme);
+                    pending.end = end;
+                    statements.push(pending.finish(text, statements.len() + 1));
+                    lexer.advance_to(resume);
+                    continue;
+                }
                 let pending = current.get_or_insert_with(|| Pending::starting_at(&lexeme));
                 pending.end = lexeme.end;
             }
@@ -66,6 +74,60 @@ pub fn split_statements(text: &str) -> Vec<SqlStatement> {
         statements.push(pending.finish(text, statements.len() + 1));
     }
     statements
+}
+
+/// Whether `text` starts (after whitespace and comments) with Exasol's script DDL head
+/// `CREATE [OR REPLACE] <language> SCALAR|SET SCRIPT`.
+pub fn is_script_head(text: &str) -> bool {
+    let words: Vec<String> = Lexer::new(text)
+        .filter(|l| !matches!(l.kind, LexemeKind::Whitespace | LexemeKind::Comment))
+        .take(6)
+        .map(|l| text[l.start..l.end].to_ascii_uppercase())
+        .collect();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    let rest = match words.as_slice() {
+        ["CREATE", "OR", "REPLACE", rest @ ..] => rest,
+        ["CREATE", rest @ ..] => rest,
+        _ => return false,
+    };
+    matches!(rest, [_, "SCALAR" | "SET", "SCRIPT", ..])
+}
+
+/// Where a script statement starting at `start` ends (before its `/` line) and where splitting
+/// resumes (after that line); without a `/` line, both are the end of `text`.
+fn script_end(text: &str, start: usize) -> (usize, usize) {
+    let mut offset = start;
+    for line in text[start..].split_inclusive('\n') {
+        if offset > start && line.trim() == "/" {
+            return (offset, offset + line.len());
+        }
+        offset += line.len();
+    }
+    (text.len(), text.len())
+}
+
+/// Whether `text` holds a script statement whose `/` line has not come yet.
+fn open_script(text: &str) -> bool {
+    let mut lexer = Lexer::new(text);
+    let mut statement_started = false;
+    while let Some(lexeme) = lexer.next() {
+        match lexeme.kind {
+            LexemeKind::Whitespace | LexemeKind::Comment => {}
+            LexemeKind::Semicolon => statement_started = false,
+            LexemeKind::Code | LexemeKind::Quoted => {
+                if !statement_started && is_script_head(&text[lexeme.start..]) {
+                    let (end, resume) = script_end(text, lexeme.start);
+                    if end == resume {
+                        return true;
+                    }
+                    lexer.advance_to(resume);
+                    continue;
+                }
+                statement_started = true;
+            }
+        }
+    }
+    false
 }
 
 /// Whether a REPL should run `buffer` now: true when its last content other than whitespace and
@@ -79,6 +141,12 @@ pub fn split_statements(text: &str) -> Vec<SqlStatement> {
 /// assert!(!is_complete("SELECT 1; SELECT 2"));
 /// ```
 pub fn is_complete(buffer: &str) -> bool {
+    if open_script(buffer) {
+        return false;
+    }
+    if buffer.lines().last().is_some_and(|l| l.trim() == "/") {
+        return true;
+    }
     let mut complete = false;
     for lexeme in Lexer::new(buffer) {
         match lexeme.kind {
@@ -109,26 +177,12 @@ pub fn is_blank(text: &str) -> bool {
     })
 }
 
-/// What ends a statement.
-///
-/// Extension point: Exasol's `CREATE [OR REPLACE] <LANG> SCALAR|SET SCRIPT … AS <body>` holds
-/// `;` in its body and ends at a line holding only `/`. Supporting it means adding a
-/// `SlashLine` variant, choosing it in [`split_statements`] when a statement's first tokens are
-/// `CREATE [OR REPLACE] … SCRIPT`, and then, for such a statement, ignoring `;` and ending it
-/// at the next line whose only non-blank content is `/` (and the same in [`is_complete`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Terminator {
-    /// A top-level `;`.
-    Semicolon,
-}
-
 /// A statement being collected: byte range and start line.
 #[derive(Debug)]
 struct Pending {
     start: usize,
     end: usize,
     line: usize,
-    terminator: Terminator,
 }
 
 impl Pending {
@@ -137,7 +191,6 @@ impl Pending {
             start: lexeme.start,
             end: lexeme.end,
             line: lexeme.line,
-            terminator: Terminator::Semicolon,
         }
     }
 
@@ -313,6 +366,31 @@ impl Iterator for Lexer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_script_body_ends_at_a_slash_line_not_at_semicolons() {
+        let sql = "SELECT 1;\nCREATE OR REPLACE PYTHON3 SCALAR SCRIPT s(x INT) RETURNS INT AS\n\
+                   %perInstanceRequiredAcceleratorDevices GpuNvidia;\n\
+                   def run(ctx):\n    # don't split; here\n    return ctx.x\n/\nSELECT 2;";
+        let statements = split_statements(sql);
+        let texts: Vec<_> = statements.iter().map(|s| s.text.as_str()).collect();
+        assert_eq!(texts.len(), 3, "{texts:?}");
+        assert_eq!(texts[0], "SELECT 1");
+        assert!(
+            texts[1].starts_with("CREATE OR REPLACE PYTHON3"),
+            "{}",
+            texts[1]
+        );
+        assert!(texts[1].ends_with("return ctx.x"), "{}", texts[1]);
+        assert_eq!((texts[2], statements[2].line), ("SELECT 2", 8));
+        // Without a `/` line the body runs to the end of the text.
+        let open = "create python3 set script t(x int) emits (y int) as\ndef run(ctx): pass";
+        assert_eq!(split_statements(open).len(), 1);
+        assert!(!is_complete(open));
+        assert!(is_complete(&format!("{open}\n/\n")));
+        assert!(is_script_head("CREATE  /* c */ PYTHON3 SET SCRIPT"));
+        assert!(!is_script_head("CREATE TABLE script (x INT)"));
+    }
 
     fn texts(sql: &str) -> Vec<String> {
         split_statements(sql).into_iter().map(|s| s.text).collect()

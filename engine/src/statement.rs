@@ -49,6 +49,8 @@ pub(crate) struct StatementScope {
     pub(crate) text: String,
     pub(crate) devices_present: usize,
     pub(crate) node_id: usize,
+    /// `SET accelsql.udf_timeout`: longest run of one UDF instance.
+    pub(crate) run_timeout: Option<Duration>,
     pub(crate) lease_devices: Arc<LeaseDevices>,
     pub(crate) calls: Mutex<Vec<Arc<PlacedCall>>>,
     pub(crate) lease_wait: Mutex<Option<Duration>>,
@@ -66,6 +68,7 @@ impl StatementScope {
             text,
             devices_present,
             node_id: 0,
+            run_timeout: None,
             lease_devices: Arc::new(OnceLock::new()),
             calls: Mutex::new(Vec::new()),
             lease_wait: Mutex::new(None),

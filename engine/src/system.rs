@@ -1,5 +1,5 @@
 //! System tables, read fresh at each scan: `EXA_METADATA`, `accelsql.gpu_devices`,
-//! `accelsql.gpu_leases`, `accelsql.udf_calls`.
+//! `accelsql.gpu_leases`, `accelsql.udf_calls`, `accelsql.scripts`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,6 +18,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 
 use crate::Engine;
+use crate::script::ScriptEntry;
 
 /// One row of `accelsql.gpu_leases`: state, lease id, statement, wait ms, hold ms.
 type LeaseRow = (String, Option<u64>, String, f64, Option<f64>);
@@ -325,6 +326,38 @@ pub(crate) fn register(ctx: &SessionContext, engine: &Engine) -> DfResult<()> {
                             .map(|r| Some(r.gpu_batches))
                             .collect::<UInt64Array>(),
                     ),
+                ])
+            }),
+        ),
+    )?;
+
+    ctx.register_table(
+        "accelsql.scripts",
+        table(
+            &[
+                ("schema", Utf8),
+                ("name", Utf8),
+                ("language", Utf8),
+                ("kind", Utf8),
+                ("inputs", Utf8),
+                ("output", Utf8),
+                ("options", Utf8),
+                ("text", Utf8),
+            ],
+            Box::new(|engine| {
+                let scripts = engine.inner.scripts.entries();
+                let column = |f: &dyn Fn(&ScriptEntry) -> String| {
+                    strings(scripts.iter().map(|e| Some(f(e))))
+                };
+                Ok(vec![
+                    column(&|e| e.schema.clone()),
+                    column(&|e| e.name.clone()),
+                    column(&|e| e.language.clone()),
+                    column(&|e| e.kind().to_string()),
+                    column(&|e| e.inputs_text()),
+                    column(&|e| e.output_text()),
+                    column(&|e| e.options_text()),
+                    column(&|e| e.text.clone()),
                 ])
             }),
         ),

@@ -1,4 +1,19 @@
 //! The udf-runtime error type and its stable codes.
+//!
+//! | code  | variant | meaning |
+//! | ----- | ------- | ------- |
+//! | 22U01 | [`RuntimeError::InvalidAnnotation`] | a `%…` annotation has a value we do not accept |
+//! | 22U10 | [`RuntimeError::PythonException`] | the script raised (module-level code, `run`, `run_batch`, `cleanup`) |
+//! | 58U11 | [`RuntimeError::WorkerCrashed`] | a worker process died (signal, `os._exit`, out of memory) |
+//! | 57U12 | [`RuntimeError::WorkerTimeout`] | a worker did not answer within the timeout and was killed |
+//! | 22U13 | [`RuntimeError::BadOutputValue`] | a value does not fit its declared output column |
+//! | 58U14 | [`RuntimeError::InterpreterStart`] | the interpreter cannot be found, started, or is too old |
+//! | 42U15 | [`RuntimeError::InvalidSqlType`] | a type in a script signature is not one we know |
+//! | 42U16 | [`RuntimeError::ScriptCall`] | a call does not match the script's parameters |
+//! | 58U17 | [`RuntimeError::WorkerProtocol`] | the worker broke the protocol (an internal error) |
+
+use std::path::PathBuf;
+use std::time::Duration;
 
 /// Result type of this crate.
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
@@ -15,16 +30,192 @@ pub enum RuntimeError {
         /// What is wrong and which values are accepted.
         message: String,
     },
+
+    /// Python code of a script raised an exception (or had a syntax error).
+    #[error("{0}")]
+    PythonException(Box<PythonExceptionInfo>),
+
+    /// A worker process died while it had work to do.
+    #[error(
+        "[{}] Python script {script}: the worker process of instance {vm_id} (pid {pid}) died during {phase}: {how}. \
+         It crashed (e.g. in a native extension or by os._exit) or was killed (out of memory?); \
+         only this statement fails{}",
+        Self::WORKER_CRASHED,
+        stderr_suffix(.stderr)
+    )]
+    WorkerCrashed {
+        /// The script, `SCHEMA.NAME`.
+        script: String,
+        /// The instance whose worker died.
+        vm_id: usize,
+        /// The worker's process id.
+        pid: u32,
+        /// What it was doing: `start`, `run(ctx)`, `cleanup()`.
+        phase: String,
+        /// How it ended, e.g. `exited with code 3`, `was killed by signal 9 (SIGKILL)`.
+        how: String,
+        /// The last lines the worker wrote to stderr.
+        stderr: String,
+    },
+
+    /// A worker did not answer within the timeout; it was killed.
+    #[error(
+        "[{}] Python script {script}: instance {vm_id} did not finish {phase} within {timeout:?}; \
+         its worker process (pid {pid}) was killed. Make the script faster or raise the timeout",
+        Self::WORKER_TIMEOUT
+    )]
+    WorkerTimeout {
+        /// The script, `SCHEMA.NAME`.
+        script: String,
+        /// The instance whose worker was killed.
+        vm_id: usize,
+        /// The worker's process id.
+        pid: u32,
+        /// What it was doing.
+        phase: String,
+        /// The timeout that expired.
+        timeout: Duration,
+    },
+
+    /// A value the script returned or emitted does not fit its output column.
+    #[error("{0}")]
+    BadOutputValue(Box<BadOutputValueInfo>),
+
+    /// The script language's interpreter cannot be found or started, or is too old.
+    #[error("[{}] cannot start the Python interpreter {}: {message}", Self::INTERPRETER_START, .interpreter.display())]
+    InterpreterStart {
+        /// The interpreter we tried (`python3` when it was not found at all).
+        interpreter: PathBuf,
+        /// What went wrong and what to do.
+        message: String,
+    },
+
+    /// A type in a script's signature is not one we know.
+    #[error("[{}] invalid SQL type '{text}': {message}", Self::INVALID_SQL_TYPE)]
+    InvalidSqlType {
+        /// The type as written.
+        text: String,
+        /// What is wrong and which types are accepted.
+        message: String,
+    },
+
+    /// A call does not match the script's parameters (count, or a type that cannot be cast).
+    #[error("[{}] Python script {script}: {message}", Self::SCRIPT_CALL)]
+    ScriptCall {
+        /// The script, `SCHEMA.NAME`.
+        script: String,
+        /// What does not match.
+        message: String,
+    },
+
+    /// The worker sent something the protocol does not allow (an accelsql bug, or a script that
+    /// wrote to the worker's private socket).
+    #[error(
+        "[{}] Python script {script} (instance {vm_id}): worker protocol error: {message}",
+        Self::WORKER_PROTOCOL
+    )]
+    WorkerProtocol {
+        /// The script, `SCHEMA.NAME`.
+        script: String,
+        /// The instance.
+        vm_id: usize,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// What [`RuntimeError::PythonException`] says (boxed: it is the largest error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "[{}] Python script {script} failed in {phase}{} (instance {vm_id}): {exception}: {message}\n{traceback}",
+    RuntimeError::PYTHON_EXCEPTION,
+    line_suffix(*.line)
+)]
+pub struct PythonExceptionInfo {
+    /// The script, `SCHEMA.NAME`.
+    pub script: String,
+    /// The instance (`exa.meta.vm_id`) whose worker raised.
+    pub vm_id: usize,
+    /// Where: `its module-level code`, `run(ctx)`, `run_batch(ctx)` or `cleanup()`.
+    pub phase: String,
+    /// Line in the script's text (the `CREATE SCRIPT` body, line 1 = its first line), when the
+    /// exception passed through the script's own code.
+    pub line: Option<u32>,
+    /// The exception's type, e.g. `NameError`.
+    pub exception: String,
+    /// The exception's message.
+    pub message: String,
+    /// The traceback as Python prints it, without the worker's own frames.
+    pub traceback: String,
+}
+
+/// What [`RuntimeError::BadOutputValue`] says (boxed, as large as the above).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "[{}] Python script {script} (instance {vm_id}): output column {column} {sql_type}, row {row} of this run: the value {value} {message}",
+    RuntimeError::BAD_OUTPUT_VALUE
+)]
+pub struct BadOutputValueInfo {
+    /// The script, `SCHEMA.NAME`.
+    pub script: String,
+    /// The instance.
+    pub vm_id: usize,
+    /// The output column (a RETURNS script's one column is named after the script).
+    pub column: String,
+    /// The column's declared type, e.g. `DOUBLE`.
+    pub sql_type: String,
+    /// The offending value as Python's `repr` shows it (shortened).
+    pub value: String,
+    /// Why it does not fit, phrased to follow the value, e.g. `is a str, not a DOUBLE value`.
+    pub message: String,
+    /// Row of the run's output (1-based).
+    pub row: u64,
+}
+
+fn line_suffix(line: Option<u32>) -> String {
+    line.map(|l| format!(" at line {l}")).unwrap_or_default()
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    if stderr.trim().is_empty() {
+        String::new()
+    } else {
+        format!(". Its last stderr output:\n{}", stderr.trim_end())
+    }
 }
 
 impl RuntimeError {
     /// Code of [`RuntimeError::InvalidAnnotation`].
     pub const INVALID_ANNOTATION: &'static str = "22U01";
+    /// Code of [`RuntimeError::PythonException`].
+    pub const PYTHON_EXCEPTION: &'static str = "22U10";
+    /// Code of [`RuntimeError::WorkerCrashed`].
+    pub const WORKER_CRASHED: &'static str = "58U11";
+    /// Code of [`RuntimeError::WorkerTimeout`].
+    pub const WORKER_TIMEOUT: &'static str = "57U12";
+    /// Code of [`RuntimeError::BadOutputValue`].
+    pub const BAD_OUTPUT_VALUE: &'static str = "22U13";
+    /// Code of [`RuntimeError::InterpreterStart`].
+    pub const INTERPRETER_START: &'static str = "58U14";
+    /// Code of [`RuntimeError::InvalidSqlType`].
+    pub const INVALID_SQL_TYPE: &'static str = "42U15";
+    /// Code of [`RuntimeError::ScriptCall`].
+    pub const SCRIPT_CALL: &'static str = "42U16";
+    /// Code of [`RuntimeError::WorkerProtocol`].
+    pub const WORKER_PROTOCOL: &'static str = "58U17";
 
     /// The stable code of this error.
     pub fn code(&self) -> &'static str {
         match self {
             Self::InvalidAnnotation { .. } => Self::INVALID_ANNOTATION,
+            Self::PythonException(_) => Self::PYTHON_EXCEPTION,
+            Self::WorkerCrashed { .. } => Self::WORKER_CRASHED,
+            Self::WorkerTimeout { .. } => Self::WORKER_TIMEOUT,
+            Self::BadOutputValue(_) => Self::BAD_OUTPUT_VALUE,
+            Self::InterpreterStart { .. } => Self::INTERPRETER_START,
+            Self::InvalidSqlType { .. } => Self::INVALID_SQL_TYPE,
+            Self::ScriptCall { .. } => Self::SCRIPT_CALL,
+            Self::WorkerProtocol { .. } => Self::WORKER_PROTOCOL,
         }
     }
 }

@@ -1,12 +1,15 @@
 //! UDF instances: the context an implementation runs in, and the pool that hands out instance
 //! slots and pins each GPU instance to one device of the statement's lease.
 
-use std::sync::{Condvar, Mutex};
+use std::any::Any;
+use std::fmt;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use accelsql_gpu_scheduler::DeviceInfo;
 
 /// What a UDF implementation knows about the instance running it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct InstanceContext {
     /// Instance number within this call, `0..instances`.
     pub instance_id: usize,
@@ -14,6 +17,50 @@ pub struct InstanceContext {
     pub node_id: usize,
     /// The GPU this instance is pinned to, or `None` when it runs on the CPU.
     pub device: Option<DeviceInfo>,
+    /// The statement the call belongs to (0 outside a statement).
+    pub statement_id: u64,
+    /// Longest one run of this instance may take (`SET accelsql.udf_timeout`), if bounded.
+    pub run_timeout: Option<Duration>,
+    /// State the implementation keeps for this instance across the batches and groups of its
+    /// call (e.g. a script's worker process); dropped when the statement ends.
+    pub storage: InstanceStorage,
+}
+
+/// Per-instance state of one call: empty until an implementation puts something in it, dropped
+/// with the call (when its statement ends, fails or is cancelled).
+#[derive(Clone, Default)]
+pub struct InstanceStorage(Arc<Mutex<Option<Box<dyn Any + Send>>>>);
+
+impl InstanceStorage {
+    /// The slot, locked: `None` until something is stored.
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Option<Box<dyn Any + Send>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl fmt::Debug for InstanceStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.lock().is_some() {
+            "InstanceStorage(set)"
+        } else {
+            "InstanceStorage(empty)"
+        })
+    }
+}
+
+impl PartialEq for InstanceStorage {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// What an instance pool knows of its statement.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatementInfo {
+    /// The statement's id.
+    pub statement_id: u64,
+    /// `SET accelsql.udf_timeout`, if set.
+    pub run_timeout: Option<Duration>,
 }
 
 /// A fixed set of instance slots for one UDF call. Each invocation borrows a free slot for its
@@ -25,17 +72,67 @@ pub struct InstancePool {
     returned: Condvar,
     devices: Vec<DeviceInfo>,
     node_id: usize,
+    statement: StatementInfo,
+    storage: Vec<InstanceStorage>,
 }
 
 impl InstancePool {
     /// A pool of `size` (at least 1) slots, pinned round-robin to `devices` (empty: CPU).
     pub fn new(size: usize, devices: Vec<DeviceInfo>, node_id: usize) -> Self {
+        Self::for_statement(size, devices, node_id, StatementInfo::default())
+    }
+
+    /// Like [`InstancePool::new`], for a call of `statement`.
+    pub fn for_statement(
+        size: usize,
+        devices: Vec<DeviceInfo>,
+        node_id: usize,
+        statement: StatementInfo,
+    ) -> Self {
         let size = size.max(1);
         Self {
             free: Mutex::new((0..size).rev().collect()),
             returned: Condvar::new(),
             devices,
             node_id,
+            statement,
+            storage: (0..size).map(|_| InstanceStorage::default()).collect(),
+        }
+    }
+
+    /// The number of slots.
+    pub fn size(&self) -> usize {
+        self.storage.len()
+    }
+
+    /// Borrows slot `id % size`, waiting while it is busy: a caller that works through one
+    /// partition of the input keeps to one instance (so partitions spread over the instances,
+    /// and over their devices, however the runs interleave).
+    pub fn checkout_slot(&self, id: usize) -> InstanceSlot<'_> {
+        let id = id % self.size().max(1);
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(at) = free.iter().position(|&f| f == id) {
+                free.remove(at);
+                return self.slot(id);
+            }
+            free = self.returned.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn slot(&self, id: usize) -> InstanceSlot<'_> {
+        let device =
+            (!self.devices.is_empty()).then(|| self.devices[id % self.devices.len()].clone());
+        InstanceSlot {
+            pool: self,
+            context: InstanceContext {
+                instance_id: id,
+                node_id: self.node_id,
+                device,
+                statement_id: self.statement.statement_id,
+                run_timeout: self.statement.run_timeout,
+                storage: self.storage.get(id).cloned().unwrap_or_default(),
+            },
         }
     }
 
@@ -45,16 +142,7 @@ impl InstancePool {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(id) = free.pop() {
-                let device = (!self.devices.is_empty())
-                    .then(|| self.devices[id % self.devices.len()].clone());
-                return InstanceSlot {
-                    pool: self,
-                    context: InstanceContext {
-                        instance_id: id,
-                        node_id: self.node_id,
-                        device,
-                    },
-                };
+                return self.slot(id);
             }
             free = self.returned.wait(free).unwrap_or_else(|e| e.into_inner());
         }
@@ -80,7 +168,8 @@ impl Drop for InstanceSlot<'_> {
         let mut free = self.pool.free.lock().unwrap_or_else(|e| e.into_inner());
         free.push(self.context.instance_id);
         drop(free);
-        self.pool.returned.notify_one();
+        // Waiters may want different slots: wake them all to look.
+        self.pool.returned.notify_all();
     }
 }
 
@@ -105,6 +194,22 @@ mod tests {
             })
             .collect();
         assert_eq!(pinned, vec![(0, 0), (1, 1), (2, 0), (3, 1)]);
+    }
+
+    #[test]
+    fn a_partition_keeps_to_its_slot() {
+        let devices = Inventory::simulated(2).devices().unwrap();
+        let pool = std::sync::Arc::new(InstancePool::new(2, devices, 0));
+        let first = pool.checkout_slot(3);
+        assert_eq!(first.context().instance_id, 1);
+        assert_eq!(first.context().device.as_ref().unwrap().index, 1);
+        let p2 = std::sync::Arc::clone(&pool);
+        let waiter = std::thread::spawn(move || p2.checkout_slot(1).context().instance_id);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!waiter.is_finished());
+        assert_eq!(pool.checkout_slot(0).context().instance_id, 0);
+        drop(first);
+        assert_eq!(waiter.join().unwrap(), 1);
     }
 
     #[test]

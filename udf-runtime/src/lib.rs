@@ -1,12 +1,14 @@
-//! How accelsql UDF code runs: UDF annotations, instance contexts and pools, and the GPU side
-//! (cudarc). Depends on the gpu-scheduler, never on DataFusion.
+//! How accelsql UDF code runs: UDF annotations, instance contexts and pools, the GPU side
+//! (cudarc) and script runtimes (Python worker processes). Depends on the gpu-scheduler, never on
+//! DataFusion.
 
 pub mod annotations;
 mod error;
 pub mod gpu;
 pub mod instance;
 pub mod kernels;
+pub mod script;
 
 pub use annotations::AcceleratorRequest;
-pub use error::{Result, RuntimeError};
-pub use instance::{InstanceContext, InstancePool, InstanceSlot};
+pub use error::{BadOutputValueInfo, PythonExceptionInfo, Result, RuntimeError};
+pub use instance::{InstanceContext, InstancePool, InstanceSlot, InstanceStorage, StatementInfo};

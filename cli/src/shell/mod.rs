@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use accelsql_engine::splitter::split_statements;
-use accelsql_engine::{Engine, EngineError, SchedulerConfig, Session};
+use accelsql_engine::{Engine, EngineError, EngineOptions, SchedulerConfig, Session};
 use arrow::array::RecordBatch;
 use futures::TryStreamExt;
 use tokio::runtime::Runtime;
@@ -72,14 +72,17 @@ impl Shell {
             .map_err(|e| CliError::Terminal(format!("cannot start the async runtime: {e}")))?;
         let engine = runtime
             .block_on(async {
-                match args.simulated_gpus {
-                    Some(n) => {
-                        Engine::with_config(SchedulerConfig::from_env()?.with_simulated_gpus(n))
-                    }
-                    None => Engine::new(),
+                let mut scheduler = SchedulerConfig::from_env()?;
+                if let Some(n) = args.simulated_gpus {
+                    scheduler = scheduler.with_simulated_gpus(n);
                 }
+                Engine::with_options(EngineOptions {
+                    scheduler,
+                    data_dir: args.data_dir.clone(),
+                    ..EngineOptions::default()
+                })
             })
-            .map_err(CliError::Engine)?;
+            .map_err(|e| CliError::Engine(Box::new(e)))?;
         let session = engine.session();
         if !interrupt::install() {
             eprintln!("accelsql: Ctrl-C cannot cancel statements here; it will end the shell");

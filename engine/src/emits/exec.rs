@@ -45,6 +45,8 @@ pub(crate) struct UdfCallExec {
 pub(crate) struct CallSpec {
     pub(crate) def: Arc<SetUdf>,
     pub(crate) keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Which keys the output shows, before the EMITS columns.
+    pub(crate) output_keys: Vec<usize>,
     pub(crate) args: Vec<Arc<dyn PhysicalExpr>>,
     pub(crate) schema: SchemaRef,
     pub(crate) placed: Option<Arc<PlacedCall>>,
@@ -196,6 +198,8 @@ impl ExecutionPlan for UdfCallExec {
         let state = RunState {
             call: Arc::clone(&self.call),
             input,
+            partition,
+            runs_started: 0,
             group: None,
             pending: VecDeque::new(),
             done: false,
@@ -254,6 +258,12 @@ struct Group {
 struct RunState {
     call: Arc<CallSpec>,
     input: SendableRecordBatchStream,
+    /// The input partition. SCALAR EMITS runs go to instance `partition % instances`; SET groups
+    /// go round the instances from there, so groups spread over instances (and their devices)
+    /// even when the input is one partition.
+    partition: usize,
+    /// Runs started so far in this partition.
+    runs_started: usize,
     group: Option<Group>,
     pending: VecDeque<RecordBatch>,
     done: bool,
@@ -321,8 +331,14 @@ impl RunState {
     fn run(&mut self, key: &[ScalarValue], rows: usize, args: &[ArrayRef]) -> crate::Result<()> {
         let call = Arc::clone(&self.call);
         let def = &call.def;
+        let slot = match def.input_type() {
+            InputType::Set => self.partition + self.runs_started,
+            InputType::Scalar => self.partition,
+        };
+        self.runs_started += 1;
         let ran = on_instance(
             call.placed.as_deref(),
+            Some(slot),
             def.name(),
             def.accelerator(),
             def.cpu.as_ref(),
@@ -330,7 +346,7 @@ impl RunState {
             |kernel, context| kernel.run(context, rows, args),
         )?;
         self.runs.add(1);
-        let emitted = check_emitted(def, &call.schema, key.len(), ran.value)?;
+        let emitted = check_emitted(def, &call.schema, call.output_keys.len(), ran.value)?;
         let out_rows = emitted.first().map_or(0, |c| c.len());
         if let Some(placed) = &call.placed {
             placed
@@ -340,8 +356,10 @@ impl RunState {
         if out_rows == 0 {
             return Ok(());
         }
-        let mut columns = key
+        let mut columns = call
+            .output_keys
             .iter()
+            .filter_map(|&i| key.get(i))
             .map(|k| k.to_array_of_size(out_rows))
             .collect::<DfResult<Vec<_>>>()?;
         columns.extend(emitted);

@@ -17,8 +17,10 @@ use crate::udf::{InputType, PlacedCall, SetUdf};
 pub(crate) struct UdfCallNode {
     pub(crate) def: Arc<SetUdf>,
     pub(crate) input: LogicalPlan,
-    /// GROUP BY keys (SET only); they start the output, before the EMITS columns.
+    /// GROUP BY keys (SET only).
     pub(crate) keys: Vec<Expr>,
+    /// Which keys start the output, before the EMITS columns (those the select list shows).
+    pub(crate) output_keys: Vec<usize>,
     pub(crate) args: Vec<Expr>,
     pub(crate) schema: DFSchemaRef,
     pub(crate) placed: Option<Arc<PlacedCall>>,
@@ -39,6 +41,7 @@ impl PartialEq for UdfCallNode {
         Arc::ptr_eq(&self.def, &other.def)
             && self.input == other.input
             && self.keys == other.keys
+            && self.output_keys == other.output_keys
             && self.args == other.args
             && self.schema == other.schema
             && match (&self.placed, &other.placed) {

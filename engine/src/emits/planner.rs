@@ -62,6 +62,7 @@ impl ExtensionPlanner for UdfCallPlanner {
         let spec = CallSpec {
             def: Arc::clone(&call.def),
             keys: plan(&call.keys)?,
+            output_keys: call.output_keys.clone(),
             args: plan(&call.args)?,
             schema: Arc::new(call.schema.as_arrow().clone()),
             placed: call.placed.clone(),

@@ -136,6 +136,7 @@ fn rewrite_scalar(
         def,
         input: Arc::unwrap_or_clone(projection.input),
         keys: Vec::new(),
+        output_keys: Vec::new(),
         args,
         schema: Arc::new(schema),
         placed: None,
@@ -200,6 +201,7 @@ fn rewrite_set(projection: Projection, agg: Aggregate) -> DfResult<LogicalPlan> 
         Column::new(q.cloned(), f.name())
     };
     let mut exprs = Vec::with_capacity(projection.expr.len());
+    let mut used_keys = HashSet::new();
     for (i, expr) in projection.expr.iter().enumerate() {
         if let Some((Expr::Column(c), name)) = field_access(expr)
             && c == &call_column
@@ -212,13 +214,25 @@ fn rewrite_set(projection: Projection, agg: Aggregate) -> DfResult<LogicalPlan> 
         if !used.is_subset(&key_columns) {
             return Err(alone_err(&def));
         }
+        used_keys.extend(used);
         exprs.push(expr.clone());
     }
-    let mut fields: Vec<_> = agg
+    // Only the keys the select list shows are output (GROUP BY country with EMITS (country, …)
+    // is fine as long as the select list does not also name the key).
+    let output_keys: Vec<usize> = agg
         .schema
         .iter()
         .take(keys)
-        .map(|(q, f)| (q.cloned(), Arc::clone(f)))
+        .enumerate()
+        .filter(|(_, (q, f))| used_keys.contains(&Column::new(q.cloned(), f.name())))
+        .map(|(i, _)| i)
+        .collect();
+    let mut fields: Vec<_> = agg
+        .schema
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| output_keys.contains(i))
+        .map(|(_, (q, f))| (q.cloned(), Arc::clone(f)))
         .collect();
     fields.extend(
         def.emits()
@@ -237,6 +251,7 @@ fn rewrite_set(projection: Projection, agg: Aggregate) -> DfResult<LogicalPlan> 
         def,
         input: Arc::unwrap_or_clone(agg.input),
         keys: agg.group_expr,
+        output_keys,
         args: function.params.args.clone(),
         schema: Arc::new(schema),
         placed: None,

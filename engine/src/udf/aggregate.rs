@@ -171,6 +171,7 @@ impl Accumulator for GroupAccumulator {
         let result = (|| {
             let ran = on_instance(
                 self.udf.placed.as_deref(),
+                None,
                 def.name(),
                 def.accelerator(),
                 def.cpu.as_ref(),

@@ -4,7 +4,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext, InstancePool};
+use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext, InstancePool, StatementInfo};
 use datafusion::error::DataFusionError;
 
 use crate::EngineError;
@@ -20,6 +20,8 @@ pub(crate) struct PlacedCall {
     /// Parallel instances: `min(target_partitions, %perNodeAndCallInstanceLimit)`.
     pub(crate) instances: usize,
     pub(crate) pool: OnceLock<InstancePool>,
+    /// The statement's id and run timeout, for the instances.
+    pub(crate) statement: StatementInfo,
     pub(crate) stats: CallStats,
 }
 
@@ -38,9 +40,14 @@ impl PlacedCall {
             })?,
             Placement::Cpu => &Vec::new(),
         };
-        Ok(self
-            .pool
-            .get_or_init(|| InstancePool::new(self.instances, devices.clone(), self.node_id)))
+        Ok(self.pool.get_or_init(|| {
+            InstancePool::for_statement(
+                self.instances,
+                devices.clone(),
+                self.node_id,
+                self.statement.clone(),
+            )
+        }))
     }
 }
 
@@ -52,14 +59,17 @@ pub(crate) struct Ran<T> {
     pub(crate) used_gpu_impl: bool,
 }
 
-/// Runs `f` with the GPU implementation when the instance is pinned to a real device and one
-/// exists, else with the CPU implementation; simulated devices have no CUDA behind them, so their
-/// instances run the CPU implementation (and the call statistics say so).
+/// Runs `f` on an instance of `call` — the instance of input partition `partition` when given
+/// (so each partition keeps to one instance), else any free one — with the GPU implementation
+/// when the instance is pinned to a real device and one exists, else with the CPU implementation;
+/// simulated devices have no CUDA behind them, so their instances run the CPU implementation
+/// (and the call statistics say so).
 ///
 /// Without a placement (a plan built outside `Session::sql`) the call runs on the CPU, and a
 /// required call fails: nothing leased a GPU for it.
 pub(crate) fn on_instance<K: ?Sized, T>(
     call: Option<&PlacedCall>,
+    partition: Option<usize>,
     udf: &str,
     request: AcceleratorRequest,
     cpu: &K,
@@ -72,11 +82,7 @@ pub(crate) fn on_instance<K: ?Sized, T>(
                 udf: udf.to_string(),
             });
         }
-        let context = InstanceContext {
-            instance_id: 0,
-            node_id: 0,
-            device: None,
-        };
+        let context = InstanceContext::default();
         let start = Instant::now();
         let value = f(cpu, &context)?;
         return Ok(Ran {
@@ -87,7 +93,10 @@ pub(crate) fn on_instance<K: ?Sized, T>(
         });
     };
     let pool = call.pool()?;
-    let slot = pool.checkout();
+    let slot = match partition {
+        Some(p) => pool.checkout_slot(p),
+        None => pool.checkout(),
+    };
     let context = slot.context();
     let kernel = match (gpu, &context.device) {
         (Some(kernel), Some(device)) if !device.simulated => Some(kernel),

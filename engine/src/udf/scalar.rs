@@ -51,6 +51,7 @@ impl AccelScalarUdf {
         let rows = args.number_rows;
         let ran = on_instance(
             self.placed.as_deref(),
+            None,
             self.def.name(),
             self.def.accelerator(),
             self.def.cpu.as_ref(),

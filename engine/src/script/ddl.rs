@@ -1,0 +1,542 @@
+//! The script DDL accelsql handles itself (DataFusion's parser knows none of it):
+//! `CREATE [OR REPLACE] <LANG> SCALAR|SET SCRIPT [schema.]name(params) RETURNS t | EMITS (…) AS body`,
+//! `DROP SCRIPT [IF EXISTS] [schema.]name` and
+//! `ALTER SESSION SET SCRIPT_LANGUAGES = 'ALIAS=runtime …'`.
+
+use std::fmt;
+
+use crate::EngineError;
+
+/// One parsed script statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ScriptDdl {
+    /// `CREATE [OR REPLACE] … SCRIPT`.
+    Create(CreateScript),
+    /// `DROP SCRIPT [IF EXISTS] name`.
+    Drop {
+        /// Schema, if given.
+        schema: Option<String>,
+        /// Script name.
+        name: String,
+        /// `IF EXISTS`.
+        if_exists: bool,
+    },
+    /// `ALTER SESSION SET SCRIPT_LANGUAGES = '…'`: the raw value.
+    SetLanguages(String),
+}
+
+/// `CREATE … SCRIPT`, as written (types as text; the runtime parses them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CreateScript {
+    pub(crate) or_replace: bool,
+    pub(crate) language: String,
+    pub(crate) set: bool,
+    pub(crate) schema: Option<String>,
+    pub(crate) name: String,
+    /// `None`: `...` (variadic).
+    pub(crate) params: Option<Vec<(String, String)>>,
+    pub(crate) output: DdlOutput,
+    /// The body after `AS`, with line 1 its first line.
+    pub(crate) body: String,
+    /// The statement as the user wrote it.
+    pub(crate) text: String,
+}
+
+/// The output clause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DdlOutput {
+    /// `RETURNS type`.
+    Returns(String),
+    /// `EMITS (col type, …)`.
+    Emits(Vec<(String, String)>),
+    /// `EMITS (...)`: columns given at each call site.
+    DynamicEmits,
+}
+
+/// A malformed script statement: what and where (1-based line and column of the statement).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DdlError {
+    pub(crate) line: usize,
+    pub(crate) column: usize,
+    pub(crate) message: String,
+}
+
+impl fmt::Display for DdlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "line {}, column {}: {}",
+            self.line, self.column, self.message
+        )
+    }
+}
+
+impl From<DdlError> for EngineError {
+    fn from(e: DdlError) -> Self {
+        EngineError::ScriptDefinition {
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Whether `text` is a script statement for [`parse`].
+pub(crate) fn is_script_ddl(text: &str) -> bool {
+    let mut t = Tokens::new(text);
+    let words: Vec<String> = (0..5)
+        .map_while(|_| t.next_token().map(|tok| tok.text.to_ascii_uppercase()))
+        .collect();
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    crate::splitter::is_script_head(text)
+        || matches!(w.as_slice(), ["DROP", "SCRIPT", ..])
+        || matches!(
+            w.as_slice(),
+            ["ALTER", "SESSION", "SET", "SCRIPT_LANGUAGES", ..]
+        )
+}
+
+/// Parses a script statement ([`is_script_ddl`] said yes).
+pub(crate) fn parse(text: &str) -> Result<ScriptDdl, DdlError> {
+    let mut t = Tokens::new(text);
+    let first = t.expect_word()?;
+    match first.to_ascii_uppercase().as_str() {
+        "CREATE" => parse_create(&mut t, text).map(ScriptDdl::Create),
+        "DROP" => {
+            t.keyword("SCRIPT")?;
+            let if_exists = if t.peek_is("IF") {
+                t.keyword("IF")?;
+                t.keyword("EXISTS")?;
+                true
+            } else {
+                false
+            };
+            let (schema, name) = t.object_name()?;
+            t.end()?;
+            Ok(ScriptDdl::Drop {
+                schema,
+                name,
+                if_exists,
+            })
+        }
+        "ALTER" => {
+            t.keyword("SESSION")?;
+            t.keyword("SET")?;
+            t.keyword("SCRIPT_LANGUAGES")?;
+            t.symbol("=")?;
+            let value = t.string()?;
+            t.end()?;
+            Ok(ScriptDdl::SetLanguages(value))
+        }
+        _ => Err(t.error_here("expected CREATE, DROP or ALTER")),
+    }
+}
+
+fn parse_create(t: &mut Tokens<'_>, text: &str) -> Result<CreateScript, DdlError> {
+    let or_replace = if t.peek_is("OR") {
+        t.keyword("OR")?;
+        t.keyword("REPLACE")?;
+        true
+    } else {
+        false
+    };
+    let language = t.expect_word()?.to_ascii_uppercase();
+    let kind = t.expect_word()?.to_ascii_uppercase();
+    let set = match kind.as_str() {
+        "SET" => true,
+        "SCALAR" => false,
+        _ => return Err(t.error_before("expected SCALAR or SET")),
+    };
+    t.keyword("SCRIPT")?;
+    let (schema, name) = t.object_name()?;
+    t.symbol("(")?;
+    let params = if t.peek_symbol("...") {
+        t.symbol("...")?;
+        t.symbol(")")?;
+        None
+    } else {
+        Some(t.column_list(")", "parameter")?)
+    };
+    let output = match t.expect_word()?.to_ascii_uppercase().as_str() {
+        "RETURNS" => DdlOutput::Returns(t.type_text(&["AS"])?),
+        "EMITS" => {
+            t.symbol("(")?;
+            if t.peek_symbol("...") {
+                t.symbol("...")?;
+                t.symbol(")")?;
+                DdlOutput::DynamicEmits
+            } else {
+                let cols = t.column_list(")", "EMITS column")?;
+                if cols.is_empty() {
+                    return Err(t.error_before("EMITS needs at least one column"));
+                }
+                DdlOutput::Emits(cols)
+            }
+        }
+        _ => return Err(t.error_before("expected RETURNS or EMITS")),
+    };
+    t.keyword("AS")?;
+    let rest = &text[t.pos..];
+    // The body starts after AS; when nothing follows AS on its line, at the next line.
+    let body = match rest.split_once('\n') {
+        Some((same_line, after)) if same_line.trim().is_empty() => after,
+        _ => rest,
+    };
+    if !set && matches!(output, DdlOutput::Returns(_)) && params.as_ref().is_some_and(Vec::is_empty)
+    {
+        // Allowed: SCALAR scripts without parameters (e.g. `gpu_probe()`).
+    }
+    Ok(CreateScript {
+        or_replace,
+        language,
+        set,
+        schema,
+        name,
+        params,
+        output,
+        body: body.to_string(),
+        text: text.to_string(),
+    })
+}
+
+/// One token of a DDL head.
+#[derive(Debug, Clone)]
+struct Token {
+    text: String,
+    start: usize,
+    quoted: bool,
+}
+
+/// A small tokenizer for DDL heads: words, quoted identifiers, strings, symbols; skips
+/// whitespace and comments.
+struct Tokens<'a> {
+    text: &'a str,
+    pos: usize,
+    last_start: usize,
+}
+
+impl<'a> Tokens<'a> {
+    fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            pos: 0,
+            last_start: 0,
+        }
+    }
+
+    fn skip_space(&mut self) {
+        loop {
+            let rest = &self.text[self.pos..];
+            let trimmed = rest.trim_start();
+            self.pos += rest.len() - trimmed.len();
+            if trimmed.starts_with("--") {
+                self.pos += trimmed.find('\n').unwrap_or(trimmed.len());
+            } else if trimmed.starts_with("/*") {
+                self.pos += trimmed.find("*/").map_or(trimmed.len(), |i| i + 2);
+            } else {
+                return;
+            }
+        }
+    }
+
+    fn peek_token(&mut self) -> Option<Token> {
+        let saved = (self.pos, self.last_start);
+        let token = self.next_token();
+        (self.pos, self.last_start) = saved;
+        token
+    }
+
+    fn next_token(&mut self) -> Option<Token> {
+        self.skip_space();
+        let rest = &self.text[self.pos..];
+        let c = rest.chars().next()?;
+        let start = self.pos;
+        self.last_start = start;
+        let (text, len, quoted) = if c == '"' || c == '\'' {
+            let mut value = String::new();
+            let mut chars = rest.char_indices().skip(1).peekable();
+            let mut end = rest.len();
+            while let Some((i, ch)) = chars.next() {
+                if ch == c {
+                    if chars.peek().is_some_and(|&(_, n)| n == c) {
+                        value.push(c);
+                        chars.next();
+                        continue;
+                    }
+                    end = i + 1;
+                    break;
+                }
+                value.push(ch);
+            }
+            (value, end, true)
+        } else if rest.starts_with("...") {
+            ("...".to_string(), 3, false)
+        } else if c.is_alphanumeric() || c == '_' {
+            let len = rest
+                .find(|ch: char| !(ch.is_alphanumeric() || ch == '_'))
+                .unwrap_or(rest.len());
+            (rest[..len].to_string(), len, false)
+        } else {
+            (c.to_string(), c.len_utf8(), false)
+        };
+        self.pos += len;
+        Some(Token {
+            text,
+            start,
+            quoted,
+        })
+    }
+
+    fn position(&self, at: usize) -> (usize, usize) {
+        let before = &self.text[..at.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+        (line, column)
+    }
+
+    fn error_at(&self, at: usize, message: impl Into<String>) -> DdlError {
+        let (line, column) = self.position(at);
+        DdlError {
+            line,
+            column,
+            message: message.into(),
+        }
+    }
+
+    /// An error about the token just read.
+    fn error_before(&self, message: &str) -> DdlError {
+        let found = self.text[self.last_start..self.pos].to_string();
+        self.error_at(self.last_start, format!("{message}, found {found:?}"))
+    }
+
+    /// An error about the next token.
+    fn error_here(&mut self, message: &str) -> DdlError {
+        match self.peek_token() {
+            Some(tok) => self.error_at(tok.start, format!("{message}, found {:?}", tok.text)),
+            None => self.error_at(self.text.len(), format!("{message}, found the end")),
+        }
+    }
+
+    fn expect_word(&mut self) -> Result<String, DdlError> {
+        match self.peek_token() {
+            Some(tok)
+                if tok.quoted && self.text[tok.start..].starts_with('"')
+                    || tok.text.chars().all(|c| c.is_alphanumeric() || c == '_') =>
+            {
+                self.next_token();
+                Ok(tok.text)
+            }
+            _ => Err(self.error_here("expected a name")),
+        }
+    }
+
+    fn peek_is(&mut self, word: &str) -> bool {
+        self.peek_token()
+            .is_some_and(|t| !t.quoted && t.text.eq_ignore_ascii_case(word))
+    }
+
+    fn peek_symbol(&mut self, symbol: &str) -> bool {
+        self.peek_token()
+            .is_some_and(|t| !t.quoted && t.text == symbol)
+    }
+
+    fn keyword(&mut self, word: &str) -> Result<(), DdlError> {
+        if self.peek_is(word) {
+            self.next_token();
+            Ok(())
+        } else {
+            Err(self.error_here(&format!("expected {word}")))
+        }
+    }
+
+    fn symbol(&mut self, symbol: &str) -> Result<(), DdlError> {
+        if self.peek_symbol(symbol) {
+            self.next_token();
+            Ok(())
+        } else {
+            Err(self.error_here(&format!("expected {symbol:?}")))
+        }
+    }
+
+    fn string(&mut self) -> Result<String, DdlError> {
+        match self.peek_token() {
+            Some(tok) if tok.quoted && self.text[tok.start..].starts_with('\'') => {
+                self.next_token();
+                Ok(tok.text)
+            }
+            _ => Err(self.error_here("expected a quoted string")),
+        }
+    }
+
+    fn end(&mut self) -> Result<(), DdlError> {
+        while self.peek_symbol(";") {
+            self.next_token();
+        }
+        match self.peek_token() {
+            None => Ok(()),
+            Some(_) => Err(self.error_here("expected the end of the statement")),
+        }
+    }
+
+    /// A name as SQL folds it: unquoted → lower case.
+    fn name(&mut self) -> Result<String, DdlError> {
+        let quoted = self
+            .peek_token()
+            .is_some_and(|t| t.quoted && self.text[t.start..].starts_with('"'));
+        let word = self.expect_word()?;
+        Ok(if quoted {
+            word
+        } else {
+            word.to_ascii_lowercase()
+        })
+    }
+
+    fn object_name(&mut self) -> Result<(Option<String>, String), DdlError> {
+        let first = self.name()?;
+        if self.peek_symbol(".") {
+            self.next_token();
+            let second = self.name()?;
+            Ok((Some(first), second))
+        } else {
+            Ok((None, first))
+        }
+    }
+
+    /// The text of a type, up to a `,` or `)` at depth 0, or one of `stop` words.
+    fn type_text(&mut self, stop: &[&str]) -> Result<String, DdlError> {
+        let start = {
+            self.skip_space();
+            self.pos
+        };
+        let mut depth = 0usize;
+        let mut end = start;
+        while let Some(tok) = self.peek_token() {
+            if depth == 0
+                && (tok.text == ","
+                    || tok.text == ")"
+                    || stop.iter().any(|s| tok.text.eq_ignore_ascii_case(s)))
+            {
+                break;
+            }
+            match tok.text.as_str() {
+                "(" => depth += 1,
+                ")" => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            self.next_token();
+            end = self.pos;
+        }
+        let text = self.text[start..end]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if text.is_empty() {
+            return Err(self.error_here("expected a type"));
+        }
+        Ok(text)
+    }
+
+    /// `name type, name type …` up to `close`.
+    fn column_list(&mut self, close: &str, what: &str) -> Result<Vec<(String, String)>, DdlError> {
+        let mut columns = Vec::new();
+        if self.peek_symbol(close) {
+            self.next_token();
+            return Ok(columns);
+        }
+        loop {
+            let name = self
+                .name()
+                .map_err(|_| self.error_here(&format!("expected a {what} name")))?;
+            let ty = self.type_text(&[])?;
+            if columns.iter().any(|(n, _): &(String, String)| n == &name) {
+                return Err(self.error_at(self.last_start, format!("{what} {name} appears twice")));
+            }
+            columns.push((name, ty));
+            if self.peek_symbol(",") {
+                self.next_token();
+                continue;
+            }
+            self.symbol(close)?;
+            return Ok(columns);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_script_heads_are_parsed() {
+        let sql = "CREATE OR REPLACE PYTHON3 SET SCRIPT Retail.Sum_Pop(country VARCHAR(100), pop DECIMAL(18, 0))\n\
+                   EMITS (country VARCHAR(100), total DOUBLE) AS\n%env A=1;\ndef run(ctx):\n  pass";
+        let ScriptDdl::Create(c) = parse(sql).unwrap() else {
+            panic!()
+        };
+        assert!(c.or_replace && c.set);
+        assert_eq!(c.language, "PYTHON3");
+        assert_eq!(
+            (c.schema.as_deref(), c.name.as_str()),
+            (Some("retail"), "sum_pop")
+        );
+        assert_eq!(
+            c.params.unwrap(),
+            [
+                ("country".into(), "VARCHAR(100)".into()),
+                ("pop".into(), "DECIMAL(18, 0)".into())
+            ]
+        );
+        assert_eq!(
+            c.output,
+            DdlOutput::Emits(vec![
+                ("country".into(), "VARCHAR(100)".into()),
+                ("total".into(), "DOUBLE".into())
+            ])
+        );
+        assert_eq!(c.body, "%env A=1;\ndef run(ctx):\n  pass");
+        let ScriptDdl::Create(c) =
+            parse("create python3 scalar script f(...) returns double precision as return 1")
+                .unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(c.params, None);
+        assert_eq!(c.output, DdlOutput::Returns("double precision".into()));
+        assert_eq!(c.body, " return 1");
+        let ScriptDdl::Create(c) =
+            parse("create python3 scalar script g() emits (...) as\nx").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(c.output, DdlOutput::DynamicEmits);
+    }
+
+    #[test]
+    fn malformed_heads_say_what_and_where() {
+        let e = parse("CREATE PYTHON3 SCALAR SCRIPT f(x INT)\n RETRUNS INT AS\npass").unwrap_err();
+        assert_eq!((e.line, e.column), (2, 2), "{e}");
+        assert!(e.message.contains("expected RETURNS or EMITS"), "{e}");
+        let e = parse("CREATE PYTHON3 SCALAR SCRIPT f(x INT, x INT) RETURNS INT AS").unwrap_err();
+        assert!(e.message.contains("parameter x appears twice"), "{e}");
+        let e = parse("CREATE PYTHON3 SCALAR SCRIPT f(x) RETURNS INT AS").unwrap_err();
+        assert!(e.message.contains("expected a type"), "{e}");
+    }
+
+    #[test]
+    fn drop_and_alter_session() {
+        assert_eq!(
+            parse("DROP SCRIPT IF EXISTS s.f;").unwrap(),
+            ScriptDdl::Drop {
+                schema: Some("s".into()),
+                name: "f".into(),
+                if_exists: true
+            }
+        );
+        assert_eq!(
+            parse("ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3=builtin_python3 GPU_PY=/opt/py'")
+                .unwrap(),
+            ScriptDdl::SetLanguages("PYTHON3=builtin_python3 GPU_PY=/opt/py".into())
+        );
+        assert!(is_script_ddl("drop script f"));
+        assert!(is_script_ddl("alter session set script_languages='x'"));
+        assert!(!is_script_ddl("DROP TABLE f"));
+    }
+}

@@ -1,0 +1,234 @@
+//! A session's side of scripts: its `SCRIPT_LANGUAGES` (alias → runtime), the script DDL it runs,
+//! and keeping its registered script functions in step with the engine's catalog.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use accelsql_udf_runtime::script::find_python3;
+use datafusion::prelude::SessionContext;
+
+use super::catalog::{ScriptCatalog, ScriptEntry, StoredOutput};
+use super::ddl::{DdlOutput, ScriptDdl, parse};
+use super::options::take_options;
+use super::udf::{ScriptUdf, script_spec, script_udf};
+use crate::EngineError;
+
+/// The schema scripts are created in when the statement names none.
+pub(crate) const DEFAULT_SCHEMA: &str = "public";
+
+/// How an alias runs scripts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Runtime {
+    /// `builtin_python3`: the `python3` on PATH.
+    BuiltinPython3,
+    /// Another Python interpreter, e.g. a CUDA virtualenv's.
+    Interpreter(PathBuf),
+}
+
+impl std::fmt::Display for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::BuiltinPython3 => f.write_str("builtin_python3"),
+            Self::Interpreter(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// A session's script state.
+#[derive(Debug)]
+pub(crate) struct SessionScripts {
+    session_id: u64,
+    languages: Mutex<BTreeMap<String, Runtime>>,
+    /// Catalog generation last registered, and the names registered then.
+    synced: Mutex<(u64, Vec<String>)>,
+}
+
+const ACCEPTED: &str = "ALIAS=builtin_python3 (the python3 on PATH) or ALIAS=/absolute/path/to/python3, \
+                        separated by spaces, e.g. 'PYTHON3=builtin_python3 GPU_PY=/opt/venv/bin/python3'";
+
+impl SessionScripts {
+    pub(crate) fn new(session_id: u64) -> Self {
+        Self {
+            session_id,
+            languages: Mutex::new(BTreeMap::from([(
+                "PYTHON3".to_string(),
+                Runtime::BuiltinPython3,
+            )])),
+            synced: Mutex::new((0, Vec::new())),
+        }
+    }
+
+    /// `ALIAS=runtime …` as this session's languages shows it.
+    fn languages_text(&self) -> String {
+        self.languages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(alias, runtime)| format!("{alias}={runtime}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn interpreter(&self, alias: &str) -> Result<PathBuf, String> {
+        let runtime = self
+            .languages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&alias.to_ascii_uppercase())
+            .cloned();
+        match runtime {
+            Some(Runtime::BuiltinPython3) => find_python3().map_err(|e| e.to_string()),
+            Some(Runtime::Interpreter(path)) => Ok(path),
+            None => Err(format!(
+                "language alias {alias} is not defined in this session (SCRIPT_LANGUAGES = '{}')",
+                self.languages_text()
+            )),
+        }
+    }
+
+    /// Runs one script statement (`CREATE … SCRIPT`, `DROP SCRIPT`, `ALTER SESSION SET
+    /// SCRIPT_LANGUAGES`).
+    pub(crate) fn execute(
+        &self,
+        text: &str,
+        catalog: &ScriptCatalog,
+        allowed: bool,
+        taken: &dyn Fn(&str) -> bool,
+    ) -> crate::Result<()> {
+        let ddl = parse(text)?;
+        if !allowed && !matches!(ddl, ScriptDdl::SetLanguages(_)) {
+            return Err(EngineError::ScriptDefinition {
+                message: "script DDL is disabled in this engine (EngineOptions::script_ddl)".into(),
+            });
+        }
+        match ddl {
+            ScriptDdl::SetLanguages(value) => {
+                let mut languages = BTreeMap::new();
+                for pair in value.split_whitespace() {
+                    let Some((alias, runtime)) = pair.split_once('=') else {
+                        return Err(bad_languages(pair));
+                    };
+                    let alias = alias.trim().to_ascii_uppercase();
+                    if alias.is_empty()
+                        || !alias.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    {
+                        return Err(bad_languages(pair));
+                    }
+                    let runtime = match runtime {
+                        "builtin_python3" => Runtime::BuiltinPython3,
+                        path if path.starts_with('/') => Runtime::Interpreter(PathBuf::from(path)),
+                        _ => return Err(bad_languages(pair)),
+                    };
+                    languages.insert(alias, runtime);
+                }
+                // PYTHON3 works without any ALTER SESSION.
+                languages
+                    .entry("PYTHON3".to_string())
+                    .or_insert(Runtime::BuiltinPython3);
+                *self.languages.lock().unwrap_or_else(|e| e.into_inner()) = languages;
+                // Scripts pick up their interpreters again.
+                self.synced.lock().unwrap_or_else(|e| e.into_inner()).0 = 0;
+                Ok(())
+            }
+            ScriptDdl::Drop {
+                schema,
+                name,
+                if_exists,
+            } => catalog.drop_script(
+                schema.as_deref().unwrap_or(DEFAULT_SCHEMA),
+                &name,
+                if_exists,
+            ),
+            ScriptDdl::Create(create) => {
+                if !self
+                    .languages
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains_key(&create.language)
+                {
+                    return Err(EngineError::ScriptDefinition {
+                        message: format!(
+                            "unknown language alias {}; this session's SCRIPT_LANGUAGES are '{}' \
+                             (add one with ALTER SESSION SET SCRIPT_LANGUAGES = '…')",
+                            create.language,
+                            self.languages_text()
+                        ),
+                    });
+                }
+                if taken(&create.name) {
+                    return Err(EngineError::ScriptDefinition {
+                        message: format!(
+                            "a Rust UDF named {} exists; scripts cannot replace it",
+                            create.name
+                        ),
+                    });
+                }
+                let (options, code) = take_options(&create.body)?;
+                let entry = ScriptEntry {
+                    schema: create.schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_string()),
+                    name: create.name,
+                    language: create.language,
+                    set: create.set,
+                    params: create.params,
+                    output: match create.output {
+                        DdlOutput::Returns(t) => StoredOutput::Returns(t),
+                        DdlOutput::Emits(cols) => StoredOutput::Emits(cols),
+                        DdlOutput::DynamicEmits => StoredOutput::DynamicEmits,
+                    },
+                    accelerator: options.accelerator,
+                    instance_limit: options.instance_limit,
+                    env: options.env,
+                    code,
+                    text: create.text,
+                };
+                // Types and signature are checked now, not at the first call.
+                script_spec(&entry, PathBuf::new())?;
+                script_udf(&entry, PathBuf::new(), self.session_id)?;
+                catalog.create(entry, create.or_replace)
+            }
+        }
+    }
+
+    /// Registers the catalog's scripts in `ctx` if the catalog changed since the last time.
+    pub(crate) fn sync(
+        &self,
+        ctx: &SessionContext,
+        catalog: &ScriptCatalog,
+        register: &dyn Fn(&SessionContext, ScriptUdf),
+    ) {
+        let generation = catalog.generation();
+        let mut synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
+        if synced.0 == generation {
+            return;
+        }
+        for name in synced.1.drain(..) {
+            ctx.deregister_udf(&name);
+            ctx.deregister_udaf(&name);
+        }
+        for entry in catalog.entries() {
+            let interpreter = match self.interpreter(&entry.language) {
+                Ok(path) => path,
+                Err(message) => {
+                    // Registered anyway, so that a call says why it cannot run.
+                    log::warn!("script {}: {message}", entry.name);
+                    PathBuf::from(format!("<{message}>"))
+                }
+            };
+            match script_udf(&entry, interpreter, self.session_id) {
+                Ok(udf) => {
+                    register(ctx, udf);
+                    synced.1.push(entry.name.clone());
+                }
+                Err(e) => log::error!("script {} unavailable: {e}", entry.name),
+            }
+        }
+        synced.0 = generation;
+    }
+}
+
+fn bad_languages(pair: &str) -> EngineError {
+    EngineError::ScriptDefinition {
+        message: format!("SCRIPT_LANGUAGES entry {pair:?} is not understood; accepted: {ACCEPTED}"),
+    }
+}

@@ -1,0 +1,13 @@
+//! UDF scripts (`CREATE <LANG> SCALAR|SET SCRIPT … AS <body> /`): the DDL accelsql parses
+//! itself, the script catalog, and the adapters that run scripts as UDFs.
+
+mod catalog;
+mod ddl;
+mod languages;
+mod options;
+mod udf;
+
+pub(crate) use catalog::{ScriptCatalog, ScriptEntry};
+pub(crate) use ddl::is_script_ddl;
+pub(crate) use languages::SessionScripts;
+pub(crate) use udf::ScriptUdf;

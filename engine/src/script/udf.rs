@@ -1,0 +1,229 @@
+//! A stored script as a UDF of one session: its signature as DataFusion sees it, and kernels that
+//! run it in the instance's Python worker (started on the instance's first run, reused for every
+//! batch or group of the call, finished when the statement ends).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use accelsql_udf_runtime::script::{
+    ColumnSpec, PythonWorker, ScriptInputType, ScriptOutput, ScriptSpec, SqlType, WorkerContext,
+};
+use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
+use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::logical_expr::ColumnarValue;
+
+use super::catalog::{ScriptEntry, StoredOutput};
+use crate::{EngineError, ScalarUdf, SetUdf};
+
+/// A script, ready to register in a session.
+pub(crate) enum ScriptUdf {
+    /// SCALAR … RETURNS.
+    Scalar(ScalarUdf),
+    /// SET …, or SCALAR … EMITS.
+    Set(SetUdf),
+}
+
+fn definition_error(entry: &ScriptEntry, message: impl std::fmt::Display) -> EngineError {
+    EngineError::ScriptDefinition {
+        message: format!("script {}.{}: {message}", entry.schema, entry.name),
+    }
+}
+
+/// The runtime's view of `entry`: types parsed, interpreter chosen.
+pub(crate) fn script_spec(entry: &ScriptEntry, interpreter: PathBuf) -> crate::Result<ScriptSpec> {
+    let parse = |ty: &str| SqlType::parse(ty).map_err(|e| definition_error(entry, e));
+    let columns = |cols: &[(String, String)]| {
+        cols.iter()
+            .map(|(name, ty)| Ok(ColumnSpec::new(name.clone(), parse(ty)?)))
+            .collect::<crate::Result<Vec<_>>>()
+    };
+    let output = match &entry.output {
+        StoredOutput::Returns(ty) => ScriptOutput::Returns(parse(ty)?),
+        StoredOutput::Emits(cols) => ScriptOutput::Emits(columns(cols)?),
+        StoredOutput::DynamicEmits => {
+            return Err(definition_error(
+                entry,
+                "EMITS (...) (columns given at the call site) is not supported yet; declare the \
+                 EMITS columns",
+            ));
+        }
+    };
+    Ok(ScriptSpec {
+        schema: entry.schema.clone(),
+        name: entry.name.clone(),
+        language: entry.language.clone(),
+        interpreter,
+        input_type: if entry.set {
+            ScriptInputType::Set
+        } else {
+            ScriptInputType::Scalar
+        },
+        inputs: entry.params.as_deref().map(columns).transpose()?,
+        output,
+        body: entry.code.clone(),
+        env: entry.env.clone(),
+    })
+}
+
+/// Builds the UDF of `entry` for a session (`session_id`), running it with `interpreter`.
+pub(crate) fn script_udf(
+    entry: &ScriptEntry,
+    interpreter: PathBuf,
+    session_id: u64,
+) -> crate::Result<ScriptUdf> {
+    let spec = Arc::new(script_spec(entry, interpreter)?);
+    let request = match &entry.accelerator {
+        Some(text) => AcceleratorRequest::parse(text)?,
+        None => AcceleratorRequest::None,
+    };
+    let runner = Arc::new(ScriptRunner {
+        spec: Arc::clone(&spec),
+        session_id,
+    });
+    let input_types: Option<Vec<DataType>> = spec
+        .inputs
+        .as_ref()
+        .map(|cols| cols.iter().map(|c| c.sql_type.arrow_type()).collect());
+    match (&spec.output, spec.input_type) {
+        (ScriptOutput::Returns(ty), ScriptInputType::Scalar) => {
+            let mut builder = ScalarUdf::builder(&entry.name)
+                .returns(ty.arrow_type())
+                .accelerator_request(request);
+            builder = match input_types {
+                Some(types) => builder.inputs(types),
+                None => builder.variadic(),
+            };
+            if let Some(limit) = entry.instance_limit {
+                builder = builder.instance_limit(limit);
+            }
+            let kernel = Arc::clone(&runner);
+            let udf = builder
+                .cpu(
+                    move |ctx: &InstanceContext, rows: usize, args: &[ColumnarValue]| {
+                        let arrays = args
+                            .iter()
+                            .map(|a| a.to_array(rows))
+                            .collect::<datafusion::error::Result<Vec<_>>>()?;
+                        let mut out = kernel.run(ctx, rows, &arrays)?;
+                        if out.len() != 1 {
+                            return Err(EngineError::BadUdfResult {
+                                udf: kernel.spec.qualified_name(),
+                                message: format!("{} columns for RETURNS", out.len()),
+                            }
+                            .into_datafusion());
+                        }
+                        Ok(out.remove(0))
+                    },
+                )
+                .build()?;
+            Ok(ScriptUdf::Scalar(udf))
+        }
+        (output, input_type) => {
+            let mut builder = SetUdf::builder(&entry.name).accelerator_request(request);
+            if input_type == ScriptInputType::Scalar {
+                builder = builder.scalar_input();
+            }
+            builder = match input_types {
+                Some(types) => builder.inputs(types),
+                None => builder.variadic(),
+            };
+            builder = match output {
+                ScriptOutput::Returns(ty) => builder.returns(ty.arrow_type()),
+                ScriptOutput::Emits(cols) => builder.emits(
+                    cols.iter()
+                        .map(|c| Field::new(&c.name, c.sql_type.arrow_type(), true)),
+                ),
+            };
+            if let Some(limit) = entry.instance_limit {
+                builder = builder.instance_limit(limit);
+            }
+            let kernel = Arc::clone(&runner);
+            let udf = builder
+                .cpu(
+                    move |ctx: &InstanceContext, rows: usize, args: &[ArrayRef]| {
+                        kernel.run(ctx, rows, args)
+                    },
+                )
+                .build()?;
+            Ok(ScriptUdf::Set(udf))
+        }
+    }
+}
+
+/// Runs a script on the worker of the instance it is given.
+struct ScriptRunner {
+    spec: Arc<ScriptSpec>,
+    session_id: u64,
+}
+
+/// The worker kept in an instance's storage; finished (its `cleanup()` run) when the call's
+/// instances are dropped at the end of the statement.
+struct WorkerSlot(Option<PythonWorker>);
+
+impl Drop for WorkerSlot {
+    fn drop(&mut self) {
+        if let Some(worker) = self.0.take()
+            && let Err(e) = worker.finish()
+        {
+            log::warn!("script cleanup failed: {e}");
+        }
+    }
+}
+
+impl ScriptRunner {
+    fn run(
+        &self,
+        ctx: &InstanceContext,
+        rows: usize,
+        args: &[ArrayRef],
+    ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        let mut storage = ctx.storage.lock();
+        let slot = match storage
+            .as_mut()
+            .and_then(|s| s.downcast_mut::<WorkerSlot>())
+        {
+            Some(slot) => slot,
+            None => {
+                let types: Vec<DataType> = args.iter().map(|a| a.data_type().clone()).collect();
+                let worker = PythonWorker::start(
+                    Arc::clone(&self.spec),
+                    WorkerContext {
+                        session_id: self.session_id,
+                        statement_id: ctx.statement_id,
+                        node_count: 1,
+                        node_id: ctx.node_id,
+                        vm_id: ctx.instance_id,
+                        device: ctx.device.clone(),
+                    },
+                    &types,
+                    ctx.run_timeout,
+                )
+                .map_err(|e| EngineError::from(e).into_datafusion())?;
+                *storage = Some(Box::new(WorkerSlot(Some(worker))));
+                storage
+                    .as_mut()
+                    .and_then(|s| s.downcast_mut::<WorkerSlot>())
+                    .ok_or_else(|| {
+                        datafusion::error::DataFusionError::Internal(
+                            "script worker slot vanished".into(),
+                        )
+                    })?
+            }
+        };
+        let Some(worker) = slot.0.as_mut() else {
+            return Err(datafusion::error::DataFusionError::Internal(
+                "script worker already finished".into(),
+            ));
+        };
+        match worker.run(rows, args) {
+            Ok(columns) => Ok(columns),
+            Err(e) => {
+                // A failed run leaves the worker unusable (crashed, killed, or mid-protocol): drop
+                // it without cleanup, which kills and reaps the process.
+                drop(slot.0.take());
+                Err(EngineError::from(e).into_datafusion())
+            }
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! Python script UDFs through SQL: DDL, the catalog and its persistence, running scripts in
+//! worker processes, pinning, and faults.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
+
+use accelsql_engine::datafusion::arrow::array::{Array, RecordBatch, StringArray};
+use accelsql_engine::datafusion::arrow::datatypes::DataType;
+use accelsql_engine::{Engine, EngineOptions, SchedulerConfig, Session};
+
+fn engine(gpus: usize) -> Engine {
+    Engine::with_config(SchedulerConfig::default().with_simulated_gpus(gpus)).unwrap()
+}
+
+fn flat(batches: &[RecordBatch]) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in batches {
+        let cols: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| accelsql_engine::datafusion::arrow::compute::cast(c, &DataType::Utf8).unwrap())
+            .collect();
+        for r in 0..b.num_rows() {
+            let row: Vec<String> = cols
+                .iter()
+                .map(|c| {
+                    let c = c.as_any().downcast_ref::<StringArray>().unwrap();
+                    if c.is_null(r) {
+                        "NULL".into()
+                    } else {
+                        c.value(r).to_string()
+                    }
+                })
+                .collect();
+            out.push(row.join("|"));
+        }
+    }
+    out
+}
+
+async fn run(s: &Session, sql: &str) -> Vec<String> {
+    match s.sql(sql).await {
+        Ok(b) => flat(&b),
+        Err(e) => panic!("{sql}\n{e}"),
+    }
+}
+
+const CITIES: &str = "CREATE TABLE cities(name VARCHAR, country VARCHAR, population BIGINT) AS VALUES \
+    ('Berlin', 'DE', 3645000), ('Hamburg', 'DE', 1841000), ('Paris', 'FR', 2161000), \
+    ('Lyon', 'FR', 513000), ('Madrid', 'ES', 3223000)";
+
+#[tokio::test]
+async fn scalar_and_set_scripts_run_in_python() {
+    let s = engine(0).session();
+    run(&s, CITIES).await;
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT shout(name VARCHAR(100)) RETURNS VARCHAR(200) AS\n\
+         def run(ctx):\n    return ctx.name.upper() + '!'\n/",
+    )
+    .await;
+    assert_eq!(
+        run(&s, "SELECT shout(name) FROM cities ORDER BY name LIMIT 2").await,
+        ["BERLIN!", "HAMBURG!"]
+    );
+    run(
+        &s,
+        "CREATE PYTHON3 SET SCRIPT pop_sum(country VARCHAR(10), population BIGINT)\n\
+         EMITS (country VARCHAR(10), total BIGINT) AS\n\
+         def run(ctx):\n    total = 0\n    c = ctx.country\n    while True:\n        total += ctx.population\n        if not ctx.next():\n            break\n    ctx.emit(c, total)\n/",
+    )
+    .await;
+    assert_eq!(
+        run(
+            &s,
+            "SELECT pop_sum(country, population) FROM cities GROUP BY country ORDER BY country"
+        )
+        .await,
+        ["DE|5486000", "ES|3223000", "FR|2674000"]
+    );
+    let scripts = run(
+        &s,
+        "SELECT name, kind, language FROM accelsql.scripts ORDER BY name",
+    )
+    .await;
+    assert_eq!(
+        scripts,
+        ["pop_sum|SET EMITS|PYTHON3", "shout|SCALAR RETURNS|PYTHON3"]
+    );
+}
+
+#[tokio::test]
+async fn scripts_persist_in_the_data_directory_and_damage_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = || EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+        data_dir: Some(dir.path().to_path_buf()),
+        ..EngineOptions::default()
+    };
+    {
+        let s = Engine::with_options(options()).unwrap().session();
+        run(
+            &s,
+            "CREATE PYTHON3 SCALAR SCRIPT twice(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    return 2 * ctx.x\n/",
+        )
+        .await;
+    }
+    // A new engine (a restart) finds it.
+    let s = Engine::with_options(options()).unwrap().session();
+    assert_eq!(run(&s, "SELECT twice(21)").await, ["42"]);
+    run(&s, "DROP SCRIPT twice").await;
+    let e = s.sql("SELECT twice(21)").await.unwrap_err();
+    assert_eq!(e.code(), "42000", "{e}");
+    std::fs::write(dir.path().join("scripts.json"), "{ not json").unwrap();
+    let e = Engine::with_options(options()).unwrap_err();
+    assert_eq!(e.code(), "58E01", "{e}");
+    assert!(e.to_string().contains("damaged"), "{e}");
+}
+
+#[tokio::test]
+async fn python_errors_name_the_script_line_and_exception() {
+    let s = engine(0).session();
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT typo(x BIGINT) RETURNS BIGINT AS\n\
+         %perNodeAndCallInstanceLimit 1;\n\
+         def run(ctx):\n    y = ctx.x\n    return yy\n/",
+    )
+    .await;
+    let e = s.sql("SELECT typo(1)").await.unwrap_err();
+    let message = e.to_string();
+    assert_eq!(e.code(), "22U10", "{message}");
+    assert!(message.contains("typo"), "{message}");
+    assert!(message.contains("NameError"), "{message}");
+    // Line 4 of the body as the user wrote it (the option line still counts).
+    assert!(message.contains("line 4"), "{message}");
+    // The session is still usable, and the lease is free.
+    assert_eq!(run(&s, "SELECT 1").await, ["1"]);
+}
+
+#[tokio::test]
+async fn a_crashing_worker_fails_only_its_statement_and_releases_the_devices() {
+    let s = engine(1).session();
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT die(x BIGINT) RETURNS BIGINT AS\n\
+         %perInstanceRequiredAcceleratorDevices GpuNvidia;\n\
+         import os\ndef run(ctx):\n    os._exit(3)\n/",
+    )
+    .await;
+    let e = s.sql("SELECT die(1)").await.unwrap_err();
+    assert_eq!(e.code(), "58U11", "{e}");
+    assert!(e.to_string().contains("exited with code 3"), "{e}");
+    assert_eq!(
+        run(
+            &s,
+            "SELECT count(*) FROM accelsql.gpu_leases WHERE state = 'held'"
+        )
+        .await,
+        ["0"]
+    );
+    // Another session runs a GPU script right after.
+    let other = s.engine().session();
+    run(
+        &other,
+        "CREATE PYTHON3 SCALAR SCRIPT fine() RETURNS BIGINT AS\n\
+         %perInstanceRequiredAcceleratorDevices GpuNvidia;\ndef run(ctx):\n    return 7\n/",
+    )
+    .await;
+    assert_eq!(run(&other, "SELECT fine()").await, ["7"]);
+}
+
+#[tokio::test]
+async fn udf_timeout_kills_a_run_that_takes_too_long() {
+    let s = engine(0).session();
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT nap(x DOUBLE) RETURNS DOUBLE AS\n\
+         import time\ndef run(ctx):\n    time.sleep(ctx.x)\n    return ctx.x\n/",
+    )
+    .await;
+    run(&s, "SET accelsql.udf_timeout = '300ms'").await;
+    let started = std::time::Instant::now();
+    let e = s.sql("SELECT nap(20.0)").await.unwrap_err();
+    assert_eq!(e.code(), "57U12", "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    run(&s, "RESET accelsql.udf_timeout").await;
+    assert_eq!(run(&s, "SELECT nap(0.01)").await, ["0.01"]);
+}
+
+#[tokio::test]
+async fn instances_see_only_their_pinned_device() {
+    let engine = engine(2);
+    accelsql_engine::testing::register_fixtures(&engine).unwrap();
+    let s = engine.session();
+    run(&s, CITIES).await;
+    run(
+        &s,
+        "CREATE PYTHON3 SET SCRIPT where_am_i(country VARCHAR(10)) EMITS (country VARCHAR(10), cuda VARCHAR(100), nvidia VARCHAR(100)) AS\n\
+         %perInstanceRequiredAcceleratorDevices GpuNvidia|None;\n\
+         %perNodeAndCallInstanceLimit 2;\n\
+         import os\n\
+         def run(ctx):\n    ctx.emit(ctx.country, os.environ.get('CUDA_VISIBLE_DEVICES'), os.environ.get('NVIDIA_VISIBLE_DEVICES', '<unset>'))\n/",
+    )
+    .await;
+    let rows = run(
+        &s,
+        "SELECT where_am_i(country) FROM cities GROUP BY iproc(), country ORDER BY country",
+    )
+    .await;
+    let devices: std::collections::BTreeSet<String> = rows
+        .iter()
+        .map(|r| r.split('|').nth(1).unwrap().to_string())
+        .collect();
+    assert_eq!(devices.len(), 2, "{rows:?}");
+    for row in &rows {
+        let cols: Vec<_> = row.split('|').collect();
+        assert_eq!(cols[1], cols[2], "{row}");
+    }
+    // On the CPU (the optional call loses the GPUs to a required one), no GPU is visible.
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT cpu_env() RETURNS VARCHAR(100) AS\n\
+         %perInstanceRequiredAcceleratorDevices GpuNvidia|None;\nimport os\n\
+         def run(ctx):\n    return repr(os.environ.get('CUDA_VISIBLE_DEVICES')) + ' ' + os.environ.get('NVIDIA_VISIBLE_DEVICES', '<unset>')\n/",
+    )
+    .await;
+    let rows = run(
+        &s,
+        "SELECT cpu_env() AS a, gpu_probe_required() AS b FROM (VALUES (1))",
+    )
+    .await;
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].starts_with("'' <unset>|"), "{rows:?}");
+}
+
+#[tokio::test]
+async fn malformed_script_ddl_is_a_clear_error() {
+    let s = engine(0).session();
+    let ok = "CREATE PYTHON3 SCALAR SCRIPT f(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    return 1\n/";
+    run(&s, ok).await;
+    for (sql, want) in [
+        (ok, "already exists; use CREATE OR REPLACE"),
+        (
+            "CREATE PYTHON3 SCALAR SCRIPT g(x BIGINT) RETRUNS BIGINT AS\npass\n/",
+            "line 1, column 42: expected RETURNS or EMITS",
+        ),
+        (
+            "CREATE R SCALAR SCRIPT g(x BIGINT) RETURNS BIGINT AS\npass\n/",
+            "unknown language alias R",
+        ),
+        (
+            "CREATE PYTHON3 SCALAR SCRIPT g(x BLOB) RETURNS BIGINT AS\npass\n/",
+            "BLOB",
+        ),
+        (
+            "CREATE PYTHON3 SCALAR SCRIPT g(x BIGINT) RETURNS BIGINT AS\n%perInstanceLimit 2;\npass\n/",
+            "unknown script option %perInstanceLimit",
+        ),
+        ("DROP SCRIPT nope", "does not exist"),
+        (
+            "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3=python3'",
+            "ALIAS=builtin_python3",
+        ),
+    ] {
+        let e = s.sql(sql).await.unwrap_err();
+        assert!(e.to_string().contains(want), "{sql}\n{e}");
+        assert!(["42E03", "42U15"].contains(&e.code()), "{sql}\n{e}");
+    }
+    run(&s, "DROP SCRIPT IF EXISTS nope").await;
+    // A path alias runs scripts with that interpreter.
+    let python = accelsql_engine::udf_runtime::script::find_python3().unwrap();
+    run(
+        &s,
+        &format!(
+            "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3=builtin_python3 MYPY={}'",
+            python.display()
+        ),
+    )
+    .await;
+    run(
+        &s,
+        "CREATE MYPY SCALAR SCRIPT lang() RETURNS VARCHAR(20) AS\ndef run(ctx):\n    return exa.meta.script_language\n/",
+    )
+    .await;
+    assert_eq!(run(&s, "SELECT lang()").await, ["MYPY"]);
+    // Script DDL can be turned off for untrusted SQL.
+    let locked = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+        script_ddl: false,
+        ..EngineOptions::default()
+    })
+    .unwrap()
+    .session();
+    let e = locked.sql(ok).await.unwrap_err();
+    assert!(e.to_string().contains("script DDL is disabled"), "{e}");
+}

@@ -1,0 +1,245 @@
+//! Finding `python3` (`builtin_python3`), checking its version, and the command line that
+//! starts the embedded worker module with it.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use crate::{Result, RuntimeError};
+
+/// The worker module, compiled into the binary so that it works from any directory.
+pub(crate) const WORKER_SOURCE: &str = include_str!("../../python/accelsql_worker.py");
+
+/// The oldest Python the worker runs on.
+pub const MIN_PYTHON: (u32, u32) = (3, 8);
+
+/// Exit code of the bootstrap when the interpreter is older than [`MIN_PYTHON`].
+pub(crate) const EXIT_TOO_OLD: i32 = 86;
+
+/// Checks the version (with syntax even Python 2 reads), drops the current directory from
+/// `sys.path` (a stray `struct.py` there must not shadow the standard library), then imports the
+/// worker from the cache directory `argv[1]`, so that its bytecode is cached in `__pycache__`.
+const BOOTSTRAP_CACHED: &str = "import sys
+if sys.version_info < (3, 8):
+    sys.stderr.write('accelsql: Python UDFs need Python 3.8 or newer; %s is Python %s\\n' % (sys.executable, sys.version.split()[0]))
+    sys.exit(86)
+sys.path[:] = [p for p in sys.path if p not in ('', '.')]
+sys.path.insert(0, sys.argv.pop(1))
+import accelsql_worker
+";
+
+/// As [`BOOTSTRAP_CACHED`], with the worker's source in `argv[1]` (when no cache directory can
+/// be used; costs a compile of the module per start).
+const BOOTSTRAP_INLINE: &str = "import sys
+if sys.version_info < (3, 8):
+    sys.stderr.write('accelsql: Python UDFs need Python 3.8 or newer; %s is Python %s\\n' % (sys.executable, sys.version.split()[0]))
+    sys.exit(86)
+sys.path[:] = [p for p in sys.path if p not in ('', '.')]
+_src = sys.argv.pop(1)
+exec(compile(_src, '<accelsql worker>', 'exec'), {'__name__': 'accelsql_worker'})
+";
+
+/// Finds `python3` on `PATH` (what the `builtin_python3` runtime means), checks that it is
+/// Python 3.8 or newer, and returns the interpreter it really is (`sys.executable`; a pyenv shim
+/// or wrapper script resolves to the binary behind it, which starts much faster).
+pub fn find_python3() -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let candidate = std::env::split_paths(&path)
+        .map(|dir| dir.join("python3"))
+        .find(|p| is_executable(p))
+        .ok_or_else(|| RuntimeError::InterpreterStart {
+            interpreter: PathBuf::from("python3"),
+            message: "no python3 on PATH; install Python 3.8 or newer, or point the script \
+                      language alias at an interpreter (ALTER SESSION SET SCRIPT_LANGUAGES)"
+                .to_string(),
+        })?;
+    let version = PythonVersion::of(&candidate)?;
+    Ok(version.executable)
+}
+
+fn is_executable(p: &Path) -> bool {
+    fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// An interpreter's version, as it reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PythonVersion {
+    /// `sys.version_info.major`.
+    pub major: u32,
+    /// `sys.version_info.minor`.
+    pub minor: u32,
+    /// `sys.version_info.micro`.
+    pub micro: u32,
+    /// `sys.implementation.name`, e.g. `cpython`.
+    pub implementation: String,
+    /// `sys.executable`: the binary that runs (or the path asked for, when it reports none).
+    pub executable: PathBuf,
+}
+
+impl PythonVersion {
+    /// Runs `interpreter` once to ask its version; fails (58U14) when it cannot be run or is older
+    /// than [`MIN_PYTHON`].
+    pub fn of(interpreter: &Path) -> Result<Self> {
+        let err = |message: String| RuntimeError::InterpreterStart {
+            interpreter: interpreter.to_path_buf(),
+            message,
+        };
+        let mut cmd = Command::new(interpreter);
+        cmd.arg("-c")
+            // Python 2 must be able to answer too, to be told it is too old.
+            .arg(
+                "import sys; v = sys.version_info; sys.stdout.write('%d %d %d\\n%s\\n%s\\n' % \
+                 (v[0], v[1], v[2], getattr(getattr(sys, 'implementation', None), 'name', \
+                 'python'), sys.executable or ''))",
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env_clear();
+        for var in ["PATH", "HOME", "LANG"] {
+            if let Some(v) = std::env::var_os(var) {
+                cmd.env(var, v);
+            }
+        }
+        let out = cmd
+            .output()
+            .map_err(|e| err(format!("it cannot be run: {e}")))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let mut lines = stdout.lines();
+        let nums: Vec<u32> = lines
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|s| s.parse().ok())
+            .collect();
+        let (&[major, minor, micro], true) = (nums.as_slice(), out.status.success()) else {
+            return Err(err(format!(
+                "it did not report a Python version ({}): {}",
+                super::process::describe_exit(out.status),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        };
+        let implementation = lines.next().unwrap_or("python").trim().to_string();
+        let executable = match lines.next().map(str::trim) {
+            Some(p) if !p.is_empty() && Path::new(p).is_absolute() => PathBuf::from(p),
+            _ => interpreter.to_path_buf(),
+        };
+        if (major, minor) < MIN_PYTHON {
+            return Err(err(format!(
+                "it is Python {major}.{minor}.{micro}; Python UDFs need {}.{} or newer",
+                MIN_PYTHON.0, MIN_PYTHON.1
+            )));
+        }
+        Ok(Self {
+            major,
+            minor,
+            micro,
+            implementation,
+            executable,
+        })
+    }
+}
+
+/// The arguments after the interpreter's path that start a worker.
+pub(crate) fn worker_args() -> Vec<OsString> {
+    match cached_worker_dir() {
+        Some(dir) => vec![
+            "-c".into(),
+            BOOTSTRAP_CACHED.into(),
+            dir.clone().into_os_string(),
+        ],
+        None => vec!["-c".into(), BOOTSTRAP_INLINE.into(), WORKER_SOURCE.into()],
+    }
+}
+
+/// `<tmp>/accelsql-<uid>/worker-<hash>/` holding `accelsql_worker.py`, written once per process
+/// and version of the module; `None` when it cannot be made safely (then the source is passed
+/// inline). The per-user directory must be ours and not writable by others, since its code runs.
+fn cached_worker_dir() -> Option<&'static PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| prepare_worker_dir(&std::env::temp_dir()).ok())
+        .as_ref()
+}
+
+fn prepare_worker_dir(tmp: &Path) -> std::io::Result<PathBuf> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let base = tmp.join(format!("accelsql-{uid}"));
+    ensure_private_dir(&base, uid)?;
+    let dir = base.join(format!("worker-{:016x}", fnv1a(WORKER_SOURCE.as_bytes())));
+    ensure_private_dir(&dir, uid)?;
+    let file = dir.join("accelsql_worker.py");
+    if fs::read(&file).ok().as_deref() != Some(WORKER_SOURCE.as_bytes()) {
+        let tmp_file = dir.join(format!(".accelsql_worker.{}.tmp", std::process::id()));
+        let mut f = fs::File::create(&tmp_file)?;
+        f.write_all(WORKER_SOURCE.as_bytes())?;
+        f.sync_all()?;
+        fs::rename(&tmp_file, &file)?;
+    }
+    Ok(dir)
+}
+
+fn ensure_private_dir(dir: &Path, uid: u32) -> std::io::Result<()> {
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = fs::symlink_metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a private directory of this user",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_python3_and_checks_its_version() {
+        let exe = find_python3().unwrap();
+        assert!(exe.is_absolute(), "{}", exe.display());
+        let v = PythonVersion::of(&exe).unwrap();
+        assert!((v.major, v.minor) >= MIN_PYTHON);
+    }
+
+    #[test]
+    fn a_missing_interpreter_is_58u14() {
+        let e = PythonVersion::of(Path::new("/nonexistent/python3")).unwrap_err();
+        assert_eq!(e.code(), "58U14");
+        let e = PythonVersion::of(Path::new("/bin/false")).unwrap_err();
+        assert_eq!(e.code(), "58U14", "{e}");
+    }
+
+    #[test]
+    fn the_worker_dir_is_private_and_holds_the_module() {
+        let tmp = std::env::temp_dir().join(format!("accelsql-test-{}", std::process::id()));
+        fs::create_dir_all(&tmp).unwrap();
+        let dir = prepare_worker_dir(&tmp).unwrap();
+        let src = fs::read_to_string(dir.join("accelsql_worker.py")).unwrap();
+        assert_eq!(src, WORKER_SOURCE);
+        // A second call reuses it.
+        assert_eq!(prepare_worker_dir(&tmp).unwrap(), dir);
+        // A directory others can write to is refused.
+        let base = dir.parent().unwrap();
+        fs::set_permissions(base, fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(prepare_worker_dir(&tmp).is_err());
+        fs::remove_dir_all(&tmp).unwrap();
+    }
+}

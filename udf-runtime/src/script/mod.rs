@@ -1,0 +1,39 @@
+//! Script UDFs in Python, following Exasol's UDF script model: one worker process per instance.
+//!
+//! The engine parses `CREATE PYTHON3 SCALAR|SET SCRIPT name(params) RETURNS t | EMITS (cols) AS
+//! body`, blanks the `%option` lines of the body, and describes the script with a
+//! [`ScriptSpec`]. Each instance of a call is a [`PythonWorker`]: a `python3` process running the
+//! worker module shipped in this crate (`python/accelsql_worker.py`, embedded in the binary),
+//! which runs the body's module-level code once, then `run(ctx)` per row (SCALAR) or per group
+//! (SET), and `cleanup()` at the end.
+//!
+//! The Python side is Exasol's API: `ctx.<col>`, `ctx[i]`, `ctx.next()`, `ctx.reset()`,
+//! `ctx.size()`, `ctx.emit(*values)`, `ctx.emit(DataFrame)`, `ctx.get_dataframe(num_rows,
+//! start_col)` and the global `exa.meta`; plus a vectorized form of our own: a SCALAR RETURNS
+//! script that defines `run_batch(ctx)` gets whole columns (`ctx.<col>` is a numpy array when
+//! numpy is importable, else a list; numeric and boolean columns without NULLs are typed arrays,
+//! the others object arrays with `None`) and returns one column (list, tuple, numpy array or
+//! pandas Series) — one Python call per batch instead of one per row.
+//!
+//! Values: integers ↔ `int`, DECIMAL(p,s) ↔ `decimal.Decimal` (`int` when s = 0), DOUBLE ↔
+//! `float`, BOOLEAN ↔ `bool`, VARCHAR/CHAR ↔ `str`, DATE ↔ `datetime.date`, TIMESTAMP ↔
+//! `datetime.datetime` (naive; an aware one is converted to UTC), NULL ↔ `None`. Output values are
+//! checked against the declared type: a `str` for a DOUBLE, a `bool` for a number, an integer with
+//! too many digits or a string longer than its VARCHAR fails with 22U13 naming column and value.
+//! Decimal outputs are rounded half-up to their scale, as a SQL CAST would. `emit(DataFrame)` maps
+//! pandas' missing values (NaN, NaT, None, pd.NA) to NULL; elsewhere a float NaN stays NaN.
+//!
+//! The protocol (framing and columnar encoding) is described in `wire.rs`; the error codes in
+//! [`RuntimeError`](crate::RuntimeError).
+
+mod interpreter;
+mod process;
+mod spec;
+mod sql_type;
+mod wire;
+mod worker;
+
+pub use interpreter::{MIN_PYTHON, PythonVersion, find_python3};
+pub use spec::{ColumnSpec, ScriptInputType, ScriptOutput, ScriptSpec, WorkerContext};
+pub use sql_type::SqlType;
+pub use worker::PythonWorker;

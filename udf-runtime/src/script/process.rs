@@ -1,0 +1,450 @@
+//! Worker processes: spawning them so that they die with the engine, framed I/O over their
+//! socket with deadlines, their stderr, and killing and reaping them.
+
+use std::collections::VecDeque;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::wire::{FRAME_HEADER_LEN, MAX_FRAME_LEN};
+
+/// How much of a worker's stderr is kept for error messages.
+const STDERR_TAIL_BYTES: usize = 16 * 1024;
+
+/// Why a frame could not be exchanged.
+#[derive(Debug)]
+pub(crate) enum IoEnd {
+    /// The worker closed its end: it exited or was killed.
+    Closed,
+    /// The deadline passed.
+    Timeout,
+    /// Anything else (a bad frame length, an unexpected socket error).
+    Broken(String),
+}
+
+/// A started worker: the child, the engine's end of its socket, and its stderr.
+#[derive(Debug)]
+pub(crate) struct Process {
+    child: Child,
+    sock: UnixStream,
+    stderr: Arc<StderrTail>,
+    pid: u32,
+}
+
+impl Process {
+    /// Starts `cmd` with the child's end of a new socket pair as its stdin and stdout, its stderr
+    /// captured, in its own process group, and (on Linux) killed when the engine dies.
+    pub(crate) fn spawn(mut cmd: Command) -> io::Result<Self> {
+        let (ours, theirs) = UnixStream::pair()?;
+        let theirs_out = theirs.try_clone()?;
+        cmd.stdin(Stdio::from(OwnedFd::from(theirs)))
+            .stdout(Stdio::from(OwnedFd::from(theirs_out)))
+            .stderr(Stdio::piped())
+            .process_group(0);
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: getpid has no preconditions.
+            let parent = unsafe { libc::getpid() };
+            // SAFETY: the closure runs in the forked child before exec and calls only
+            // async-signal-safe functions (prctl, getppid) and allocates nothing (the errors are
+            // built from raw OS codes).
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // The engine may have died between fork and prctl: then nobody would kill us.
+                    if libc::getppid() != parent {
+                        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = spawn_from_long_lived_thread(cmd)?;
+        let pid = child.id();
+        let stderr = Arc::new(StderrTail::default());
+        if let Some(pipe) = child.stderr.take() {
+            let tail = Arc::clone(&stderr);
+            let spawned = thread::Builder::new()
+                .name(format!("accelsql-worker-{pid}-stderr"))
+                .spawn(move || tail.drain(pipe));
+            if spawned.is_err() {
+                stderr.mark_closed();
+            }
+        } else {
+            stderr.mark_closed();
+        }
+        ours.set_nonblocking(true)?;
+        Ok(Self {
+            child,
+            sock: ours,
+            stderr,
+            pid,
+        })
+    }
+
+    /// The worker's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The last lines of the worker's stderr; waits up to `settle` for the pipe to close first,
+    /// so that what a dying worker printed last is included.
+    pub(crate) fn stderr_tail(&self, settle: Duration) -> String {
+        self.stderr.text(settle)
+    }
+
+    /// A shared handle on the stderr tail (it outlives the process).
+    pub(crate) fn stderr_handle(&self) -> Arc<StderrTail> {
+        Arc::clone(&self.stderr)
+    }
+
+    /// Sends one frame.
+    pub(crate) fn send(
+        &mut self,
+        kind: u8,
+        payload: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<(), IoEnd> {
+        let mut header = [0u8; FRAME_HEADER_LEN];
+        header[..8].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+        header[8] = kind;
+        send_all(self.sock.as_raw_fd(), &header, deadline)?;
+        send_all(self.sock.as_raw_fd(), payload, deadline)
+    }
+
+    /// Receives one frame: `(kind, payload)`.
+    pub(crate) fn recv(&mut self, deadline: Option<Instant>) -> Result<(u8, Vec<u8>), IoEnd> {
+        let mut header = [0u8; FRAME_HEADER_LEN];
+        recv_exact(&mut self.sock, &mut header, deadline)?;
+        let mut len_bytes = [0u8; 8];
+        len_bytes.copy_from_slice(&header[..8]);
+        let len = u64::from_le_bytes(len_bytes);
+        if len > MAX_FRAME_LEN {
+            return Err(IoEnd::Broken(format!(
+                "a frame of {len} bytes (the limit is {MAX_FRAME_LEN})"
+            )));
+        }
+        let mut payload = vec![0u8; len as usize];
+        recv_exact(&mut self.sock, &mut payload, deadline)?;
+        Ok((header[8], payload))
+    }
+
+    /// Waits up to `grace` for the worker to exit on its own, then kills its whole process group
+    /// (the worker and anything it started) and reaps it. Returns how it ended.
+    pub(crate) fn terminate(mut self, grace: Duration) -> ExitStatus {
+        let end = Instant::now() + grace;
+        let mut pause = Duration::from_micros(200);
+        while !self.exited_unreaped() && Instant::now() < end {
+            thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+        // The worker is not reaped yet (at worst a zombie), so its pid, which is also its process
+        // group id, cannot have been reused: the signal reaches only its group.
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe {
+            libc::kill(-(self.pid as libc::pid_t), libc::SIGKILL);
+        }
+        let _ = self.child.kill();
+        loop {
+            match self.child.wait() {
+                Ok(status) => return status,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // Only if someone else reaped it; report it as killed.
+                Err(_) => return ExitStatus::from_raw(libc::SIGKILL),
+            }
+        }
+    }
+
+    /// Whether the worker has exited (without reaping it, so its pid stays reserved).
+    fn exited_unreaped(&self) -> bool {
+        // SAFETY: siginfo_t is plain data for which all-zero is a valid value.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is a valid, writable siginfo_t; WNOWAIT leaves the child waitable.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                self.pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: waitid succeeded, so `info` is initialised; si_pid is 0 when nothing exited.
+        r == 0 && unsafe { info.si_pid() } != 0
+    }
+}
+
+/// `exited with code 3`, `was killed by signal 9 (SIGKILL)`.
+pub(crate) fn describe_exit(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exited with code {code}");
+    }
+    if let Some(sig) = status.signal() {
+        let core = if status.core_dumped() {
+            ", core dumped"
+        } else {
+            ""
+        };
+        return format!("was killed by signal {sig} ({}{core})", signal_name(sig));
+    }
+    format!("ended ({status})")
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        _ => "unknown signal",
+    }
+}
+
+/// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the process; the
+/// engine starts workers from short-lived (e.g. tokio blocking-pool) threads, so every worker is
+/// forked by one thread that lives as long as the process.
+fn spawn_from_long_lived_thread(cmd: Command) -> io::Result<Child> {
+    type Request = (Command, mpsc::SyncSender<io::Result<Child>>);
+    static SPAWNER: OnceLock<Option<Mutex<Sender<Request>>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        thread::Builder::new()
+            .name("accelsql-worker-spawner".to_string())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let result = cmd.spawn();
+                    // Close the child's ends of its pipes here, before anyone waits for EOF.
+                    drop(cmd);
+                    let _ = reply.send(result);
+                }
+            })
+            .ok()
+            .map(|_| Mutex::new(tx))
+    });
+    let Some(spawner) = spawner else {
+        let mut cmd = cmd;
+        return cmd.spawn();
+    };
+    let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+    spawner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((cmd, reply_tx))
+        .map_err(|_| io::Error::other("the worker spawner thread is gone"))?;
+    reply_rx
+        .recv()
+        .map_err(|_| io::Error::other("the worker spawner thread is gone"))?
+}
+
+fn send_all(fd: RawFd, mut data: &[u8], deadline: Option<Instant>) -> Result<(), IoEnd> {
+    while !data.is_empty() {
+        // SAFETY: `data` is a valid, initialised buffer of `data.len()` bytes and `fd` is our open
+        // socket; MSG_NOSIGNAL turns a closed peer into EPIPE instead of SIGPIPE.
+        let n = unsafe {
+            libc::send(
+                fd,
+                data.as_ptr().cast(),
+                data.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            data = &data[n as usize..];
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => wait_ready(fd, libc::POLLOUT, deadline)?,
+            io::ErrorKind::Interrupted => {}
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
+                return Err(IoEnd::Closed);
+            }
+            _ => return Err(IoEnd::Broken(format!("writing to the worker: {e}"))),
+        }
+    }
+    Ok(())
+}
+
+fn recv_exact(
+    sock: &mut UnixStream,
+    buf: &mut [u8],
+    deadline: Option<Instant>,
+) -> Result<(), IoEnd> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match sock.read(&mut buf[filled..]) {
+            Ok(0) => return Err(IoEnd::Closed),
+            Ok(n) => filled += n,
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock => wait_ready(sock.as_raw_fd(), libc::POLLIN, deadline)?,
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::ConnectionReset => return Err(IoEnd::Closed),
+                _ => return Err(IoEnd::Broken(format!("reading from the worker: {e}"))),
+            },
+        }
+    }
+    Ok(())
+}
+
+/// Waits until `fd` is ready for `events` (or hung up), or the deadline passes.
+fn wait_ready(fd: RawFd, events: libc::c_short, deadline: Option<Instant>) -> Result<(), IoEnd> {
+    loop {
+        let timeout_ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(IoEnd::Timeout);
+                }
+                // Round up, so that we never spin on a zero timeout just before the deadline.
+                left.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int
+            }
+        };
+        let mut pfd = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        // SAFETY: `pfd` is a valid pollfd that lives across the call, and nfds is 1.
+        let r = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if r > 0 {
+            return Ok(());
+        }
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(IoEnd::Broken(format!("waiting for the worker: {e}")));
+            }
+        }
+    }
+}
+
+/// The last [`STDERR_TAIL_BYTES`] a worker wrote to stderr, filled by a thread per worker.
+#[derive(Debug, Default)]
+pub(crate) struct StderrTail {
+    state: Mutex<(VecDeque<u8>, bool)>,
+    closed: Condvar,
+}
+
+impl StderrTail {
+    fn drain(&self, mut pipe: ChildStderr) {
+        let mut buf = [0u8; 4096];
+        loop {
+            match pipe.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                    state.0.extend(&buf[..n]);
+                    let excess = state.0.len().saturating_sub(STDERR_TAIL_BYTES);
+                    state.0.drain(..excess);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        self.mark_closed();
+    }
+
+    fn mark_closed(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        self.closed.notify_all();
+    }
+
+    /// The captured text (lossy UTF-8, starting at a line boundary when it was cut).
+    pub(crate) fn text(&self, settle: Duration) -> String {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let end = Instant::now() + settle;
+        while !state.1 {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = self
+                .closed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let bytes: Vec<u8> = state.0.iter().copied().collect();
+        drop(state);
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if bytes.len() >= STDERR_TAIL_BYTES
+            && let Some(nl) = text.find('\n')
+        {
+            return format!("…{}", &text[nl..]);
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_descriptions() {
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(3 << 8)),
+            "exited with code 3"
+        );
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(9)),
+            "was killed by signal 9 (SIGKILL)"
+        );
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(11 | 0x80)),
+            "was killed by signal 11 (SIGSEGV, core dumped)"
+        );
+    }
+
+    #[test]
+    fn a_process_is_killed_and_reaped_with_its_group() {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("sleep 30 & sleep 30");
+        let p = Process::spawn(cmd).unwrap();
+        let pid = p.pid();
+        thread::sleep(Duration::from_millis(50));
+        let status = p.terminate(Duration::ZERO);
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn reads_time_out_and_see_closed_peers() {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("echo oops >&2; sleep 30");
+        let mut p = Process::spawn(cmd).unwrap();
+        let start = Instant::now();
+        let r = p.recv(Some(Instant::now() + Duration::from_millis(100)));
+        assert!(matches!(r, Err(IoEnd::Timeout)), "{r:?}");
+        assert!(start.elapsed() >= Duration::from_millis(100));
+        let status = p.terminate(Duration::ZERO);
+        assert!(status.signal().is_some());
+
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("echo bye >&2; exit 3");
+        let mut p = Process::spawn(cmd).unwrap();
+        assert!(matches!(p.recv(None), Err(IoEnd::Closed)));
+        assert!(p.stderr_tail(Duration::from_secs(2)).contains("bye"));
+        let status = p.terminate(Duration::from_secs(2));
+        assert_eq!(status.code(), Some(3));
+    }
+}

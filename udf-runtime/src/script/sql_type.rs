@@ -1,0 +1,461 @@
+//! SQL types of script signatures: Exasol's type names and aliases, their display, and the Arrow
+//! type each one travels as.
+
+use std::fmt;
+
+use arrow::datatypes::{DataType, TimeUnit};
+
+use crate::{Result, RuntimeError};
+
+/// A column type of a script's parameters or outputs, as Exasol names it.
+///
+/// ```
+/// use accelsql_udf_runtime::script::SqlType;
+/// use arrow::datatypes::DataType;
+///
+/// let t = SqlType::parse("decimal(18, 2)").unwrap();
+/// assert_eq!(t, SqlType::Decimal { precision: 18, scale: 2 });
+/// assert_eq!(t.to_string(), "DECIMAL(18,2)");
+/// assert_eq!(t.arrow_type(), DataType::Decimal128(18, 2));
+/// assert_eq!(SqlType::parse("INT").unwrap().arrow_type(), DataType::Int64);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SqlType {
+    /// `BOOLEAN` (`BOOL`).
+    Boolean,
+    /// `SMALLINT`: Exasol's `DECIMAL(9,0)`; travels as Int64.
+    SmallInt,
+    /// `INTEGER` (`INT`): Exasol's `DECIMAL(18,0)`; travels as Int64.
+    Integer,
+    /// `BIGINT`: a 64-bit integer here (Exasol's is `DECIMAL(36,0)`); travels as Int64.
+    BigInt,
+    /// `DECIMAL(p,s)` (`DEC`, `NUMERIC`, `NUMBER(p,s)`), `1 <= p <= 36`, `0 <= s <= p`.
+    Decimal {
+        /// Total digits.
+        precision: u8,
+        /// Digits after the point.
+        scale: i8,
+    },
+    /// `DOUBLE` (`DOUBLE PRECISION`, `FLOAT`, `REAL`, `NUMBER` without precision).
+    Double,
+    /// `VARCHAR(n)` (`CHARACTER VARYING`, `VARCHAR2`, `NVARCHAR`; `STRING`, `CLOB` and `LONG
+    /// VARCHAR` are `VARCHAR(2000000)`); `n` counts characters.
+    Varchar(u32),
+    /// `CHAR(n)` (`CHARACTER`, `NCHAR`): blank-padded to `n` characters.
+    Char(u32),
+    /// `DATE`.
+    Date,
+    /// `TIMESTAMP` (microseconds, no time zone).
+    Timestamp,
+}
+
+impl SqlType {
+    /// Longest `VARCHAR`, in characters (Exasol's limit).
+    pub const MAX_VARCHAR: u32 = 2_000_000;
+    /// Longest `CHAR`, in characters (Exasol's limit).
+    pub const MAX_CHAR: u32 = 2_000;
+    /// Most digits of a `DECIMAL` (Exasol's limit).
+    pub const MAX_DECIMAL_PRECISION: u8 = 36;
+
+    /// Parses a type as a script signature writes it: case-insensitive, with Exasol's aliases;
+    /// a `CHARACTER SET UTF8|ASCII` (or `UTF8`, `ASCII`) suffix is accepted and ignored.
+    pub fn parse(text: &str) -> Result<Self> {
+        let err = |message: String| RuntimeError::InvalidSqlType {
+            text: text.to_string(),
+            message,
+        };
+        let upper = text.trim().to_ascii_uppercase();
+        let (head, args, tail) = match upper.find('(') {
+            Some(open) => {
+                let close = upper[open..]
+                    .find(')')
+                    .map(|c| open + c)
+                    .ok_or_else(|| err("missing ')'".to_string()))?;
+                let mut args = Vec::new();
+                for part in upper[open + 1..close].split(',') {
+                    let part = part.trim();
+                    let n = part.parse::<u32>().map_err(|_| {
+                        err(format!("'{part}' is not a length, precision or scale"))
+                    })?;
+                    args.push(n);
+                }
+                (
+                    upper[..open].to_string(),
+                    Some(args),
+                    upper[close + 1..].to_string(),
+                )
+            }
+            None => (upper.clone(), None, String::new()),
+        };
+        let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut head = words(&head);
+        let mut tail = words(&tail);
+        for suffix in ["CHARACTER SET UTF8", "CHARACTER SET ASCII", "UTF8", "ASCII"] {
+            if args.is_some() {
+                if tail == suffix {
+                    tail.clear();
+                }
+            } else if let Some(rest) = head.strip_suffix(suffix)
+                && rest.ends_with(' ')
+            {
+                head = rest.trim_end().to_string();
+            }
+        }
+        if !tail.is_empty() {
+            return Err(err(format!("unexpected '{tail}' after the type")));
+        }
+        let no_args = |t: SqlType| match &args {
+            None => Ok(t),
+            Some(_) => Err(err(format!("{head} takes no length or precision"))),
+        };
+        let one_arg = |name: &str| -> Result<Option<u32>> {
+            match args.as_deref() {
+                None => Ok(None),
+                Some([n]) => Ok(Some(*n)),
+                Some(_) => Err(err(format!("{name} takes one length, e.g. {name}(100)"))),
+            }
+        };
+        let decimal = |p: u32, s: u32| -> Result<SqlType> {
+            if p == 0 || p > u32::from(Self::MAX_DECIMAL_PRECISION) {
+                return Err(err(format!(
+                    "the precision of a DECIMAL must be 1 to {}, not {p}",
+                    Self::MAX_DECIMAL_PRECISION
+                )));
+            }
+            if s > p {
+                return Err(err(format!(
+                    "the scale of DECIMAL({p},{s}) is larger than its precision"
+                )));
+            }
+            Ok(SqlType::Decimal {
+                precision: p as u8,
+                scale: s as i8,
+            })
+        };
+        let varchar = |n: u32| -> Result<SqlType> {
+            if n == 0 || n > Self::MAX_VARCHAR {
+                return Err(err(format!(
+                    "the length of a VARCHAR must be 1 to {}, not {n}",
+                    Self::MAX_VARCHAR
+                )));
+            }
+            Ok(SqlType::Varchar(n))
+        };
+        match head.as_str() {
+            "BOOLEAN" | "BOOL" => no_args(SqlType::Boolean),
+            "TINYINT" => no_args(SqlType::Decimal {
+                precision: 3,
+                scale: 0,
+            }),
+            "SMALLINT" | "SHORTINT" => no_args(SqlType::SmallInt),
+            "INT" | "INTEGER" => no_args(SqlType::Integer),
+            "BIGINT" => no_args(SqlType::BigInt),
+            "DECIMAL" | "DEC" | "NUMERIC" | "NUMBER" => match args.as_deref() {
+                None if head == "NUMBER" => Ok(SqlType::Double),
+                None => decimal(18, 0),
+                Some([p]) => decimal(*p, 0),
+                Some([p, s]) => decimal(*p, *s),
+                Some(_) => Err(err(format!("{head} takes a precision and a scale, e.g. {head}(18,2)"))),
+            },
+            "DOUBLE" | "DOUBLE PRECISION" | "REAL" => no_args(SqlType::Double),
+            // FLOAT(p): the precision is accepted and ignored, as Exasol does.
+            "FLOAT" => Ok(SqlType::Double),
+            "VARCHAR" | "CHARACTER VARYING" | "CHAR VARYING" | "VARCHAR2" | "NVARCHAR"
+            | "NVARCHAR2" => match one_arg(&head)? {
+                Some(n) => varchar(n),
+                None => Err(err(format!(
+                    "{head} needs a length, e.g. VARCHAR(100) (or use STRING for VARCHAR({}))",
+                    Self::MAX_VARCHAR
+                ))),
+            },
+            "STRING" | "CLOB" | "NCLOB" | "LONG VARCHAR" => no_args(SqlType::Varchar(Self::MAX_VARCHAR)),
+            "CHAR" | "CHARACTER" | "NCHAR" => {
+                let n = one_arg(&head)?.unwrap_or(1);
+                if n == 0 || n > Self::MAX_CHAR {
+                    return Err(err(format!(
+                        "the length of a CHAR must be 1 to {}, not {n}",
+                        Self::MAX_CHAR
+                    )));
+                }
+                Ok(SqlType::Char(n))
+            }
+            "DATE" => no_args(SqlType::Date),
+            // TIMESTAMP(p): fractional-second precision, accepted and ignored (we keep microseconds).
+            "TIMESTAMP" | "DATETIME" => match one_arg("TIMESTAMP")? {
+                Some(p) if p > 9 => Err(err(format!(
+                    "the precision of a TIMESTAMP must be 0 to 9, not {p}"
+                ))),
+                _ => Ok(SqlType::Timestamp),
+            },
+            "TIMESTAMP WITH LOCAL TIME ZONE" => Err(err(
+                "TIMESTAMP WITH LOCAL TIME ZONE is not supported in script signatures; use TIMESTAMP"
+                    .to_string(),
+            )),
+            "" => Err(err("no type given".to_string())),
+            other => Err(err(format!(
+                "unknown type {other}; script signatures accept BOOLEAN, SMALLINT, INTEGER, BIGINT, \
+                 DECIMAL(p,s), DOUBLE, VARCHAR(n), CHAR(n), DATE, TIMESTAMP and their aliases"
+            ))),
+        }
+    }
+
+    /// The Arrow type values of this SQL type travel as: BOOLEAN → Boolean; SMALLINT, INTEGER,
+    /// BIGINT and DECIMAL(p,0) with p ≤ 18 → Int64; other DECIMAL → Decimal128(p,s); DOUBLE →
+    /// Float64; VARCHAR, CHAR → Utf8; DATE → Date32; TIMESTAMP → Timestamp(Microsecond, None).
+    pub fn arrow_type(&self) -> DataType {
+        match *self {
+            SqlType::Boolean => DataType::Boolean,
+            SqlType::SmallInt | SqlType::Integer | SqlType::BigInt => DataType::Int64,
+            SqlType::Decimal { precision, scale } if scale == 0 && precision <= 18 => {
+                DataType::Int64
+            }
+            SqlType::Decimal { precision, scale } => DataType::Decimal128(precision, scale),
+            SqlType::Double => DataType::Float64,
+            SqlType::Varchar(_) | SqlType::Char(_) => DataType::Utf8,
+            SqlType::Date => DataType::Date32,
+            SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+        }
+    }
+
+    /// The SQL type a value of Arrow type `data_type` gets when it is passed to a variadic
+    /// (`...`) script: signed and small unsigned integers → SMALLINT / INTEGER / BIGINT by width,
+    /// UInt64 → BIGINT (values above `i64::MAX` fail when cast), floats → DOUBLE, Decimal128 →
+    /// DECIMAL, strings → VARCHAR(2000000), dates → DATE, timestamps → TIMESTAMP, Null → VARCHAR(2000000).
+    pub fn from_arrow(data_type: &DataType) -> Result<Self> {
+        Ok(match data_type {
+            DataType::Boolean => SqlType::Boolean,
+            DataType::Int8 | DataType::Int16 | DataType::UInt8 | DataType::UInt16 => {
+                SqlType::SmallInt
+            }
+            DataType::Int32 | DataType::UInt32 => SqlType::Integer,
+            DataType::Int64 | DataType::UInt64 => SqlType::BigInt,
+            DataType::Float16 | DataType::Float32 | DataType::Float64 => SqlType::Double,
+            DataType::Decimal128(p, s) | DataType::Decimal256(p, s)
+                if *p <= Self::MAX_DECIMAL_PRECISION && *s >= 0 && (*s as u8) <= *p =>
+            {
+                SqlType::Decimal {
+                    precision: *p,
+                    scale: *s,
+                }
+            }
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null => {
+                SqlType::Varchar(Self::MAX_VARCHAR)
+            }
+            DataType::Date32 | DataType::Date64 => SqlType::Date,
+            DataType::Timestamp(_, _) => SqlType::Timestamp,
+            other => {
+                return Err(RuntimeError::InvalidSqlType {
+                    text: other.to_string(),
+                    message: "this Arrow type has no SQL type a script can take; cast the \
+                              argument to BOOLEAN, a number, a string, DATE or TIMESTAMP"
+                        .to_string(),
+                });
+            }
+        })
+    }
+
+    /// Total digits for numeric types (`exa.meta` `precision`): DECIMAL's p, SMALLINT 9,
+    /// INTEGER 18, BIGINT 19; `None` for the others.
+    pub fn precision(&self) -> Option<u32> {
+        match *self {
+            SqlType::SmallInt => Some(9),
+            SqlType::Integer => Some(18),
+            SqlType::BigInt => Some(19),
+            SqlType::Decimal { precision, .. } => Some(u32::from(precision)),
+            _ => None,
+        }
+    }
+
+    /// Digits after the point (`exa.meta` `scale`): DECIMAL's s, 0 for the integer types.
+    pub fn scale(&self) -> Option<i32> {
+        match *self {
+            SqlType::SmallInt | SqlType::Integer | SqlType::BigInt => Some(0),
+            SqlType::Decimal { scale, .. } => Some(i32::from(scale)),
+            _ => None,
+        }
+    }
+
+    /// Length in characters of VARCHAR and CHAR (`exa.meta` `length`).
+    pub fn length(&self) -> Option<u32> {
+        match *self {
+            SqlType::Varchar(n) | SqlType::Char(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for SqlType {
+    /// The canonical Exasol spelling, which [`SqlType::parse`] reads back: `BOOLEAN`,
+    /// `SMALLINT`, `INTEGER`, `BIGINT`, `DECIMAL(p,s)`, `DOUBLE`, `VARCHAR(n)`, `CHAR(n)`,
+    /// `DATE`, `TIMESTAMP`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            SqlType::Boolean => f.write_str("BOOLEAN"),
+            SqlType::SmallInt => f.write_str("SMALLINT"),
+            SqlType::Integer => f.write_str("INTEGER"),
+            SqlType::BigInt => f.write_str("BIGINT"),
+            SqlType::Decimal { precision, scale } => write!(f, "DECIMAL({precision},{scale})"),
+            SqlType::Double => f.write_str("DOUBLE"),
+            SqlType::Varchar(n) => write!(f, "VARCHAR({n})"),
+            SqlType::Char(n) => write!(f, "CHAR({n})"),
+            SqlType::Date => f.write_str("DATE"),
+            SqlType::Timestamp => f.write_str("TIMESTAMP"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_and_aliases() {
+        let cases = [
+            ("BOOLEAN", SqlType::Boolean),
+            ("bool", SqlType::Boolean),
+            ("SMALLINT", SqlType::SmallInt),
+            ("int", SqlType::Integer),
+            ("INTEGER", SqlType::Integer),
+            ("BIGINT", SqlType::BigInt),
+            (
+                "DECIMAL",
+                SqlType::Decimal {
+                    precision: 18,
+                    scale: 0,
+                },
+            ),
+            (
+                "decimal(10)",
+                SqlType::Decimal {
+                    precision: 10,
+                    scale: 0,
+                },
+            ),
+            (
+                "DECIMAL( 18 , 2 )",
+                SqlType::Decimal {
+                    precision: 18,
+                    scale: 2,
+                },
+            ),
+            (
+                "NUMERIC(36,10)",
+                SqlType::Decimal {
+                    precision: 36,
+                    scale: 10,
+                },
+            ),
+            (
+                "NUMBER(5,1)",
+                SqlType::Decimal {
+                    precision: 5,
+                    scale: 1,
+                },
+            ),
+            ("NUMBER", SqlType::Double),
+            (
+                "TINYINT",
+                SqlType::Decimal {
+                    precision: 3,
+                    scale: 0,
+                },
+            ),
+            ("DOUBLE", SqlType::Double),
+            ("double   precision", SqlType::Double),
+            ("FLOAT", SqlType::Double),
+            ("REAL", SqlType::Double),
+            ("VARCHAR(100)", SqlType::Varchar(100)),
+            ("varchar(100) character set utf8", SqlType::Varchar(100)),
+            ("VARCHAR(20) UTF8", SqlType::Varchar(20)),
+            ("CHARACTER VARYING(7)", SqlType::Varchar(7)),
+            ("STRING", SqlType::Varchar(2_000_000)),
+            ("CHAR", SqlType::Char(1)),
+            ("CHAR(10) ASCII", SqlType::Char(10)),
+            ("DATE", SqlType::Date),
+            ("TIMESTAMP", SqlType::Timestamp),
+            ("TIMESTAMP(3)", SqlType::Timestamp),
+        ];
+        for (text, want) in cases {
+            assert_eq!(SqlType::parse(text).unwrap(), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn rejects_bad_types_with_code_42u15() {
+        for text in [
+            "",
+            "VARCHAR",
+            "VARCHAR(0)",
+            "DECIMAL(37,0)",
+            "DECIMAL(5,6)",
+            "DECIMAL(x)",
+            "BOOLEAN(3)",
+            "GEOMETRY",
+            "DOUBLE junk",
+            "VARCHAR(10",
+            "TIMESTAMP WITH LOCAL TIME ZONE",
+        ] {
+            let e = SqlType::parse(text).unwrap_err();
+            assert_eq!(e.code(), "42U15", "{text}: {e}");
+        }
+        let e = SqlType::parse("VARCHAR").unwrap_err().to_string();
+        assert!(e.contains("needs a length"), "{e}");
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for t in [
+            SqlType::Boolean,
+            SqlType::SmallInt,
+            SqlType::Integer,
+            SqlType::BigInt,
+            SqlType::Decimal {
+                precision: 18,
+                scale: 2,
+            },
+            SqlType::Double,
+            SqlType::Varchar(5),
+            SqlType::Char(3),
+            SqlType::Date,
+            SqlType::Timestamp,
+        ] {
+            assert_eq!(SqlType::parse(&t.to_string()).unwrap(), t);
+        }
+    }
+
+    #[test]
+    fn arrow_types() {
+        use DataType::*;
+        let cases = [
+            ("BOOLEAN", Boolean),
+            ("SMALLINT", Int64),
+            ("INTEGER", Int64),
+            ("BIGINT", Int64),
+            ("DECIMAL(18,0)", Int64),
+            ("DECIMAL(19,0)", Decimal128(19, 0)),
+            ("DECIMAL(18,2)", Decimal128(18, 2)),
+            ("DOUBLE", Float64),
+            ("VARCHAR(3)", Utf8),
+            ("CHAR(3)", Utf8),
+            ("DATE", Date32),
+            ("TIMESTAMP", Timestamp(TimeUnit::Microsecond, None)),
+        ];
+        for (text, want) in cases {
+            assert_eq!(SqlType::parse(text).unwrap().arrow_type(), want, "{text}");
+        }
+        assert_eq!(SqlType::from_arrow(&Int32).unwrap(), SqlType::Integer);
+        assert_eq!(SqlType::from_arrow(&Float32).unwrap(), SqlType::Double);
+        assert_eq!(
+            SqlType::from_arrow(&LargeUtf8).unwrap(),
+            SqlType::Varchar(2_000_000)
+        );
+        assert_eq!(
+            SqlType::from_arrow(&Decimal128(20, 3)).unwrap(),
+            SqlType::Decimal {
+                precision: 20,
+                scale: 3
+            }
+        );
+        assert_eq!(SqlType::from_arrow(&Binary).unwrap_err().code(), "42U15");
+    }
+}

@@ -1,0 +1,508 @@
+//! The worker protocol's frames and its columnar encoding (the Python side is
+//! `udf-runtime/python/accelsql_worker.py`; the two must agree byte for byte).
+//!
+//! A frame is `u64 LE payload length | u8 kind | payload`. One exchange per step:
+//!
+//! ```text
+//! worker → engine  HELLO   str interpreter description          (first thing it sends)
+//! engine → worker  INIT    script, exa.meta values, columns, body
+//! worker → engine  READY   u8 has_run_batch, u8 has_cleanup      (module-level code ran)
+//! engine → worker  RUN     u64 rows, u32 columns, columns…       (a batch, or one SET group)
+//! worker → engine  RESULT  u32 columns, u64 rows, columns…
+//! engine → worker  FINISH                                         (calls cleanup())
+//! worker → engine  DONE
+//! worker → engine  ERROR   u8 kind, … (instead of READY, RESULT or DONE)
+//! ```
+//!
+//! Integers are little-endian; `str` is `u32 length | UTF-8`. A column is `u8 wire type | u8
+//! has_nulls | [rows bytes: 1 = valid, 0 = NULL] | values`, the values in one block per column:
+//! Boolean 1 byte each, Int64 / Timestamp(µs) 8, Float64 8, Decimal128 16, Date32 4, Utf8 as
+//! `rows + 1` i32 offsets from 0 and the UTF-8 bytes. NULL slots hold zeros.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, PrimitiveArray, StringArray,
+};
+use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::datatypes::{
+    ArrowPrimitiveType, DataType, Date32Type, Decimal128Type, Float64Type, Int64Type, TimeUnit,
+    TimestampMicrosecondType,
+};
+
+use super::{ColumnSpec, ScriptInputType, ScriptOutput, ScriptSpec, SqlType, WorkerContext};
+
+/// Bytes of a frame header: u64 length, u8 kind.
+pub(crate) const FRAME_HEADER_LEN: usize = 9;
+/// Largest frame either side accepts (a guard against garbage lengths).
+pub(crate) const MAX_FRAME_LEN: u64 = 1 << 38;
+
+pub(crate) const F_INIT: u8 = 1;
+pub(crate) const F_READY: u8 = 2;
+pub(crate) const F_RUN: u8 = 3;
+pub(crate) const F_RESULT: u8 = 4;
+pub(crate) const F_FINISH: u8 = 5;
+pub(crate) const F_DONE: u8 = 6;
+pub(crate) const F_ERROR: u8 = 7;
+pub(crate) const F_HELLO: u8 = 8;
+
+const E_EXCEPTION: u8 = 1;
+const E_BAD_OUTPUT: u8 = 2;
+
+const W_BOOL: u8 = 1;
+const W_I64: u8 = 2;
+const W_F64: u8 = 3;
+const W_I128: u8 = 4;
+const W_UTF8: u8 = 5;
+const W_DATE32: u8 = 6;
+const W_TS_US: u8 = 7;
+
+/// The wire type of an Arrow type (only the ones [`SqlType::arrow_type`] produces).
+fn wire_type(data_type: &DataType) -> Option<u8> {
+    Some(match data_type {
+        DataType::Boolean => W_BOOL,
+        DataType::Int64 => W_I64,
+        DataType::Float64 => W_F64,
+        DataType::Decimal128(_, _) => W_I128,
+        DataType::Utf8 => W_UTF8,
+        DataType::Date32 => W_DATE32,
+        DataType::Timestamp(TimeUnit::Microsecond, None) => W_TS_US,
+        _ => return None,
+    })
+}
+
+fn type_code(t: &SqlType) -> u8 {
+    match t {
+        SqlType::Boolean => 1,
+        SqlType::SmallInt => 2,
+        SqlType::Integer => 3,
+        SqlType::BigInt => 4,
+        SqlType::Decimal { .. } => 5,
+        SqlType::Double => 6,
+        SqlType::Varchar(_) => 7,
+        SqlType::Char(_) => 8,
+        SqlType::Date => 9,
+        SqlType::Timestamp => 10,
+    }
+}
+
+/// Appends little-endian values and strings to a payload.
+#[derive(Debug, Default)]
+pub(crate) struct Writer {
+    pub(crate) buf: Vec<u8>,
+}
+
+impl Writer {
+    pub(crate) fn u8(&mut self, v: u8) {
+        self.buf.push(v);
+    }
+    pub(crate) fn u32(&mut self, v: u32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    pub(crate) fn i32(&mut self, v: i32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    pub(crate) fn u64(&mut self, v: u64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    pub(crate) fn str(&mut self, s: &str) {
+        self.u32(s.len() as u32);
+        self.buf.extend_from_slice(s.as_bytes());
+    }
+}
+
+/// Reads what [`Writer`] (or the Python side) wrote; every read is bounds-checked.
+#[derive(Debug)]
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Self { buf, pos: 0 }
+    }
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|e| *e <= self.buf.len())
+            .ok_or_else(|| format!("frame too short: {n} more bytes wanted at {}", self.pos))?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+    pub(crate) fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    pub(crate) fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    pub(crate) fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    pub(crate) fn str(&mut self) -> Result<String, String> {
+        let n = self.u32()? as usize;
+        Ok(String::from_utf8_lossy(self.take(n)?).into_owned())
+    }
+    pub(crate) fn is_done(&self) -> bool {
+        self.pos == self.buf.len()
+    }
+}
+
+fn write_column_spec(w: &mut Writer, col: &ColumnSpec) {
+    let t = &col.sql_type;
+    w.str(&col.name);
+    w.u8(type_code(t));
+    w.u8(wire_type(&t.arrow_type()).unwrap_or(0));
+    w.u32(t.precision().unwrap_or(0));
+    w.i32(t.scale().unwrap_or(0));
+    w.u32(t.length().unwrap_or(0));
+    w.str(&t.to_string());
+}
+
+/// The INIT payload.
+pub(crate) fn encode_init(
+    spec: &ScriptSpec,
+    ctx: &WorkerContext,
+    inputs: &[ColumnSpec],
+    outputs: &[ColumnSpec],
+) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.str(&spec.schema);
+    w.str(&spec.name);
+    w.str(&spec.language);
+    w.u8(u8::from(spec.input_type == ScriptInputType::Set));
+    w.u8(u8::from(matches!(spec.output, ScriptOutput::Emits(_))));
+    w.u64(ctx.session_id);
+    w.u64(ctx.statement_id);
+    w.u32(ctx.node_count as u32);
+    w.u32(ctx.node_id as u32);
+    w.u32(ctx.vm_id as u32);
+    w.u8(u8::from(spec.inputs.is_none()));
+    w.u32(inputs.len() as u32);
+    for c in inputs {
+        write_column_spec(&mut w, c);
+    }
+    w.u32(outputs.len() as u32);
+    for c in outputs {
+        write_column_spec(&mut w, c);
+    }
+    w.str(env!("CARGO_PKG_VERSION"));
+    w.str(&spec.body);
+    w.buf
+}
+
+/// The RUN payload: `args` must already have their columns' canonical Arrow types.
+pub(crate) fn encode_run(num_rows: usize, args: &[ArrayRef]) -> Result<Vec<u8>, String> {
+    let mut size = 16;
+    for a in args {
+        size += 2 + num_rows * 9 + a.get_buffer_memory_size();
+    }
+    let mut w = Writer {
+        buf: Vec::with_capacity(size),
+    };
+    w.u64(num_rows as u64);
+    w.u32(args.len() as u32);
+    for a in args {
+        encode_column(&mut w.buf, a.as_ref())?;
+    }
+    Ok(w.buf)
+}
+
+fn extend_le<T: ArrowPrimitiveType, const N: usize>(
+    out: &mut Vec<u8>,
+    array: &dyn Array,
+    to_le: impl Fn(T::Native) -> [u8; N],
+) {
+    let values = array.as_primitive::<T>().values();
+    out.reserve(values.len() * N);
+    for v in values.iter() {
+        out.extend_from_slice(&to_le(*v));
+    }
+}
+
+fn encode_column(out: &mut Vec<u8>, array: &dyn Array) -> Result<(), String> {
+    let tag = wire_type(array.data_type())
+        .ok_or_else(|| format!("no wire type for {}", array.data_type()))?;
+    out.push(tag);
+    match array.logical_nulls().filter(|n| n.null_count() > 0) {
+        Some(nulls) => {
+            out.push(1);
+            out.extend(nulls.iter().map(u8::from));
+        }
+        None => out.push(0),
+    }
+    match tag {
+        W_BOOL => out.extend(array.as_boolean().values().iter().map(u8::from)),
+        W_I64 => extend_le::<Int64Type, 8>(out, array, i64::to_le_bytes),
+        W_F64 => extend_le::<Float64Type, 8>(out, array, f64::to_le_bytes),
+        W_I128 => extend_le::<Decimal128Type, 16>(out, array, i128::to_le_bytes),
+        W_DATE32 => extend_le::<Date32Type, 4>(out, array, i32::to_le_bytes),
+        W_TS_US => extend_le::<TimestampMicrosecondType, 8>(out, array, i64::to_le_bytes),
+        W_UTF8 => {
+            let strings = array.as_string::<i32>();
+            let offsets = strings.value_offsets();
+            let base = offsets.first().copied().unwrap_or(0);
+            let last = offsets.last().copied().unwrap_or(0);
+            out.reserve(offsets.len() * 4 + (last - base) as usize);
+            for o in offsets {
+                out.extend_from_slice(&(o - base).to_le_bytes());
+            }
+            out.extend_from_slice(&strings.values()[base as usize..last as usize]);
+        }
+        _ => return Err(format!("no wire type {tag}")),
+    }
+    Ok(())
+}
+
+/// The RESULT payload as Arrow arrays of the output columns' types.
+pub(crate) fn decode_result(
+    payload: &[u8],
+    outputs: &[ColumnSpec],
+) -> Result<Vec<ArrayRef>, String> {
+    let mut r = Reader::new(payload);
+    let ncols = r.u32()? as usize;
+    let nrows = usize::try_from(r.u64()?).map_err(|e| e.to_string())?;
+    if ncols != outputs.len() {
+        return Err(format!(
+            "RESULT has {ncols} columns, the script has {} outputs",
+            outputs.len()
+        ));
+    }
+    let mut arrays = Vec::with_capacity(ncols);
+    for col in outputs {
+        arrays.push(
+            decode_column(&mut r, nrows, &col.sql_type.arrow_type())
+                .map_err(|e| format!("output column {}: {e}", col.name))?,
+        );
+    }
+    if !r.is_done() {
+        return Err("RESULT has trailing bytes".to_string());
+    }
+    Ok(arrays)
+}
+
+fn scalar<T: ArrowPrimitiveType, const N: usize>(
+    bytes: &[u8],
+    from_le: impl Fn([u8; N]) -> T::Native,
+) -> ScalarBuffer<T::Native> {
+    bytes
+        .chunks_exact(N)
+        .map(|c| {
+            let mut a = [0u8; N];
+            a.copy_from_slice(c);
+            from_le(a)
+        })
+        .collect()
+}
+
+fn primitive<T: ArrowPrimitiveType, const N: usize>(
+    r: &mut Reader<'_>,
+    n: usize,
+    nulls: Option<NullBuffer>,
+    from_le: impl Fn([u8; N]) -> T::Native,
+) -> Result<PrimitiveArray<T>, String> {
+    let bytes = r.take(n.checked_mul(N).ok_or("row count overflows")?)?;
+    PrimitiveArray::<T>::try_new(scalar::<T, N>(bytes, from_le), nulls).map_err(|e| e.to_string())
+}
+
+fn decode_column(r: &mut Reader<'_>, n: usize, data_type: &DataType) -> Result<ArrayRef, String> {
+    let want = wire_type(data_type).ok_or_else(|| format!("no wire type for {data_type}"))?;
+    let tag = r.u8()?;
+    if tag != want {
+        return Err(format!("wire type {tag}, expected {want}"));
+    }
+    let nulls = match r.u8()? {
+        0 => None,
+        _ => Some(NullBuffer::from(
+            r.take(n)?.iter().map(|b| *b != 0).collect::<Vec<bool>>(),
+        )),
+    };
+    Ok(match tag {
+        W_BOOL => {
+            // Both the values and the mask hold exactly `n` entries, so `new` cannot panic.
+            let values = r
+                .take(n)?
+                .iter()
+                .map(|b| *b != 0)
+                .collect::<BooleanBuffer>();
+            Arc::new(BooleanArray::new(values, nulls))
+        }
+        W_I64 => Arc::new(primitive::<Int64Type, 8>(r, n, nulls, i64::from_le_bytes)?) as ArrayRef,
+        W_F64 => Arc::new(primitive::<Float64Type, 8>(
+            r,
+            n,
+            nulls,
+            f64::from_le_bytes,
+        )?),
+        W_DATE32 => Arc::new(primitive::<Date32Type, 4>(r, n, nulls, i32::from_le_bytes)?),
+        W_TS_US => Arc::new(primitive::<TimestampMicrosecondType, 8>(
+            r,
+            n,
+            nulls,
+            i64::from_le_bytes,
+        )?),
+        W_I128 => {
+            let DataType::Decimal128(p, s) = data_type else {
+                return Err(format!("decimal values for {data_type}"));
+            };
+            let a: Decimal128Array =
+                primitive::<Decimal128Type, 16>(r, n, nulls, i128::from_le_bytes)?;
+            Arc::new(
+                a.with_precision_and_scale(*p, *s)
+                    .map_err(|e| e.to_string())?,
+            )
+        }
+        W_UTF8 => {
+            let count = n.checked_add(1).ok_or("row count overflows")?;
+            let offsets: ScalarBuffer<i32> = scalar::<arrow::datatypes::Int32Type, 4>(
+                r.take(count.checked_mul(4).ok_or("row count overflows")?)?,
+                i32::from_le_bytes,
+            );
+            if offsets.first() != Some(&0) || offsets.windows(2).any(|w| w[0] > w[1]) {
+                return Err("string offsets are not increasing from 0".to_string());
+            }
+            let len = offsets.last().copied().unwrap_or(0) as usize;
+            let data = Buffer::from(r.take(len)?);
+            Arc::new(
+                StringArray::try_new(OffsetBuffer::new(offsets), data, nulls)
+                    .map_err(|e| e.to_string())?,
+            )
+        }
+        other => return Err(format!("unknown wire type {other}")),
+    })
+}
+
+/// What a worker's ERROR frame says.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum WorkerError {
+    /// An exception of the script.
+    Exception {
+        exception: String,
+        message: String,
+        line: Option<u32>,
+        traceback: String,
+        phase: String,
+    },
+    /// A value that does not fit its output column.
+    BadOutput {
+        column: String,
+        sql_type: String,
+        value: String,
+        message: String,
+        /// 0-based row of the run's output.
+        row: u64,
+    },
+}
+
+pub(crate) fn decode_error(payload: &[u8]) -> Result<WorkerError, String> {
+    let mut r = Reader::new(payload);
+    match r.u8()? {
+        E_EXCEPTION => Ok(WorkerError::Exception {
+            exception: r.str()?,
+            message: r.str()?,
+            line: Some(r.u32()?).filter(|l| *l > 0),
+            traceback: r.str()?,
+            phase: r.str()?,
+        }),
+        E_BAD_OUTPUT => Ok(WorkerError::BadOutput {
+            column: r.str()?,
+            sql_type: r.str()?,
+            value: r.str()?,
+            message: r.str()?,
+            row: r.u64()?,
+        }),
+        other => Err(format!("unknown error kind {other}")),
+    }
+}
+
+/// The canonical Arrow types a RUN frame carries, one per input column.
+pub(crate) fn input_arrow_types(inputs: &[ColumnSpec]) -> Vec<DataType> {
+    inputs.iter().map(|c| c.sql_type.arrow_type()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Date32Array, Float64Array, Int64Array, TimestampMicrosecondArray};
+
+    use super::*;
+
+    /// Encoding a RUN frame and decoding it as a RESULT frame (the column layout is the same)
+    /// gives back the arrays, NULLs, offsets of sliced arrays and decimals included.
+    #[test]
+    fn columns_round_trip() {
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(BooleanArray::from(vec![Some(true), None, Some(false)])),
+            Arc::new(Int64Array::from(vec![Some(i64::MIN), None, Some(i64::MAX)])),
+            Arc::new(Float64Array::from(vec![Some(1.5), Some(f64::NAN), None])),
+            Arc::new(
+                Decimal128Array::from(vec![Some(-12345), None, Some(i128::from(i64::MAX) * 1000)])
+                    .with_precision_and_scale(30, 2)
+                    .unwrap(),
+            ),
+            Arc::new(StringArray::from(vec![Some("x"), Some("hällo"), None, Some("")]).slice(1, 3)),
+            Arc::new(Date32Array::from(vec![Some(0), Some(-1), None])),
+            Arc::new(TimestampMicrosecondArray::from(vec![
+                None,
+                Some(1),
+                Some(-1),
+            ])),
+        ];
+        let types = [
+            SqlType::Boolean,
+            SqlType::BigInt,
+            SqlType::Double,
+            SqlType::Decimal {
+                precision: 30,
+                scale: 2,
+            },
+            SqlType::Varchar(10),
+            SqlType::Date,
+            SqlType::Timestamp,
+        ];
+        let specs: Vec<ColumnSpec> = types.iter().map(|t| ColumnSpec::new("c", *t)).collect();
+        let run = encode_run(3, &cols).unwrap();
+        // RUN is `u64 rows, u32 cols`, RESULT `u32 cols, u64 rows`: swap the header.
+        let mut result = Vec::new();
+        result.extend_from_slice(&(cols.len() as u32).to_le_bytes());
+        result.extend_from_slice(&3u64.to_le_bytes());
+        result.extend_from_slice(&run[12..]);
+        let back = decode_result(&result, &specs).unwrap();
+        for (a, b) in cols.iter().zip(&back) {
+            assert_eq!(a.data_type(), b.data_type());
+            assert_eq!(a.len(), b.len());
+            assert_eq!(a.logical_nulls(), b.logical_nulls());
+        }
+        assert_eq!(back[4].as_string::<i32>().value(0), "hällo");
+        assert_eq!(back[4].as_string::<i32>().value(2), "");
+        assert_eq!(back[3].as_primitive::<Decimal128Type>().value(0), -12345);
+        assert!(back[2].as_primitive::<Float64Type>().value(1).is_nan());
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let specs = [ColumnSpec::new("s", SqlType::Varchar(5))];
+        let mut w = Writer::default();
+        w.u32(1);
+        w.u64(2);
+        w.u8(W_UTF8);
+        w.u8(0);
+        for o in [0i32, 5, 3] {
+            w.i32(o);
+        }
+        w.buf.extend_from_slice(b"abc");
+        assert!(
+            decode_result(&w.buf, &specs)
+                .unwrap_err()
+                .contains("offsets")
+        );
+        assert!(decode_result(&[1, 0], &specs).is_err());
+        assert!(decode_error(&[9]).is_err());
+    }
+}

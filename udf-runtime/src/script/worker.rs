@@ -1,0 +1,515 @@
+//! `PythonWorker`: one script instance as one Python process, driven batch by batch.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::ArrayRef;
+use arrow::compute::{can_cast_types, cast};
+use arrow::datatypes::DataType;
+
+use super::interpreter::{EXIT_TOO_OLD, worker_args};
+use super::process::{IoEnd, Process, describe_exit};
+use super::wire::{self, WorkerError};
+use super::{ColumnSpec, ScriptSpec, SqlType, WorkerContext};
+use crate::{BadOutputValueInfo, PythonExceptionInfo, Result, RuntimeError};
+
+/// How long a worker that announced its end, or closed its socket, may take to exit before it is
+/// killed.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// How long to wait for a dead worker's last stderr output.
+const STDERR_SETTLE: Duration = Duration::from_millis(500);
+
+/// One instance of a Python script: a worker process that ran the script's module-level code
+/// once and now runs `run(ctx)` on each batch (SCALAR) or group (SET) it is given.
+///
+/// The process starts with a clean environment (only `PATH`, `HOME`, `LANG`, the script's `%env`
+/// settings and the device variables), in its own process group, and is killed if the engine dies
+/// (Linux: `PR_SET_PDEATHSIG`). Dropping a worker that was not [`finish`](Self::finish)ed kills
+/// and reaps it (and whatever it started).
+///
+/// Device variables: with a device, `CUDA_VISIBLE_DEVICES` and `NVIDIA_VISIBLE_DEVICES` name it
+/// by UUID (a simulated device by its index, since no driver knows its UUID) and
+/// `CUDA_DEVICE_ORDER=PCI_BUS_ID`; without one, `CUDA_VISIBLE_DEVICES` is empty (no GPU visible)
+/// and `NVIDIA_VISIBLE_DEVICES` is unset. They win over `%env`.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use accelsql_udf_runtime::script::*;
+/// use arrow::array::{ArrayRef, Float64Array};
+/// use arrow::datatypes::DataType;
+///
+/// let spec = Arc::new(ScriptSpec {
+///     schema: "S".into(), name: "TWICE".into(), language: "PYTHON3".into(),
+///     interpreter: find_python3()?, input_type: ScriptInputType::Scalar,
+///     inputs: Some(vec![ColumnSpec::new("x", SqlType::Double)]),
+///     output: ScriptOutput::Returns(SqlType::Double),
+///     body: "def run(ctx):\n    return ctx.x * 2\n".into(), env: vec![],
+/// });
+/// let mut w = PythonWorker::start(spec, WorkerContext::default(), &[DataType::Float64], None)?;
+/// let x: ArrayRef = Arc::new(Float64Array::from(vec![1.0, 2.5]));
+/// let out = w.run(2, &[x])?;
+/// w.finish()?;
+/// # Ok::<(), accelsql_udf_runtime::RuntimeError>(())
+/// ```
+#[derive(Debug)]
+pub struct PythonWorker {
+    spec: Arc<ScriptSpec>,
+    script: String,
+    vm_id: usize,
+    inputs: Vec<ColumnSpec>,
+    input_arrow: Vec<DataType>,
+    outputs: Vec<ColumnSpec>,
+    timeout: Option<Duration>,
+    process: Option<Process>,
+    pid: u32,
+    run_batch: bool,
+    startup: Duration,
+    interpreter_info: String,
+    /// Why the worker can no longer run, once it cannot.
+    gone: Option<String>,
+}
+
+impl PythonWorker {
+    /// Starts the worker process and runs the script's module-level code once.
+    ///
+    /// `input_types` are the Arrow types of the call's arguments: a variadic script takes its
+    /// columns from them; a declared one checks their count and that they cast to its parameters.
+    /// `timeout`, if given, bounds the start and each later [`run`](Self::run) and
+    /// [`finish`](Self::finish); on expiry the worker is killed (57U12).
+    pub fn start(
+        spec: Arc<ScriptSpec>,
+        ctx: WorkerContext,
+        input_types: &[DataType],
+        timeout: Option<Duration>,
+    ) -> Result<Self> {
+        let script = spec.qualified_name();
+        let inputs = resolve_inputs(&spec, &script, input_types)?;
+        let input_arrow = wire::input_arrow_types(&inputs);
+        let outputs = spec.output_columns();
+        let began = Instant::now();
+        let deadline = timeout.and_then(|t| began.checked_add(t));
+
+        let mut cmd = std::process::Command::new(&spec.interpreter);
+        cmd.args(worker_args());
+        cmd.env_clear();
+        for var in ["PATH", "HOME", "LANG"] {
+            if let Some(v) = std::env::var_os(var) {
+                cmd.env(var, v);
+            }
+        }
+        for (k, v) in &spec.env {
+            cmd.env(k, v);
+        }
+        match &ctx.device {
+            Some(d) => {
+                let id = if d.simulated {
+                    d.index.to_string()
+                } else {
+                    d.uuid.clone()
+                };
+                cmd.env("CUDA_VISIBLE_DEVICES", &id)
+                    .env("NVIDIA_VISIBLE_DEVICES", &id)
+                    .env("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+            }
+            None => {
+                cmd.env("CUDA_VISIBLE_DEVICES", "")
+                    .env_remove("NVIDIA_VISIBLE_DEVICES");
+            }
+        }
+        let process = Process::spawn(cmd).map_err(|e| RuntimeError::InterpreterStart {
+            interpreter: spec.interpreter.clone(),
+            message: format!(
+                "{e}; check the script language's interpreter path (for PYTHON3: python3 on PATH)"
+            ),
+        })?;
+        let pid = process.pid();
+        let mut worker = Self {
+            script,
+            vm_id: ctx.vm_id,
+            inputs,
+            input_arrow,
+            outputs,
+            timeout,
+            process: Some(process),
+            pid,
+            run_batch: false,
+            startup: Duration::ZERO,
+            interpreter_info: String::new(),
+            gone: None,
+            spec,
+        };
+        let init = wire::encode_init(&worker.spec, &ctx, &worker.inputs, &worker.outputs);
+
+        // HELLO proves the interpreter runs our code; a death before it is a start failure.
+        let hello = worker
+            .process_mut()?
+            .recv(deadline)
+            .and_then(|(kind, payload)| match kind {
+                wire::F_HELLO => Ok(payload),
+                other => Err(IoEnd::Broken(format!("expected HELLO, got frame {other}"))),
+            });
+        match hello {
+            Ok(payload) => {
+                worker.interpreter_info = wire::Reader::new(&payload).str().unwrap_or_default();
+            }
+            Err(IoEnd::Closed) => return Err(worker.start_failure()),
+            Err(end) => return Err(worker.io_failure(end, "start")),
+        }
+        let (kind, payload) = worker.exchange(wire::F_INIT, &init, deadline, "start")?;
+        match kind {
+            wire::F_READY => {
+                worker.run_batch = payload.first() == Some(&1);
+                worker.startup = began.elapsed();
+                Ok(worker)
+            }
+            other => Err(worker.protocol(format!("expected READY, got frame {other}"))),
+        }
+    }
+
+    /// One run: for SCALAR scripts `num_rows` rows, `run(ctx)` once per row (or `run_batch(ctx)`
+    /// once, when the script defines it and RETURNS); for SET scripts one group of `num_rows`
+    /// rows, `run(ctx)` once (an empty group is not run: RETURNS gives one NULL, EMITS nothing).
+    ///
+    /// Returns the output columns with the Arrow types of [`SqlType::arrow_type`]: RETURNS SCALAR
+    /// one column of `num_rows` values, RETURNS SET one column of one value, EMITS the emitted
+    /// rows (any number) as one array per EMITS column.
+    pub fn run(&mut self, num_rows: usize, args: &[ArrayRef]) -> Result<Vec<ArrayRef>> {
+        if args.len() != self.inputs.len() {
+            return Err(self.call_error(format!(
+                "it takes {} arguments, {} were given",
+                self.inputs.len(),
+                args.len()
+            )));
+        }
+        let mut cast_args = Vec::with_capacity(args.len());
+        for (i, (a, want)) in args.iter().zip(&self.input_arrow).enumerate() {
+            if a.len() != num_rows {
+                return Err(self.call_error(format!(
+                    "argument {} has {} rows, the batch has {num_rows}",
+                    i + 1,
+                    a.len()
+                )));
+            }
+            if a.data_type() == want {
+                cast_args.push(Arc::clone(a));
+            } else {
+                let c = cast(a.as_ref(), want).map_err(|e| {
+                    self.call_error(format!(
+                        "argument {} ({}) cannot be passed as {}: {e}",
+                        i + 1,
+                        self.inputs[i].name,
+                        self.inputs[i].sql_type
+                    ))
+                })?;
+                cast_args.push(c);
+            }
+        }
+        let payload = wire::encode_run(num_rows, &cast_args).map_err(|e| self.protocol(e))?;
+        drop(cast_args);
+        let deadline = self.deadline();
+        let (kind, payload) = self.exchange(wire::F_RUN, &payload, deadline, "run")?;
+        if kind != wire::F_RESULT {
+            return Err(self.protocol(format!("expected RESULT, got frame {kind}")));
+        }
+        wire::decode_result(&payload, &self.outputs).map_err(|e| self.protocol(e))
+    }
+
+    /// Calls the script's `cleanup()` (if it defines one) and waits for the process to exit.
+    pub fn finish(mut self) -> Result<()> {
+        if self.process.is_none() {
+            return Ok(());
+        }
+        let deadline = self.deadline();
+        let result = self.exchange(wire::F_FINISH, &[], deadline, "cleanup");
+        if let Some(p) = self.process.take() {
+            p.terminate(EXIT_GRACE);
+        }
+        match result? {
+            (wire::F_DONE, _) => Ok(()),
+            (kind, _) => Err(self.protocol(format!("expected DONE, got frame {kind}"))),
+        }
+    }
+
+    /// The worker's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The instance number (`exa.meta.vm_id`).
+    pub fn vm_id(&self) -> usize {
+        self.vm_id
+    }
+
+    /// How long [`start`](Self::start) took: process start, imports and module-level code.
+    pub fn startup_time(&self) -> Duration {
+        self.startup
+    }
+
+    /// Whether runs use the script's vectorized `run_batch(ctx)`.
+    pub fn uses_run_batch(&self) -> bool {
+        self.run_batch
+    }
+
+    /// The interpreter as the worker describes itself, e.g. `cpython 3.11.7 (/usr/bin/python3)`.
+    pub fn interpreter_info(&self) -> &str {
+        &self.interpreter_info
+    }
+
+    /// The input columns (for a variadic script, the ones its call's types gave it).
+    pub fn input_columns(&self) -> &[ColumnSpec] {
+        &self.inputs
+    }
+
+    /// The output columns (RETURNS: one, named after the script).
+    pub fn output_columns(&self) -> &[ColumnSpec] {
+        &self.outputs
+    }
+
+    /// What the script printed to stdout or stderr lately (the last 16 KiB).
+    pub fn stderr_tail(&self) -> String {
+        self.process
+            .as_ref()
+            .map(|p| p.stderr_tail(Duration::ZERO))
+            .unwrap_or_default()
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.timeout.and_then(|t| Instant::now().checked_add(t))
+    }
+
+    fn process_mut(&mut self) -> Result<&mut Process> {
+        match self.process.as_mut() {
+            Some(p) => Ok(p),
+            None => Err(RuntimeError::WorkerCrashed {
+                script: self.script.clone(),
+                vm_id: self.vm_id,
+                pid: self.pid,
+                phase: "run(ctx)".to_string(),
+                how: format!(
+                    "it had already stopped ({})",
+                    self.gone.as_deref().unwrap_or("finished")
+                ),
+                stderr: String::new(),
+            }),
+        }
+    }
+
+    /// Sends one frame and receives the answer; an ERROR answer becomes the script's error.
+    fn exchange(
+        &mut self,
+        kind: u8,
+        payload: &[u8],
+        deadline: Option<Instant>,
+        phase: &str,
+    ) -> Result<(u8, Vec<u8>)> {
+        let process = self.process_mut()?;
+        let answer = process
+            .send(kind, payload, deadline)
+            .and_then(|()| process.recv(deadline));
+        match answer {
+            Ok((wire::F_ERROR, payload)) => Err(self.worker_error(&payload)),
+            Ok(answer) => Ok(answer),
+            Err(end) => Err(self.io_failure(end, phase)),
+        }
+    }
+
+    fn phase_name(&self, phase: &str) -> String {
+        match phase {
+            "start" => "its module-level code".to_string(),
+            "run" if self.run_batch => "run_batch(ctx)".to_string(),
+            "run" => "run(ctx)".to_string(),
+            "cleanup" => "cleanup()".to_string(),
+            other => other.to_string(),
+        }
+    }
+
+    fn worker_error(&mut self, payload: &[u8]) -> RuntimeError {
+        match wire::decode_error(payload) {
+            Ok(WorkerError::Exception {
+                exception,
+                message,
+                line,
+                traceback,
+                phase,
+            }) => RuntimeError::PythonException(Box::new(PythonExceptionInfo {
+                script: self.script.clone(),
+                vm_id: self.vm_id,
+                phase: self.phase_name(&phase),
+                line,
+                exception,
+                message,
+                traceback,
+            })),
+            Ok(WorkerError::BadOutput {
+                column,
+                sql_type,
+                value,
+                message,
+                row,
+            }) => RuntimeError::BadOutputValue(Box::new(BadOutputValueInfo {
+                script: self.script.clone(),
+                vm_id: self.vm_id,
+                column,
+                sql_type,
+                value,
+                message,
+                row: row + 1,
+            })),
+            Err(e) => self.protocol(e),
+        }
+    }
+
+    /// The worker ended, timed out or broke the protocol: stop it and say how.
+    fn io_failure(&mut self, end: IoEnd, phase: &str) -> RuntimeError {
+        let phase_name = if phase == "start" {
+            "start".to_string()
+        } else {
+            self.phase_name(phase)
+        };
+        match end {
+            IoEnd::Timeout => {
+                if let Some(p) = self.process.take() {
+                    p.terminate(Duration::ZERO);
+                }
+                let timeout = self.timeout.unwrap_or_default();
+                self.gone = Some(format!("killed after the timeout of {timeout:?}"));
+                RuntimeError::WorkerTimeout {
+                    script: self.script.clone(),
+                    vm_id: self.vm_id,
+                    pid: self.pid,
+                    phase: phase_name,
+                    timeout,
+                }
+            }
+            IoEnd::Closed => {
+                let (how, stderr) = match self.process.take() {
+                    Some(p) => {
+                        let status = p_terminate_with_stderr(p);
+                        (describe_exit(status.0), status.1)
+                    }
+                    None => ("it had already stopped".to_string(), String::new()),
+                };
+                self.gone = Some(how.clone());
+                RuntimeError::WorkerCrashed {
+                    script: self.script.clone(),
+                    vm_id: self.vm_id,
+                    pid: self.pid,
+                    phase: phase_name,
+                    how,
+                    stderr,
+                }
+            }
+            IoEnd::Broken(message) => self.protocol(message),
+        }
+    }
+
+    /// The worker died before saying HELLO: the interpreter could not run the bootstrap.
+    fn start_failure(&mut self) -> RuntimeError {
+        let (status, stderr) = match self.process.take() {
+            Some(p) => p_terminate_with_stderr(p),
+            None => return self.protocol("no process".to_string()),
+        };
+        self.gone = Some(describe_exit(status));
+        let message = if status.code() == Some(EXIT_TOO_OLD) {
+            format!(
+                "{}; point the script language at a newer interpreter",
+                stderr.trim().trim_start_matches("accelsql: ")
+            )
+        } else {
+            format!(
+                "it {} before running the accelsql worker; is it a Python 3 interpreter? {}",
+                describe_exit(status),
+                stderr.trim()
+            )
+        };
+        RuntimeError::InterpreterStart {
+            interpreter: self.spec.interpreter.clone(),
+            message,
+        }
+    }
+
+    /// A protocol error leaves the worker in an unknown state: kill it.
+    fn protocol(&mut self, message: String) -> RuntimeError {
+        if let Some(p) = self.process.take() {
+            p.terminate(Duration::ZERO);
+        }
+        self.gone = Some(format!("protocol error: {message}"));
+        RuntimeError::WorkerProtocol {
+            script: self.script.clone(),
+            vm_id: self.vm_id,
+            message,
+        }
+    }
+
+    fn call_error(&self, message: String) -> RuntimeError {
+        RuntimeError::ScriptCall {
+            script: self.script.clone(),
+            message,
+        }
+    }
+}
+
+/// The engine keeps workers in per-instance storage shared across threads.
+const _: fn() = || {
+    fn assert_send<T: Send + 'static>() {}
+    assert_send::<PythonWorker>();
+};
+
+fn p_terminate_with_stderr(p: Process) -> (std::process::ExitStatus, String) {
+    let stderr = p.stderr_handle();
+    let status = p.terminate(EXIT_GRACE);
+    (status, stderr.text(STDERR_SETTLE))
+}
+
+impl Drop for PythonWorker {
+    fn drop(&mut self) {
+        if let Some(p) = self.process.take() {
+            p.terminate(Duration::ZERO);
+        }
+    }
+}
+
+/// The script's input columns for a call with `input_types`.
+fn resolve_inputs(
+    spec: &ScriptSpec,
+    script: &str,
+    input_types: &[DataType],
+) -> Result<Vec<ColumnSpec>> {
+    let call_error = |message: String| RuntimeError::ScriptCall {
+        script: script.to_string(),
+        message,
+    };
+    match &spec.inputs {
+        None => input_types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Ok(ColumnSpec::new(i.to_string(), SqlType::from_arrow(t)?)))
+            .collect(),
+        Some(cols) => {
+            if cols.len() != input_types.len() {
+                return Err(call_error(format!(
+                    "it takes {} argument{} ({}), the call passes {}",
+                    cols.len(),
+                    if cols.len() == 1 { "" } else { "s" },
+                    cols.iter()
+                        .map(|c| format!("{} {}", c.name, c.sql_type))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    input_types.len()
+                )));
+            }
+            for (i, (c, t)) in cols.iter().zip(input_types).enumerate() {
+                let want = c.sql_type.arrow_type();
+                if t != &want && !can_cast_types(t, &want) {
+                    return Err(call_error(format!(
+                        "argument {} ({}) is {t}, which cannot be passed as {}",
+                        i + 1,
+                        c.name,
+                        c.sql_type
+                    )));
+                }
+            }
+            Ok(cols.clone())
+        }
+    }
+}
