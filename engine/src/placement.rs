@@ -263,6 +263,7 @@ impl PlacementRule {
                 statement: accelsql_udf_runtime::StatementInfo {
                     statement_id: self.scope.id,
                     run_timeout: self.scope.run_timeout,
+                    processes: self.scope.processes.clone(),
                 },
                 stats: CallStats::default(),
             });

@@ -51,6 +51,8 @@ pub(crate) struct StatementScope {
     pub(crate) node_id: usize,
     /// `SET accelsql.udf_timeout`: longest run of one UDF instance.
     pub(crate) run_timeout: Option<Duration>,
+    /// Worker processes of the statement's UDF instances (killed when it is cancelled).
+    pub(crate) processes: accelsql_udf_runtime::ProcessRegistry,
     pub(crate) lease_devices: Arc<LeaseDevices>,
     pub(crate) calls: Mutex<Vec<Arc<PlacedCall>>>,
     pub(crate) lease_wait: Mutex<Option<Duration>>,
@@ -69,6 +71,7 @@ impl StatementScope {
             devices_present,
             node_id: 0,
             run_timeout: None,
+            processes: Default::default(),
             lease_devices: Arc::new(OnceLock::new()),
             calls: Mutex::new(Vec::new()),
             lease_wait: Mutex::new(None),

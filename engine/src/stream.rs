@@ -12,6 +12,7 @@ use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::{ExecutionPlan, execute_stream};
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
@@ -20,6 +21,30 @@ use crate::engine::{Engine, UdfCallRecord};
 use crate::placement::Placement;
 use crate::statement::StatementScope;
 
+/// Drives `inner` in a task of its own and forwards its batches: the statement's consumer then
+/// only awaits a channel, so it can cancel (drop the stream) even while a UDF blocks inside the
+/// plan — dropping the receiver aborts the task, and the statement's worker processes are killed
+/// so that a blocked run returns. The task holds the statement's lease: the GPUs are released
+/// when the plan has stopped running, never while a kernel may still use them.
+fn run_off_thread(
+    inner: SendableRecordBatchStream,
+    lease: Option<Lease>,
+) -> SendableRecordBatchStream {
+    let mut builder = RecordBatchReceiverStreamBuilder::new(inner.schema(), 2);
+    let tx = builder.tx();
+    builder.spawn(async move {
+        let _lease = lease;
+        let mut inner = inner;
+        while let Some(batch) = inner.next().await {
+            if tx.send(batch).await.is_err() {
+                break; // the consumer is gone
+            }
+        }
+        Ok(())
+    });
+    builder.build()
+}
+
 enum State {
     /// Waiting for the lease; the plan has not started.
     Waiting {
@@ -27,9 +52,9 @@ enum State {
         plan: Arc<dyn ExecutionPlan>,
         task: Arc<TaskContext>,
     },
+    /// The plan runs in its own task, which holds the lease (if any).
     Running {
         inner: SendableRecordBatchStream,
-        _lease: Option<Lease>,
     },
     Done,
 }
@@ -86,13 +111,11 @@ impl StatementStream {
                 }
             }
             State::Running {
-                inner: execute_stream(plan, task)?,
-                _lease: lease,
+                inner: run_off_thread(execute_stream(plan, task)?, lease),
             }
         } else {
             State::Running {
-                inner: execute_stream(plan, task)?,
-                _lease: None,
+                inner: run_off_thread(execute_stream(plan, task)?, None),
             }
         };
         Ok(Self {
@@ -222,8 +245,7 @@ impl Stream for StatementStream {
                     match execute_stream(Arc::clone(plan), Arc::clone(task)) {
                         Ok(inner) => {
                             this.state = State::Running {
-                                inner,
-                                _lease: Some(lease),
+                                inner: run_off_thread(inner, Some(lease)),
                             }
                         }
                         Err(e) => {
@@ -264,7 +286,12 @@ impl RecordBatchStream for StatementStream {
 
 impl Drop for StatementStream {
     fn drop(&mut self) {
-        // Dropped early (cancelled query): release the lease and still account for the calls.
+        if !matches!(self.state, State::Done) {
+            // Dropped early (cancelled query): kill its script workers, even mid-run, so that
+            // the tasks still running its plan end at once.
+            self.scope.processes.kill_all();
+        }
+        // Release the lease and still account for the calls.
         self.finish();
     }
 }

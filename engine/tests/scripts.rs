@@ -293,3 +293,52 @@ async fn malformed_script_ddl_is_a_clear_error() {
     let e = locked.sql(ok).await.unwrap_err();
     assert!(e.to_string().contains("script DDL is disabled"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_statement_kills_its_workers_and_frees_the_gpus() {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let s = engine(1).session();
+    run(
+        &s,
+        &format!(
+            "CREATE PYTHON3 SCALAR SCRIPT stuck(x DOUBLE) RETURNS DOUBLE AS\n\
+             %perInstanceRequiredAcceleratorDevices GpuNvidia;\n\
+             %env PID_FILE={};\n\
+             import os, time\n\
+             def run(ctx):\n    open(os.environ['PID_FILE'], 'w').write(str(os.getpid()))\n    time.sleep(ctx.x)\n    return ctx.x\n/",
+            pid_file.display()
+        ),
+    )
+    .await;
+    let mut stream = s.sql_stream("SELECT stuck(60.0)").await.unwrap();
+    let waited = tokio::time::timeout(std::time::Duration::from_secs(2), stream.next()).await;
+    assert!(waited.is_err(), "the statement should still be running");
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+    assert!(proc_dir.exists());
+    drop(stream); // cancel
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    // Gone, not a zombie: reaped by the worker's owner.
+    while proc_dir.exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        !proc_dir.exists(),
+        "worker {pid} outlived its cancelled statement"
+    );
+    // The lease is free again: another GPU statement runs at once.
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT quick() RETURNS BIGINT AS\n\
+         %perInstanceRequiredAcceleratorDevices GpuNvidia;\ndef run(ctx):\n    return 1\n/",
+    )
+    .await;
+    run(&s, "SET accelsql.gpu_wait_timeout = '5s'").await;
+    assert_eq!(run(&s, "SELECT quick()").await, ["1"]);
+}

@@ -24,6 +24,8 @@ pub struct InstanceContext {
     /// State the implementation keeps for this instance across the batches and groups of its
     /// call (e.g. a script's worker process); dropped when the statement ends.
     pub storage: InstanceStorage,
+    /// Where to record worker processes, so that cancelling the statement kills them.
+    pub processes: ProcessRegistry,
 }
 
 /// Per-instance state of one call: empty until an implementation puts something in it, dropped
@@ -55,12 +57,47 @@ impl PartialEq for InstanceStorage {
 }
 
 /// What an instance pool knows of its statement.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct StatementInfo {
     /// The statement's id.
     pub statement_id: u64,
     /// `SET accelsql.udf_timeout`, if set.
     pub run_timeout: Option<Duration>,
+    /// The worker processes of the statement's instances, killed if it is cancelled.
+    pub processes: ProcessRegistry,
+}
+
+/// The process groups a statement's UDF instances started (script workers), so that cancelling
+/// the statement can kill them even while a run is in progress.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessRegistry(Arc<Mutex<Vec<u32>>>);
+
+impl PartialEq for ProcessRegistry {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl ProcessRegistry {
+    /// Records a process that leads its own process group.
+    pub fn register(&self, pid: u32) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+    }
+
+    /// Sends SIGKILL to every recorded process group (a group already gone is skipped); the
+    /// owners of the processes still reap them.
+    pub fn kill_all(&self) {
+        let pids = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        for pid in pids {
+            if let Ok(pid) = libc::pid_t::try_from(pid) {
+                // SAFETY: kill(2) with a negative pid signals that process group; it touches no
+                // memory of ours, and a stale group id only yields ESRCH.
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
+            }
+        }
+    }
 }
 
 /// A fixed set of instance slots for one UDF call. Each invocation borrows a free slot for its
@@ -132,6 +169,7 @@ impl InstancePool {
                 statement_id: self.statement.statement_id,
                 run_timeout: self.statement.run_timeout,
                 storage: self.storage.get(id).cloned().unwrap_or_default(),
+                processes: self.statement.processes.clone(),
             },
         }
     }

@@ -11,4 +11,6 @@ pub mod script;
 
 pub use annotations::AcceleratorRequest;
 pub use error::{BadOutputValueInfo, PythonExceptionInfo, Result, RuntimeError};
-pub use instance::{InstanceContext, InstancePool, InstanceSlot, InstanceStorage, StatementInfo};
+pub use instance::{
+    InstanceContext, InstancePool, InstanceSlot, InstanceStorage, ProcessRegistry, StatementInfo,
+};

@@ -200,6 +200,8 @@ impl ScriptRunner {
                     ctx.run_timeout,
                 )
                 .map_err(|e| EngineError::from(e).into_datafusion())?;
+                // Cancelling the statement kills it, even in the middle of a run.
+                ctx.processes.register(worker.pid());
                 *storage = Some(Box::new(WorkerSlot(Some(worker))));
                 storage
                     .as_mut()
