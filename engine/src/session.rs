@@ -8,8 +8,9 @@ use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::dataframe::DataFrame;
 use datafusion::error::DataFusionError;
+use datafusion::execution::FunctionRegistry;
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{AggregateUDF, LogicalPlan, ScalarUDF};
 use datafusion::physical_plan::execute_stream;
 use datafusion::physical_plan::memory::MemoryStream;
@@ -125,18 +126,21 @@ impl Session {
                 }
                 continue;
             }
-            let mut statements = self.parse(&piece.text)?;
+            let (text, extra) = self
+                .scripts
+                .rewrite_dynamic(&piece.text, &self.engine.inner.scripts)?;
+            let mut statements = self.parse(&text)?;
             let last = if is_last_piece {
                 statements.pop_back()
             } else {
                 None
             };
             for statement in statements {
-                let stream = self.execute(statement).await?;
+                let stream = self.execute(statement, &extra).await?;
                 stream.try_collect::<Vec<_>>().await?;
             }
             if let Some(last) = last {
-                last_stream = Some(self.execute(last).await?);
+                last_stream = Some(self.execute(last, &extra).await?);
             }
         }
         match last_stream {
@@ -207,15 +211,31 @@ impl Session {
         })
     }
 
-    async fn execute(&self, mut statement: DfStatement) -> Result<SendableRecordBatchStream> {
+    /// Plans and starts one statement; `extra` are UDFs for this statement only (call-site
+    /// EMITS).
+    async fn execute(
+        &self,
+        mut statement: DfStatement,
+        extra: &[ScriptUdf],
+    ) -> Result<SendableRecordBatchStream> {
         self.sync_scripts();
         if let Some(reset) = self.reset_own_setting(&statement) {
             reset?;
             return empty_stream();
         }
-        let lookup = |name: &str| self.emits_udf(name);
-        expand_emits_calls(&mut statement, &lookup)?;
         let mut state = self.ctx.state();
+        for udf in extra {
+            match as_functions(udf) {
+                Function::Scalar(f) => {
+                    state.register_udf(Arc::new(f))?;
+                }
+                Function::Aggregate(f) => {
+                    state.register_udaf(Arc::new(f))?;
+                }
+            }
+        }
+        let lookup = |name: &str| emits_udf(&state, name);
+        expand_emits_calls(&mut statement, &lookup)?;
         let mut scope = StatementScope::new(
             self.engine.next_statement_id(),
             statement.to_string(),
@@ -280,34 +300,60 @@ impl Session {
 }
 
 /// The EXPLAIN rows that show each call's placement and why.
-impl Session {
-    /// The EMITS UDF registered in this session under `name`, if any.
-    fn emits_udf(&self, name: &str) -> Option<Arc<SetUdf>> {
-        let state = self.ctx.state_ref();
-        let state = state.read();
-        if let Some(def) = state.scalar_functions().get(name).and_then(|f| emits_of(f)) {
-            return Some(Arc::clone(def));
+/// The EMITS UDF registered in `state` under `name`, if any.
+fn emits_udf(state: &SessionState, name: &str) -> Option<Arc<SetUdf>> {
+    if let Some(def) = state.scalar_functions().get(name).and_then(|f| emits_of(f)) {
+        return Some(Arc::clone(def));
+    }
+    state
+        .aggregate_functions()
+        .get(name)
+        .and_then(|f| emits_of_aggregate(f))
+        .map(Arc::clone)
+}
+
+/// A UDF as DataFusion registers it.
+enum Function {
+    Scalar(ScalarUDF),
+    Aggregate(AggregateUDF),
+}
+
+/// The DataFusion function of a set or EMITS UDF: an aggregate (SET RETURNS), or an EMITS
+/// placeholder (aggregate for SET, scalar for SCALAR).
+fn set_function(def: Arc<SetUdf>) -> Result<Function> {
+    Ok(match (def.input_type(), def.output()) {
+        (InputType::Set, Output::Returns(_)) => {
+            Function::Aggregate(AggregateUDF::new_from_impl(AccelAggregateUdf::new(def)?))
         }
-        state
-            .aggregate_functions()
-            .get(name)
-            .and_then(|f| emits_of_aggregate(f))
-            .map(Arc::clone)
+        (InputType::Set, Output::Emits(_)) => {
+            Function::Aggregate(AggregateUDF::new_from_impl(EmitsAggregate::new(def)))
+        }
+        (InputType::Scalar, _) => Function::Scalar(ScalarUDF::new_from_impl(EmitsScalar::new(def))),
+    })
+}
+
+/// The DataFusion function of a script.
+fn as_functions(udf: &ScriptUdf) -> Function {
+    match udf {
+        ScriptUdf::Scalar(def) => Function::Scalar(ScalarUDF::new_from_impl(AccelScalarUdf::new(
+            Arc::new(def.clone()),
+        ))),
+        ScriptUdf::Set(def) => match set_function(Arc::new(def.clone())) {
+            Ok(f) => f,
+            // Only SET RETURNS can fail, and only for a definition that is not one.
+            Err(_) => Function::Scalar(ScalarUDF::new_from_impl(EmitsScalar::new(Arc::new(
+                def.clone(),
+            )))),
+        },
     }
 }
 
-/// Registers a set or EMITS UDF in `ctx` as its kind asks: an aggregate (SET RETURNS), or an
-/// EMITS placeholder (aggregate for SET, scalar for SCALAR).
+/// Registers a set or EMITS UDF in `ctx` as its kind asks.
 fn register_set_udf(ctx: &SessionContext, def: Arc<SetUdf>) {
-    match (def.input_type(), def.output()) {
-        (InputType::Set, Output::Returns(_)) => match AccelAggregateUdf::new(def) {
-            Ok(udf) => ctx.register_udaf(AggregateUDF::new_from_impl(udf)),
-            Err(e) => log::error!("UDF unavailable in this session: {e}"),
-        },
-        (InputType::Set, Output::Emits(_)) => {
-            ctx.register_udaf(AggregateUDF::new_from_impl(EmitsAggregate::new(def)))
-        }
-        (InputType::Scalar, _) => ctx.register_udf(ScalarUDF::new_from_impl(EmitsScalar::new(def))),
+    match set_function(def) {
+        Ok(Function::Scalar(f)) => ctx.register_udf(f),
+        Ok(Function::Aggregate(f)) => ctx.register_udaf(f),
+        Err(e) => log::error!("UDF unavailable in this session: {e}"),
     }
 }
 

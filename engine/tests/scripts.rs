@@ -342,3 +342,41 @@ async fn cancelling_a_statement_kills_its_workers_and_frees_the_gpus() {
     run(&s, "SET accelsql.gpu_wait_timeout = '5s'").await;
     assert_eq!(run(&s, "SELECT quick()").await, ["1"]);
 }
+
+#[tokio::test]
+async fn emits_dot_dot_dot_takes_its_columns_from_the_call_site() {
+    let s = engine(0).session();
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT split_words(...) EMITS (...) AS\n\
+         def run(ctx):\n    for i, w in enumerate(ctx[0].split()):\n        ctx.emit(w, i)\n/",
+    )
+    .await;
+    assert_eq!(
+        run(
+            &s,
+            "SELECT word, pos FROM (SELECT split_words('a bb ccc') EMITS (word VARCHAR(10), pos INTEGER)) ORDER BY pos DESC"
+        )
+        .await,
+        ["ccc|2", "bb|1", "a|0"]
+    );
+    // The same script, other columns at another call site.
+    assert_eq!(
+        run(
+            &s,
+            "SELECT split_words('x y') EMITS (w VARCHAR(5), n DOUBLE)"
+        )
+        .await,
+        ["x|0.0", "y|1.0"]
+    );
+    let e = s.sql("SELECT split_words('x y')").await.unwrap_err();
+    assert!(e.to_string().contains("given at the call site"), "{e}");
+    assert_eq!(
+        run(
+            &s,
+            "SELECT output FROM accelsql.scripts WHERE name = 'split_words'"
+        )
+        .await,
+        ["EMITS (...)"]
+    );
+}

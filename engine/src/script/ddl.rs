@@ -130,6 +130,18 @@ pub(crate) fn parse(text: &str) -> Result<ScriptDdl, DdlError> {
     }
 }
 
+/// A column list `name type, …` (the inside of `EMITS (…)` at a call site).
+pub(crate) fn parse_columns(text: &str) -> Result<Vec<(String, String)>, DdlError> {
+    let wrapped = format!("{text})");
+    let mut t = Tokens::new(&wrapped);
+    let columns = t.column_list(")", "EMITS column")?;
+    if columns.is_empty() {
+        return Err(t.error_here("EMITS needs at least one column"));
+    }
+    t.end()?;
+    Ok(columns)
+}
+
 fn parse_create(t: &mut Tokens<'_>, text: &str) -> Result<CreateScript, DdlError> {
     let or_replace = if t.peek_is("OR") {
         t.keyword("OR")?;

@@ -10,8 +10,9 @@ use datafusion::prelude::SessionContext;
 
 use super::catalog::{ScriptCatalog, ScriptEntry, StoredOutput};
 use super::ddl::{DdlOutput, ScriptDdl, parse};
+use super::dynamic::rewrite_dynamic_emits;
 use super::options::take_options;
-use super::udf::{ScriptUdf, script_spec, script_udf};
+use super::udf::{ScriptUdf, script_spec, script_udf, script_udf_named};
 use crate::EngineError;
 
 /// The schema scripts are created in when the statement names none.
@@ -182,9 +183,14 @@ impl SessionScripts {
                     code,
                     text: create.text,
                 };
-                // Types and signature are checked now, not at the first call.
-                script_spec(&entry, PathBuf::new())?;
-                script_udf(&entry, PathBuf::new(), self.session_id)?;
+                // Types and signature are checked now, not at the first call (an `EMITS (...)`
+                // script with a stand-in column: its columns come with each call).
+                let mut check = entry.clone();
+                if check.output == StoredOutput::DynamicEmits {
+                    check.output = StoredOutput::Emits(vec![("c".into(), "INTEGER".into())]);
+                }
+                script_spec(&check, PathBuf::new())?;
+                script_udf(&check, PathBuf::new(), self.session_id)?;
                 catalog.create(entry, create.or_replace)
             }
         }
@@ -207,6 +213,10 @@ impl SessionScripts {
             ctx.deregister_udaf(&name);
         }
         for entry in catalog.entries() {
+            if entry.output == StoredOutput::DynamicEmits {
+                // Registered per call site (see `rewrite_dynamic`).
+                continue;
+            }
             let interpreter = match self.interpreter(&entry.language) {
                 Ok(path) => path,
                 Err(message) => {
@@ -224,6 +234,45 @@ impl SessionScripts {
             }
         }
         synced.0 = generation;
+    }
+}
+
+impl SessionScripts {
+    /// Rewrites the calls of `EMITS (...)` scripts in `text` (see `dynamic.rs`); returns the
+    /// statement to parse and the UDFs its calls need, for this statement only.
+    pub(crate) fn rewrite_dynamic(
+        &self,
+        text: &str,
+        catalog: &ScriptCatalog,
+    ) -> crate::Result<(String, Vec<ScriptUdf>)> {
+        let dynamic: Vec<_> = catalog
+            .entries()
+            .into_iter()
+            .filter(|e| matches!(e.output, StoredOutput::DynamicEmits))
+            .collect();
+        if dynamic.is_empty() {
+            return Ok((text.to_string(), Vec::new()));
+        }
+        let is_dynamic = |name: &str| dynamic.iter().any(|e| e.name == name);
+        let (rewritten, calls) = rewrite_dynamic_emits(text, &is_dynamic)?;
+        let mut udfs = Vec::with_capacity(calls.len());
+        for call in calls {
+            let Some(entry) = dynamic.iter().find(|e| e.name == call.script) else {
+                continue;
+            };
+            let mut entry = (**entry).clone();
+            entry.output = StoredOutput::Emits(call.columns);
+            let interpreter = self
+                .interpreter(&entry.language)
+                .map_err(|message| EngineError::ScriptDefinition { message })?;
+            udfs.push(script_udf_named(
+                &entry,
+                &call.function,
+                interpreter,
+                self.session_id,
+            )?);
+        }
+        Ok((rewritten, udfs))
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod catalog;
 mod ddl;
+mod dynamic;
 mod languages;
 mod options;
 mod udf;

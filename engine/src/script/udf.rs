@@ -44,8 +44,7 @@ pub(crate) fn script_spec(entry: &ScriptEntry, interpreter: PathBuf) -> crate::R
         StoredOutput::DynamicEmits => {
             return Err(definition_error(
                 entry,
-                "EMITS (...) (columns given at the call site) is not supported yet; declare the \
-                 EMITS columns",
+                "its EMITS columns are given at each call: SELECT f(…) EMITS (a INT, …)",
             ));
         }
     };
@@ -72,6 +71,16 @@ pub(crate) fn script_udf(
     interpreter: PathBuf,
     session_id: u64,
 ) -> crate::Result<ScriptUdf> {
+    script_udf_named(entry, &entry.name, interpreter, session_id)
+}
+
+/// Like [`script_udf`], registered under `function` (a call site's own name for `EMITS (...)`).
+pub(crate) fn script_udf_named(
+    entry: &ScriptEntry,
+    function: &str,
+    interpreter: PathBuf,
+    session_id: u64,
+) -> crate::Result<ScriptUdf> {
     let spec = Arc::new(script_spec(entry, interpreter)?);
     let request = match &entry.accelerator {
         Some(text) => AcceleratorRequest::parse(text)?,
@@ -87,7 +96,7 @@ pub(crate) fn script_udf(
         .map(|cols| cols.iter().map(|c| c.sql_type.arrow_type()).collect());
     match (&spec.output, spec.input_type) {
         (ScriptOutput::Returns(ty), ScriptInputType::Scalar) => {
-            let mut builder = ScalarUdf::builder(&entry.name)
+            let mut builder = ScalarUdf::builder(function)
                 .returns(ty.arrow_type())
                 .accelerator_request(request);
             builder = match input_types {
@@ -120,7 +129,7 @@ pub(crate) fn script_udf(
             Ok(ScriptUdf::Scalar(udf))
         }
         (output, input_type) => {
-            let mut builder = SetUdf::builder(&entry.name).accelerator_request(request);
+            let mut builder = SetUdf::builder(function).accelerator_request(request);
             if input_type == ScriptInputType::Scalar {
                 builder = builder.scalar_input();
             }

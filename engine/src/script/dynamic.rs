@@ -1,0 +1,171 @@
+//! Call-site EMITS for `EMITS (...)` scripts: `SELECT f(x) EMITS (a INT, b VARCHAR(20)) FROM t`.
+//! Before a statement is parsed, each such call is renamed to a function of its own (for this
+//! statement only) whose EMITS columns are the ones the call site gives, and the `EMITS (…)`
+//! clause, which SQL does not know, is removed.
+
+use super::ddl::parse_columns;
+use crate::EngineError;
+
+/// One call of an `EMITS (...)` script in a statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DynamicCall {
+    /// The function name the call was renamed to.
+    pub(crate) function: String,
+    /// The script called.
+    pub(crate) script: String,
+    /// Its EMITS columns at this call site, as (name, type).
+    pub(crate) columns: Vec<(String, String)>,
+}
+
+/// Rewrites the calls of the scripts `is_dynamic` names; returns the new text and the calls.
+pub(crate) fn rewrite_dynamic_emits(
+    text: &str,
+    is_dynamic: &dyn Fn(&str) -> bool,
+) -> crate::Result<(String, Vec<DynamicCall>)> {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut calls = Vec::new();
+    let mut i = 0;
+    let mut copied = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\'' | b'"' => i = skip_quoted(bytes, i),
+            b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                i = text[i..].find('\n').map_or(bytes.len(), |n| i + n);
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i = text[i + 2..]
+                    .find("*/")
+                    .map_or(bytes.len(), |n| i + 2 + n + 2);
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' => {
+                let start = i;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                let word = text[start..i].to_ascii_lowercase();
+                let after_word = skip_space(bytes, i);
+                if !is_dynamic(&word) || bytes.get(after_word) != Some(&b'(') {
+                    continue;
+                }
+                let args_end = matching_paren(bytes, after_word)
+                    .ok_or_else(|| dynamic_err(&word, "its argument list is not closed"))?;
+                let emits_at = skip_space(bytes, args_end);
+                let has_emits = text
+                    .get(emits_at..emits_at + 5)
+                    .is_some_and(|w| w.eq_ignore_ascii_case("emits"))
+                    && !bytes
+                        .get(emits_at + 5)
+                        .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_');
+                let open = skip_space(bytes, emits_at + 5);
+                if !has_emits || bytes.get(open) != Some(&b'(') {
+                    return Err(dynamic_err(
+                        &word,
+                        "its EMITS columns are given at the call site: \
+                         SELECT f(…) EMITS (a INT, b VARCHAR(20)) FROM …",
+                    ));
+                }
+                let close = matching_paren(bytes, open)
+                    .ok_or_else(|| dynamic_err(&word, "its EMITS list is not closed"))?;
+                let columns = parse_columns(&text[open + 1..close - 1])
+                    .map_err(|e| dynamic_err(&word, &format!("in its EMITS list: {e}")))?;
+                let function = format!("{word}__emits_{}", calls.len() + 1);
+                out.push_str(&text[copied..start]);
+                out.push_str(&function);
+                out.push_str(&text[i..args_end]);
+                copied = close;
+                i = close;
+                calls.push(DynamicCall {
+                    function,
+                    script: word,
+                    columns,
+                });
+            }
+            _ => i += 1,
+        }
+    }
+    out.push_str(&text[copied..]);
+    Ok((out, calls))
+}
+
+fn dynamic_err(script: &str, message: &str) -> EngineError {
+    EngineError::ScriptDefinition {
+        message: format!("call of EMITS (...) script {script}: {message}"),
+    }
+}
+
+fn skip_space(bytes: &[u8], mut i: usize) -> usize {
+    while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+        i += 1;
+    }
+    i
+}
+
+/// The index after the quote that closes the one at `i` ('' and "" escape).
+fn skip_quoted(bytes: &[u8], i: usize) -> usize {
+    let quote = bytes[i];
+    let mut j = i + 1;
+    while j < bytes.len() {
+        if bytes[j] == quote {
+            if bytes.get(j + 1) == Some(&quote) {
+                j += 2;
+                continue;
+            }
+            return j + 1;
+        }
+        j += 1;
+    }
+    bytes.len()
+}
+
+/// The index after the `)` matching the `(` at `open`.
+fn matching_paren(bytes: &[u8], open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut j = open;
+    while j < bytes.len() {
+        match bytes[j] {
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(j + 1);
+                }
+            }
+            b'\'' | b'"' => {
+                j = skip_quoted(bytes, j);
+                continue;
+            }
+            _ => {}
+        }
+        j += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_are_renamed_and_their_emits_clause_taken() {
+        let dynamic = |name: &str| name == "split";
+        let (text, calls) = rewrite_dynamic_emits(
+            "SELECT Split(x, ')') EMITS (word VARCHAR(20), n DECIMAL(18, 0)) FROM t -- split(y)",
+            &dynamic,
+        )
+        .unwrap();
+        assert_eq!(text, "SELECT split__emits_1(x, ')') FROM t -- split(y)");
+        assert_eq!(calls.len(), 1);
+        assert_eq!(
+            calls[0].columns,
+            [
+                ("word".to_string(), "VARCHAR(20)".to_string()),
+                ("n".to_string(), "DECIMAL(18, 0)".to_string())
+            ]
+        );
+        let e = rewrite_dynamic_emits("SELECT split(x) FROM t", &dynamic).unwrap_err();
+        assert!(e.to_string().contains("given at the call site"), "{e}");
+        let (same, none) = rewrite_dynamic_emits("SELECT 'split(x)' FROM t", &dynamic).unwrap();
+        assert_eq!((same.as_str(), none.len()), ("SELECT 'split(x)' FROM t", 0));
+    }
+}
