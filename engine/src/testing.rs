@@ -139,6 +139,36 @@ pub fn fixtures() -> Result<Vec<ScalarUdf>> {
     ])
 }
 
+/// The cells of a result as text, row by row (`"NULL"` for nulls): what tests compare.
+pub fn cells(
+    batches: &[datafusion::arrow::array::RecordBatch],
+) -> datafusion::error::Result<Vec<Vec<String>>> {
+    let mut out = Vec::new();
+    for batch in batches {
+        let columns = batch
+            .columns()
+            .iter()
+            .map(|c| datafusion::arrow::compute::cast(c, &DataType::Utf8))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        for row in 0..batch.num_rows() {
+            out.push(
+                columns
+                    .iter()
+                    .map(|c| {
+                        let c = c.as_string::<i32>();
+                        if c.is_null(row) {
+                            "NULL".to_string()
+                        } else {
+                            c.value(row).to_string()
+                        }
+                    })
+                    .collect(),
+            );
+        }
+    }
+    Ok(out)
+}
+
 /// Registers every fixture UDF in `engine`.
 pub fn register_fixtures(engine: &Engine) -> Result<()> {
     for udf in fixtures()? {

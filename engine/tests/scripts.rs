@@ -2,8 +2,7 @@
 //! worker processes, pinning, and faults.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
 
-use accelsql_engine::datafusion::arrow::array::{Array, RecordBatch, StringArray};
-use accelsql_engine::datafusion::arrow::datatypes::DataType;
+use accelsql_engine::datafusion::arrow::array::RecordBatch;
 use accelsql_engine::{Engine, EngineOptions, SchedulerConfig, Session};
 
 fn engine(gpus: usize) -> Engine {
@@ -11,29 +10,11 @@ fn engine(gpus: usize) -> Engine {
 }
 
 fn flat(batches: &[RecordBatch]) -> Vec<String> {
-    let mut out = Vec::new();
-    for b in batches {
-        let cols: Vec<_> = b
-            .columns()
-            .iter()
-            .map(|c| accelsql_engine::datafusion::arrow::compute::cast(c, &DataType::Utf8).unwrap())
-            .collect();
-        for r in 0..b.num_rows() {
-            let row: Vec<String> = cols
-                .iter()
-                .map(|c| {
-                    let c = c.as_any().downcast_ref::<StringArray>().unwrap();
-                    if c.is_null(r) {
-                        "NULL".into()
-                    } else {
-                        c.value(r).to_string()
-                    }
-                })
-                .collect();
-            out.push(row.join("|"));
-        }
-    }
-    out
+    accelsql_engine::testing::cells(batches)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.join("|"))
+        .collect()
 }
 
 async fn run(s: &Session, sql: &str) -> Vec<String> {

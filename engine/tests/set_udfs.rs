@@ -2,8 +2,7 @@
 //! RETURNS as aggregates, EMITS position errors, and their placement.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
 
-use accelsql_engine::datafusion::arrow::array::{Array, RecordBatch, StringArray};
-use accelsql_engine::datafusion::arrow::datatypes::DataType;
+use accelsql_engine::datafusion::arrow::array::RecordBatch;
 use accelsql_engine::{Engine, SchedulerConfig, Session, testing};
 
 fn session(gpus: usize) -> Session {
@@ -14,29 +13,7 @@ fn session(gpus: usize) -> Session {
 
 /// The result as rows of text cells ("NULL" for nulls).
 fn rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    for b in batches {
-        let cols: Vec<_> = b
-            .columns()
-            .iter()
-            .map(|c| accelsql_engine::datafusion::arrow::compute::cast(c, &DataType::Utf8).unwrap())
-            .collect();
-        for r in 0..b.num_rows() {
-            out.push(
-                cols.iter()
-                    .map(|c| {
-                        let c = c.as_any().downcast_ref::<StringArray>().unwrap();
-                        if c.is_null(r) {
-                            "NULL".to_string()
-                        } else {
-                            c.value(r).to_string()
-                        }
-                    })
-                    .collect(),
-            );
-        }
-    }
-    out
+    testing::cells(batches).unwrap()
 }
 
 fn flat(batches: &[RecordBatch]) -> Vec<String> {

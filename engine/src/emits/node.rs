@@ -10,7 +10,7 @@ use datafusion::common::DFSchemaRef;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
 
-use crate::udf::{InputType, PlacedCall, SetUdf};
+use crate::udf::{InputType, PlacedCall, SetUdf, same_placement};
 
 /// One EMITS call and the rows it reads.
 #[derive(Debug, Clone)]
@@ -44,11 +44,7 @@ impl PartialEq for UdfCallNode {
             && self.output_keys == other.output_keys
             && self.args == other.args
             && self.schema == other.schema
-            && match (&self.placed, &other.placed) {
-                (None, None) => true,
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                _ => false,
-            }
+            && same_placement(&self.placed, &other.placed)
     }
 }
 

@@ -14,7 +14,7 @@ use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Signature};
 
-use super::call::{PlacedCall, on_instance};
+use super::call::{PlacedCall, on_instance, same_placement};
 use super::{Output, SetUdf, signature};
 use crate::EngineError;
 
@@ -63,12 +63,7 @@ impl AccelAggregateUdf {
 
 impl PartialEq for AccelAggregateUdf {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.def, &other.def)
-            && match (&self.placed, &other.placed) {
-                (None, None) => true,
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                _ => false,
-            }
+        Arc::ptr_eq(&self.def, &other.def) && same_placement(&self.placed, &other.placed)
     }
 }
 

@@ -51,6 +51,16 @@ impl PlacedCall {
     }
 }
 
+/// Whether two (un)placed copies of a call are the same call: both unplaced, or placed by the
+/// same decision.
+pub(crate) fn same_placement(a: &Option<Arc<PlacedCall>>, b: &Option<Arc<PlacedCall>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    }
+}
+
 /// What running an implementation on an instance gave.
 pub(crate) struct Ran<T> {
     pub(crate) value: T,

@@ -18,7 +18,7 @@ use datafusion::logical_expr::{ColumnarValue, Signature, TypeSignature, Volatili
 
 pub(crate) use self::aggregate::AccelAggregateUdf;
 pub(crate) use self::aggregate::as_accel_aggregate;
-pub(crate) use self::call::{PlacedCall, on_instance};
+pub(crate) use self::call::{PlacedCall, on_instance, same_placement};
 pub(crate) use self::emits::{EmitsAggregate, EmitsScalar, emits_of, emits_of_aggregate};
 pub(crate) use self::scalar::{AccelScalarUdf, as_accel as as_accel_udf};
 pub use self::set::{InputType, Output, SetKernel, SetUdf, SetUdfBuilder};
@@ -62,6 +62,48 @@ pub enum Inputs {
     /// Any number of arguments of any types (`...` in Exasol's script syntax).
     Variadic,
 }
+
+/// The builder methods every UDF kind shares: arguments and Exasol's annotations.
+macro_rules! common_builder_methods {
+    () => {
+        /// Exact argument types.
+        pub fn inputs(mut self, types: impl IntoIterator<Item = DataType>) -> Self {
+            self.inputs = Inputs::Exact(types.into_iter().collect());
+            self
+        }
+
+        /// Any number of arguments of any type.
+        pub fn variadic(mut self) -> Self {
+            self.inputs = Inputs::Variadic;
+            self
+        }
+
+        /// The accelerator request, parsed as `%perInstanceRequiredAcceleratorDevices` is.
+        pub fn accelerator(mut self, annotation: &str) -> Result<Self> {
+            self.accelerator = AcceleratorRequest::parse(annotation)?;
+            Ok(self)
+        }
+
+        /// The accelerator request, typed.
+        pub fn accelerator_request(mut self, request: AcceleratorRequest) -> Self {
+            self.accelerator = request;
+            self
+        }
+
+        /// `%perNodeAndCallInstanceLimit`, parsed from text.
+        pub fn instance_limit_annotation(mut self, annotation: &str) -> Result<Self> {
+            self.instance_limit = Some(parse_instance_limit(annotation)?);
+            Ok(self)
+        }
+
+        /// At most `n` parallel instances per call.
+        pub fn instance_limit(mut self, n: usize) -> Self {
+            self.instance_limit = Some(n.max(1));
+            self
+        }
+    };
+}
+pub(crate) use common_builder_methods;
 
 /// A scalar Rust UDF with Exasol's accelerator annotations.
 ///
@@ -164,45 +206,11 @@ pub struct ScalarUdfBuilder {
 }
 
 impl ScalarUdfBuilder {
-    /// Exact argument types.
-    pub fn inputs(mut self, types: impl IntoIterator<Item = DataType>) -> Self {
-        self.inputs = Inputs::Exact(types.into_iter().collect());
-        self
-    }
-
-    /// Any number of arguments of any type.
-    pub fn variadic(mut self) -> Self {
-        self.inputs = Inputs::Variadic;
-        self
-    }
+    common_builder_methods!();
 
     /// The result type (`RETURNS type`).
     pub fn returns(mut self, data_type: DataType) -> Self {
         self.returns = Some(data_type);
-        self
-    }
-
-    /// The accelerator request, parsed as `%perInstanceRequiredAcceleratorDevices` is.
-    pub fn accelerator(mut self, annotation: &str) -> Result<Self> {
-        self.accelerator = AcceleratorRequest::parse(annotation)?;
-        Ok(self)
-    }
-
-    /// The accelerator request, typed.
-    pub fn accelerator_request(mut self, request: AcceleratorRequest) -> Self {
-        self.accelerator = request;
-        self
-    }
-
-    /// `%perNodeAndCallInstanceLimit`, parsed from text.
-    pub fn instance_limit_annotation(mut self, annotation: &str) -> Result<Self> {
-        self.instance_limit = Some(parse_instance_limit(annotation)?);
-        Ok(self)
-    }
-
-    /// At most `n` parallel instances per call.
-    pub fn instance_limit(mut self, n: usize) -> Self {
-        self.instance_limit = Some(n.max(1));
         self
     }
 

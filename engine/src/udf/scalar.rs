@@ -8,7 +8,7 @@ use std::any::Any;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use super::call::{PlacedCall, on_instance};
+use super::call::{PlacedCall, on_instance, same_placement};
 use super::{ScalarUdf, signature};
 use crate::EngineError;
 
@@ -90,12 +90,7 @@ impl AccelScalarUdf {
 
 impl PartialEq for AccelScalarUdf {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.def, &other.def)
-            && match (&self.placed, &other.placed) {
-                (None, None) => true,
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                _ => false,
-            }
+        Arc::ptr_eq(&self.def, &other.def) && same_placement(&self.placed, &other.placed)
     }
 }
 

@@ -9,7 +9,7 @@ use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields};
 
-use super::{Inputs, check_name};
+use super::{Inputs, check_name, common_builder_methods};
 use crate::{Result, definition_err};
 
 /// A run-based UDF implementation.
@@ -219,17 +219,7 @@ impl SetUdfBuilder {
         self
     }
 
-    /// Exact argument types.
-    pub fn inputs(mut self, types: impl IntoIterator<Item = DataType>) -> Self {
-        self.inputs = Inputs::Exact(types.into_iter().collect());
-        self
-    }
-
-    /// Any number of arguments of any type.
-    pub fn variadic(mut self) -> Self {
-        self.inputs = Inputs::Variadic;
-        self
-    }
+    common_builder_methods!();
 
     /// One value per group (`RETURNS type`): an aggregate function.
     pub fn returns(mut self, data_type: DataType) -> Self {
@@ -241,30 +231,6 @@ impl SetUdfBuilder {
     pub fn emits(mut self, fields: impl IntoIterator<Item = Field>) -> Self {
         let fields: Vec<FieldRef> = fields.into_iter().map(Arc::new).collect();
         self.output = Some(Output::Emits(fields.into()));
-        self
-    }
-
-    /// The accelerator request, parsed as `%perInstanceRequiredAcceleratorDevices` is.
-    pub fn accelerator(mut self, annotation: &str) -> Result<Self> {
-        self.accelerator = AcceleratorRequest::parse(annotation)?;
-        Ok(self)
-    }
-
-    /// The accelerator request, typed.
-    pub fn accelerator_request(mut self, request: AcceleratorRequest) -> Self {
-        self.accelerator = request;
-        self
-    }
-
-    /// `%perNodeAndCallInstanceLimit`, parsed from text.
-    pub fn instance_limit_annotation(mut self, annotation: &str) -> Result<Self> {
-        self.instance_limit = Some(parse_instance_limit(annotation)?);
-        Ok(self)
-    }
-
-    /// At most `n` parallel instances per call.
-    pub fn instance_limit(mut self, n: usize) -> Self {
-        self.instance_limit = Some(n.max(1));
         self
     }
 
