@@ -315,3 +315,33 @@ fn ctrl_c_cancels_the_running_statement_and_stops_the_script() {
     assert!(err.contains("ERROR [57014]: statement cancelled"), "{err}");
     assert!(!stdout(&output).contains("not reached"));
 }
+
+#[test]
+fn a_script_file_with_a_create_script_missing_its_slash_line_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_script(
+        dir.path(),
+        "SELECT 1;\nCREATE PYTHON3 SCALAR SCRIPT f() RETURNS INT AS\ndef run(ctx):\n    return 1;\nSELECT f();\n",
+    );
+    let out = accelsql(&["-f", &script]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(&format!("ERROR at {script}:2 (statement 2): [42E03] ")),
+        "{err}"
+    );
+    assert!(err.contains("no closing line holding only '/'"), "{err}");
+}
+
+#[test]
+fn a_script_file_creates_and_calls_a_python_script() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_script(
+        dir.path(),
+        "CREATE PYTHON3 SCALAR SCRIPT twice(x BIGINT) RETURNS BIGINT AS\n\
+         # a comment; with a semicolon\ndef run(ctx):\n    return 2 * ctx.x\n/\nSELECT twice(21) AS answer;\n",
+    );
+    let out = accelsql(&["-f", &script, "--format", "csv"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "answer\n42\n");
+}

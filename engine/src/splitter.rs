@@ -29,6 +29,9 @@ pub struct SqlStatement {
     pub line: usize,
     /// The 1-based position of the statement among the script's non-empty statements.
     pub index: usize,
+    /// A `CREATE … SCRIPT` whose body ran to the end of the text without its closing `/`
+    /// line. `Session::sql` accepts that; the shell's script files do not.
+    pub unterminated_script: bool,
 }
 
 /// Splits `text` into its statements, in order. A last statement without `;` is kept; empty
@@ -61,7 +64,9 @@ pub fn split_statements(text: &str) -> Vec<SqlStatement> {
                     let (end, resume) = script_end(text, lexeme.start);
                     let mut pending = Pending::starting_at(&lexeme);
                     pending.end = end;
-                    statements.push(pending.finish(text, statements.len() + 1));
+                    let mut statement = pending.finish(text, statements.len() + 1);
+                    statement.unterminated_script = end == resume;
+                    statements.push(statement);
                     lexer.advance_to(resume);
                     continue;
                 }
@@ -199,6 +204,7 @@ impl Pending {
             text: text[self.start..self.end].trim_end().to_string(),
             line: self.line,
             index,
+            unterminated_script: false,
         }
     }
 }
@@ -386,6 +392,8 @@ mod tests {
         // Without a `/` line the body runs to the end of the text.
         let open = "create python3 set script t(x int) emits (y int) as\ndef run(ctx): pass";
         assert_eq!(split_statements(open).len(), 1);
+        assert!(split_statements(open)[0].unterminated_script);
+        assert!(!statements[1].unterminated_script);
         assert!(!is_complete(open));
         assert!(is_complete(&format!("{open}\n/\n")));
         assert!(is_script_head("CREATE  /* c */ PYTHON3 SET SCRIPT"));

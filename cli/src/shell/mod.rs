@@ -107,6 +107,13 @@ impl Shell {
             // Ctrl-C between two statements stops the script before the next one.
             let result = if interrupt::take() {
                 Err(CliError::statement(cancelled()))
+            } else if statement.unterminated_script && script.is_some() {
+                // In a script file the body would otherwise swallow everything after it.
+                Err(CliError::statement(EngineError::ScriptDefinition {
+                    message: "this CREATE … SCRIPT has no closing line holding only '/'; its body \
+                              runs to the end of the file"
+                        .into(),
+                }))
             } else {
                 self.execute(&statement.text)
             };
