@@ -115,6 +115,16 @@ pub enum EngineError {
         message: String,
     },
 
+    /// A coded error that reached us through a DataFusion error shared by several streams (e.g.
+    /// a repartition's outputs), so it could not be taken out: its code and message, copied.
+    #[error("{message}")]
+    Relayed {
+        /// The original error's code.
+        code: &'static str,
+        /// The original error's message (starting with its code).
+        message: String,
+    },
+
     /// Anything DataFusion reports: SQL syntax, planning, execution.
     #[error("[{}] {}", sql_code(.0), .0.strip_backtrace())]
     Sql(DataFusionError),
@@ -153,6 +163,7 @@ impl EngineError {
             Self::InvalidSetting { .. } => Self::INVALID_SETTING,
             Self::Scheduler(e) => e.code(),
             Self::Runtime(e) => e.code(),
+            Self::Relayed { code, .. } => code,
             Self::Sql(e) => sql_code(e),
         }
     }
@@ -206,10 +217,33 @@ impl From<DataFusionError> for EngineError {
             },
             DataFusionError::Shared(shared) => match Arc::try_unwrap(shared) {
                 Ok(inner) => Self::from(inner),
-                Err(shared) => Self::Sql(DataFusionError::Shared(shared)),
+                Err(shared) => match coded_inside(&shared) {
+                    Some((code, message)) => Self::Relayed { code, message },
+                    None => Self::Sql(DataFusionError::Shared(shared)),
+                },
             },
             other => Self::Sql(other),
         }
+    }
+}
+
+/// The code and message of the accelsql or scheduler error inside `e`, if there is one.
+fn coded_inside(e: &DataFusionError) -> Option<(&'static str, String)> {
+    match e {
+        DataFusionError::External(boxed) => {
+            if let Some(engine) = boxed.downcast_ref::<EngineError>() {
+                Some((engine.code(), engine.to_string()))
+            } else {
+                boxed
+                    .downcast_ref::<SchedulerError>()
+                    .map(|s| (s.code(), s.to_string()))
+            }
+        }
+        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
+            coded_inside(inner)
+        }
+        DataFusionError::Shared(inner) => coded_inside(inner),
+        _ => None,
     }
 }
 
@@ -241,6 +275,25 @@ mod tests {
             SchedulerError::QueueClosed,
         )));
         assert_eq!(s.code(), "57G02");
+    }
+
+    #[test]
+    fn a_coded_error_shared_by_several_streams_keeps_its_code() {
+        let shared = Arc::new(
+            EngineError::BadUdfResult {
+                udf: "f".into(),
+                message: "bad".into(),
+            }
+            .into_datafusion(),
+        );
+        let _other_holder = Arc::clone(&shared);
+        let e = EngineError::from(DataFusionError::Shared(shared));
+        assert_eq!(e.code(), "22E02");
+        assert!(
+            e.to_string()
+                .starts_with("[22E02] UDF f returned a bad result"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -155,10 +155,18 @@ impl Session {
     /// SCRIPT_LANGUAGES`).
     fn run_script_ddl(&self, text: &str) -> Result<()> {
         let inner = &self.engine.inner;
+        // Rust UDFs and DataFusion's own functions cannot be replaced by a script.
         let taken = |name: &str| {
             let registry = inner.udfs.read().unwrap_or_else(|e| e.into_inner());
+            let is_script = inner.scripts.entries().iter().any(|e| e.name == name);
+            let state = self.ctx.state_ref();
+            let state = state.read();
             registry.scalar.iter().any(|u| u.name() == name)
                 || registry.set.iter().any(|u| u.name() == name)
+                || (!is_script
+                    && (state.scalar_functions().contains_key(name)
+                        || state.aggregate_functions().contains_key(name)
+                        || state.window_functions().contains_key(name)))
         };
         self.scripts
             .execute(text, &inner.scripts, inner.script_ddl, &taken)

@@ -361,3 +361,83 @@ async fn emits_dot_dot_dot_takes_its_columns_from_the_call_site() {
         ["EMITS (...)"]
     );
 }
+
+#[tokio::test]
+async fn script_parameters_take_arguments_that_cast_to_their_types() {
+    let s = engine(0).session();
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT describe(d DECIMAL(18,2), t TIMESTAMP, day DATE) RETURNS VARCHAR(100) AS\n\
+         def run(ctx):\n    return '%s %s %s' % (ctx.d, ctx.t.isoformat(), ctx.day.isoformat())\n/",
+    )
+    .await;
+    assert_eq!(
+        run(
+            &s,
+            "SELECT describe(1, TIMESTAMP '2024-01-01 12:30:00', '2024-02-29')"
+        )
+        .await,
+        ["1.00 2024-01-01T12:30:00 2024-02-29"]
+    );
+    let e = s.sql("SELECT describe(1, 2)").await.unwrap_err();
+    assert!(e.to_string().contains("takes 3 argument(s), got 2"), "{e}");
+}
+
+#[tokio::test]
+async fn scripts_cannot_shadow_built_in_functions_and_say_why_they_cannot_run() {
+    let s = engine(0).session();
+    let e = s
+        .sql("CREATE PYTHON3 SCALAR SCRIPT abs(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    return 42\n/")
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("built-in function or Rust UDF named abs"),
+        "{e}"
+    );
+    assert_eq!(run(&s, "SELECT abs(-1)").await, ["1"]);
+    // A script whose language alias the session no longer has says so when called.
+    let python = accelsql_engine::udf_runtime::script::find_python3().unwrap();
+    run(
+        &s,
+        &format!(
+            "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3=builtin_python3 MYPY={}'",
+            python.display()
+        ),
+    )
+    .await;
+    run(
+        &s,
+        "CREATE MYPY SCALAR SCRIPT mine() RETURNS BIGINT AS\ndef run(ctx):\n    return 1\n/",
+    )
+    .await;
+    run(
+        &s,
+        "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3=builtin_python3'",
+    )
+    .await;
+    let e = s.sql("SELECT mine()").await.unwrap_err();
+    assert_eq!(e.code(), "42E03", "{e}");
+    assert!(
+        e.to_string().contains("language alias MYPY is not defined"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn errors_keep_their_code_through_an_outer_query() {
+    let s = engine(0).session();
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT boom(k BIGINT) EMITS (s VARCHAR(10)) AS\ndef run(ctx):\n    raise ValueError(42)\n/",
+    )
+    .await;
+    for _ in 0..5 {
+        let e = s
+            .sql("SELECT upper(s) FROM (SELECT boom(value) FROM range(100))")
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), "22U10", "{e}");
+        assert!(e.to_string().starts_with("[22U10]"), "{e}");
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use accelsql_udf_runtime::script::find_python3;
 use datafusion::prelude::SessionContext;
@@ -43,6 +43,8 @@ pub(crate) struct SessionScripts {
     languages: Mutex<BTreeMap<String, Runtime>>,
     /// Catalog generation last registered, and the names registered then.
     synced: Mutex<(u64, Vec<String>)>,
+    /// `builtin_python3`, found once per session (finding it starts Python).
+    builtin_python3: OnceLock<Result<PathBuf, String>>,
 }
 
 const ACCEPTED: &str = "ALIAS=builtin_python3 (the python3 on PATH) or ALIAS=/absolute/path/to/python3, \
@@ -57,6 +59,7 @@ impl SessionScripts {
                 Runtime::BuiltinPython3,
             )])),
             synced: Mutex::new((0, Vec::new())),
+            builtin_python3: OnceLock::new(),
         }
     }
 
@@ -79,7 +82,10 @@ impl SessionScripts {
             .get(&alias.to_ascii_uppercase())
             .cloned();
         match runtime {
-            Some(Runtime::BuiltinPython3) => find_python3().map_err(|e| e.to_string()),
+            Some(Runtime::BuiltinPython3) => self
+                .builtin_python3
+                .get_or_init(|| find_python3().map_err(|e| e.to_string()))
+                .clone(),
             Some(Runtime::Interpreter(path)) => Ok(path),
             None => Err(format!(
                 "language alias {alias} is not defined in this session (SCRIPT_LANGUAGES = '{}')",
@@ -160,7 +166,7 @@ impl SessionScripts {
                 if taken(&create.name) {
                     return Err(EngineError::ScriptDefinition {
                         message: format!(
-                            "a Rust UDF named {} exists; scripts cannot replace it",
+                            "a built-in function or Rust UDF named {} exists; scripts cannot replace it",
                             create.name
                         ),
                     });
@@ -217,15 +223,9 @@ impl SessionScripts {
                 // Registered per call site (see `rewrite_dynamic`).
                 continue;
             }
-            let interpreter = match self.interpreter(&entry.language) {
-                Ok(path) => path,
-                Err(message) => {
-                    // Registered anyway, so that a call says why it cannot run.
-                    log::warn!("script {}: {message}", entry.name);
-                    PathBuf::from(format!("<{message}>"))
-                }
-            };
-            match script_udf(&entry, interpreter, self.session_id) {
+            // Registered even when its language cannot run here, so that a call says why.
+            let interpreter = self.interpreter(&entry.language);
+            match script_udf_named(&entry, &entry.name, interpreter, self.session_id) {
                 Ok(udf) => {
                     register(ctx, udf);
                     synced.1.push(entry.name.clone());
@@ -268,7 +268,7 @@ impl SessionScripts {
             udfs.push(script_udf_named(
                 &entry,
                 &call.function,
-                interpreter,
+                Ok(interpreter),
                 self.session_id,
             )?);
         }

@@ -71,16 +71,23 @@ pub(crate) fn script_udf(
     interpreter: PathBuf,
     session_id: u64,
 ) -> crate::Result<ScriptUdf> {
-    script_udf_named(entry, &entry.name, interpreter, session_id)
+    script_udf_named(entry, &entry.name, Ok(interpreter), session_id)
 }
 
 /// Like [`script_udf`], registered under `function` (a call site's own name for `EMITS (...)`).
+///
+/// With `Err(why)` for the interpreter (its language alias cannot run in this session), every
+/// call fails with `why`.
 pub(crate) fn script_udf_named(
     entry: &ScriptEntry,
     function: &str,
-    interpreter: PathBuf,
+    interpreter: Result<PathBuf, String>,
     session_id: u64,
 ) -> crate::Result<ScriptUdf> {
+    let (interpreter, unavailable) = match interpreter {
+        Ok(path) => (path, None),
+        Err(why) => (PathBuf::new(), Some(why)),
+    };
     let spec = Arc::new(script_spec(entry, interpreter)?);
     let request = match &entry.accelerator {
         Some(text) => AcceleratorRequest::parse(text)?,
@@ -89,6 +96,7 @@ pub(crate) fn script_udf_named(
     let runner = Arc::new(ScriptRunner {
         spec: Arc::clone(&spec),
         session_id,
+        unavailable,
     });
     let input_types: Option<Vec<DataType>> = spec
         .inputs
@@ -100,7 +108,7 @@ pub(crate) fn script_udf_named(
                 .returns(ty.arrow_type())
                 .accelerator_request(request);
             builder = match input_types {
-                Some(types) => builder.inputs(types),
+                Some(types) => builder.castable_inputs(types),
                 None => builder.variadic(),
             };
             if let Some(limit) = entry.instance_limit {
@@ -134,7 +142,7 @@ pub(crate) fn script_udf_named(
                 builder = builder.scalar_input();
             }
             builder = match input_types {
-                Some(types) => builder.inputs(types),
+                Some(types) => builder.castable_inputs(types),
                 None => builder.variadic(),
             };
             builder = match output {
@@ -164,6 +172,8 @@ pub(crate) fn script_udf_named(
 struct ScriptRunner {
     spec: Arc<ScriptSpec>,
     session_id: u64,
+    /// Why the script cannot run in this session (its language alias), if it cannot.
+    unavailable: Option<String>,
 }
 
 /// The worker kept in an instance's storage; finished (its `cleanup()` run) when the call's
@@ -187,6 +197,12 @@ impl ScriptRunner {
         rows: usize,
         args: &[ArrayRef],
     ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        if let Some(why) = &self.unavailable {
+            return Err(EngineError::ScriptDefinition {
+                message: format!("script {}: {why}", self.spec.qualified_name()),
+            }
+            .into_datafusion());
+        }
         let mut storage = ctx.storage.lock();
         let slot = match storage
             .as_mut()

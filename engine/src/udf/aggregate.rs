@@ -89,6 +89,10 @@ impl AggregateUDFImpl for AccelAggregateUdf {
         Ok(self.returns.clone())
     }
 
+    fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
+        super::coerce(self.def.name(), self.def.inputs(), arg_types)
+    }
+
     fn accumulator(&self, args: AccumulatorArgs<'_>) -> DfResult<Box<dyn Accumulator>> {
         if args.is_distinct {
             return Err(DataFusionError::NotImplemented(format!(

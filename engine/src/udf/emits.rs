@@ -93,6 +93,10 @@ impl ScalarUDFImpl for EmitsScalar {
         Ok(struct_type(&self.def))
     }
 
+    fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
+        super::coerce(self.def.name(), self.def.inputs(), arg_types)
+    }
+
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
         Err(misplaced(&self.def))
     }
@@ -109,6 +113,10 @@ impl AggregateUDFImpl for EmitsAggregate {
 
     fn return_type(&self, _arg_types: &[DataType]) -> DfResult<DataType> {
         Ok(struct_type(&self.def))
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
+        super::coerce(self.def.name(), self.def.inputs(), arg_types)
     }
 
     fn accumulator(&self, _args: AccumulatorArgs<'_>) -> DfResult<Box<dyn Accumulator>> {

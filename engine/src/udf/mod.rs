@@ -61,6 +61,9 @@ pub enum Inputs {
     Exact(Vec<DataType>),
     /// Any number of arguments of any types (`...` in Exasol's script syntax).
     Variadic,
+    /// These types; an argument of another type is cast to its parameter's type when Arrow can
+    /// cast it (as script parameters take `1` for a DECIMAL or a literal for a TIMESTAMP).
+    Castable(Vec<DataType>),
 }
 
 /// The builder methods every UDF kind shares: arguments and Exasol's annotations.
@@ -75,6 +78,12 @@ macro_rules! common_builder_methods {
         /// Any number of arguments of any type.
         pub fn variadic(mut self) -> Self {
             self.inputs = Inputs::Variadic;
+            self
+        }
+
+        /// These types, casting arguments of other types to them where Arrow can.
+        pub fn castable_inputs(mut self, types: impl IntoIterator<Item = DataType>) -> Self {
+            self.inputs = Inputs::Castable(types.into_iter().collect());
             self
         }
 
@@ -265,11 +274,46 @@ fn check_name(name: &str) -> Result<String> {
 fn signature(inputs: &Inputs) -> Signature {
     match inputs {
         Inputs::Exact(types) => Signature::exact(types.clone(), Volatility::Volatile),
+        Inputs::Castable(types) if types.is_empty() => Signature::nullary(Volatility::Volatile),
+        Inputs::Castable(_) => Signature::user_defined(Volatility::Volatile),
         Inputs::Variadic => Signature::one_of(
             vec![TypeSignature::Nullary, TypeSignature::VariadicAny],
             Volatility::Volatile,
         ),
     }
+}
+
+/// The argument types a call of `udf` with `arg_types` gets (for [`Inputs::Castable`]).
+fn coerce(
+    udf: &str,
+    inputs: &Inputs,
+    arg_types: &[DataType],
+) -> datafusion::error::Result<Vec<DataType>> {
+    let Inputs::Castable(types) = inputs else {
+        return Ok(arg_types.to_vec());
+    };
+    if arg_types.len() != types.len() {
+        return Err(datafusion::error::DataFusionError::Plan(format!(
+            "{udf} takes {} argument(s), got {}",
+            types.len(),
+            arg_types.len()
+        )));
+    }
+    arg_types
+        .iter()
+        .zip(types)
+        .enumerate()
+        .map(|(i, (given, wanted))| {
+            if datafusion::arrow::compute::can_cast_types(given, wanted) {
+                Ok(wanted.clone())
+            } else {
+                Err(datafusion::error::DataFusionError::Plan(format!(
+                    "argument {} of {udf} is {given}, which cannot become its parameter type {wanted}",
+                    i + 1
+                )))
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

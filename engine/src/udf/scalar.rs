@@ -116,6 +116,10 @@ impl ScalarUDFImpl for AccelScalarUdf {
         Ok(self.def.returns().clone())
     }
 
+    fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
+        super::coerce(self.def.name(), self.def.inputs(), arg_types)
+    }
+
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
         self.run(args).map_err(EngineError::into_datafusion)
     }

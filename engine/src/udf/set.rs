@@ -263,7 +263,8 @@ impl SetUdfBuilder {
                     "UDF {name} is SCALAR RETURNS: define it as a ScalarUdf"
                 ));
             }
-            (Output::Returns(_), InputType::Set) if self.inputs == Inputs::Exact(Vec::new()) => {
+            (Output::Returns(_), InputType::Set) if matches!(&self.inputs, Inputs::Exact(t) | Inputs::Castable(t) if t.is_empty()) =>
+            {
                 return Err(definition_err!(
                     "SET RETURNS UDF {name} needs at least one parameter"
                 ));
