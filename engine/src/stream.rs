@@ -26,19 +26,28 @@ use crate::statement::StatementScope;
 /// plan — dropping the receiver aborts the task, and the statement's worker processes are killed
 /// so that a blocked run returns. The task holds the statement's lease: the GPUs are released
 /// when the plan has stopped running, never while a kernel may still use them.
+///
+/// When the plan has run to its end, the statement's script workers are finished (their
+/// `cleanup()` runs) before the stream ends; a failing `cleanup()` fails the statement.
 fn run_off_thread(
     inner: SendableRecordBatchStream,
     lease: Option<Lease>,
+    scope: Arc<StatementScope>,
 ) -> SendableRecordBatchStream {
     let mut builder = RecordBatchReceiverStreamBuilder::new(inner.schema(), 2);
     let tx = builder.tx();
     builder.spawn(async move {
         let _lease = lease;
         let mut inner = inner;
+        let mut failed = false;
         while let Some(batch) = inner.next().await {
+            failed |= batch.is_err();
             if tx.send(batch).await.is_err() {
-                break; // the consumer is gone
+                return Ok(()); // the consumer is gone
             }
+        }
+        if !failed && let Err(e) = crate::script::finish_workers(&scope.processes) {
+            let _ = tx.send(Err(e.into_datafusion())).await;
         }
         Ok(())
     });
@@ -111,11 +120,11 @@ impl StatementStream {
                 }
             }
             State::Running {
-                inner: run_off_thread(execute_stream(plan, task)?, lease),
+                inner: run_off_thread(execute_stream(plan, task)?, lease, Arc::clone(&scope)),
             }
         } else {
             State::Running {
-                inner: run_off_thread(execute_stream(plan, task)?, None),
+                inner: run_off_thread(execute_stream(plan, task)?, None, Arc::clone(&scope)),
             }
         };
         Ok(Self {
@@ -245,7 +254,7 @@ impl Stream for StatementStream {
                     match execute_stream(Arc::clone(plan), Arc::clone(task)) {
                         Ok(inner) => {
                             this.state = State::Running {
-                                inner: run_off_thread(inner, Some(lease)),
+                                inner: run_off_thread(inner, Some(lease), Arc::clone(&this.scope)),
                             }
                         }
                         Err(e) => {

@@ -441,3 +441,19 @@ async fn errors_keep_their_code_through_an_outer_query() {
         assert!(e.to_string().starts_with("[22U10]"), "{e}");
     }
 }
+
+#[tokio::test]
+async fn an_exception_in_cleanup_fails_the_statement() {
+    let s = engine(0).session();
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT messy(x BIGINT) RETURNS BIGINT AS\n\
+         def run(ctx):\n    return ctx.x\ndef cleanup():\n    1 / 0\n/",
+    )
+    .await;
+    let e = s.sql("SELECT messy(1)").await.unwrap_err();
+    assert_eq!(e.code(), "22U10", "{e}");
+    assert!(e.to_string().contains("ZeroDivisionError"), "{e}");
+    assert!(e.to_string().contains("cleanup"), "{e}");
+    assert_eq!(run(&s, "SELECT 1").await, ["1"]);
+}

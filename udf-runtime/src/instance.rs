@@ -68,9 +68,16 @@ pub struct StatementInfo {
 }
 
 /// The process groups a statement's UDF instances started (script workers), so that cancelling
-/// the statement can kill them even while a run is in progress.
+/// the statement can kill them even while a run is in progress, and the storages that hold them,
+/// so that the statement can finish them (a script's `cleanup()`) when its plan is done.
 #[derive(Debug, Clone, Default)]
-pub struct ProcessRegistry(Arc<Mutex<Vec<u32>>>);
+pub struct ProcessRegistry(Arc<Mutex<Registered>>);
+
+#[derive(Debug, Default)]
+struct Registered {
+    pids: Vec<u32>,
+    storages: Vec<InstanceStorage>,
+}
 
 impl PartialEq for ProcessRegistry {
     fn eq(&self, other: &Self) -> bool {
@@ -81,13 +88,31 @@ impl PartialEq for ProcessRegistry {
 impl ProcessRegistry {
     /// Records a process that leads its own process group.
     pub fn register(&self, pid: u32) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pids
+            .push(pid);
+    }
+
+    /// Records an instance storage that holds a worker to finish when the statement is done.
+    pub fn register_storage(&self, storage: InstanceStorage) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .storages
+            .push(storage);
+    }
+
+    /// The storages recorded so far, taken out of the registry.
+    pub fn take_storages(&self) -> Vec<InstanceStorage> {
+        std::mem::take(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()).storages)
     }
 
     /// Sends SIGKILL to every recorded process group (a group already gone is skipped); the
     /// owners of the processes still reap them.
     pub fn kill_all(&self) {
-        let pids = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        let pids = std::mem::take(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()).pids);
         for pid in pids {
             if let Ok(pid) = libc::pid_t::try_from(pid) {
                 // SAFETY: kill(2) with a negative pid signals that process group; it touches no

@@ -11,4 +11,4 @@ mod udf;
 pub(crate) use catalog::{ScriptCatalog, ScriptEntry};
 pub(crate) use ddl::is_script_ddl;
 pub(crate) use languages::SessionScripts;
-pub(crate) use udf::ScriptUdf;
+pub(crate) use udf::{ScriptUdf, finish_workers};

@@ -168,6 +168,28 @@ pub(crate) fn script_udf_named(
     }
 }
 
+/// Finishes the script workers of a statement whose plan is done: runs each `cleanup()` and ends
+/// the process. The first failure (an exception in `cleanup()`) fails the statement.
+pub(crate) fn finish_workers(
+    registry: &accelsql_udf_runtime::ProcessRegistry,
+) -> crate::Result<()> {
+    let mut first_error = None;
+    for storage in registry.take_storages() {
+        let taken = storage.lock().take();
+        let Some(mut boxed) = taken else { continue };
+        let Some(worker) = boxed
+            .downcast_mut::<WorkerSlot>()
+            .and_then(|slot| slot.0.take())
+        else {
+            continue;
+        };
+        if let Err(e) = worker.finish() {
+            first_error.get_or_insert(EngineError::from(e));
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
 /// Runs a script on the worker of the instance it is given.
 struct ScriptRunner {
     spec: Arc<ScriptSpec>,
@@ -225,8 +247,10 @@ impl ScriptRunner {
                     ctx.run_timeout,
                 )
                 .map_err(|e| EngineError::from(e).into_datafusion())?;
-                // Cancelling the statement kills it, even in the middle of a run.
+                // Cancelling the statement kills it, even in the middle of a run; when the plan
+                // is done, the statement finishes it (cleanup()).
                 ctx.processes.register(worker.pid());
+                ctx.processes.register_storage(ctx.storage.clone());
                 *storage = Some(Box::new(WorkerSlot(Some(worker))));
                 storage
                     .as_mut()
