@@ -48,6 +48,12 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    // `accelsql-slt | head`: end quietly when the reader goes away, as command-line tools do,
+    // instead of panicking in println!.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let mut paths = cli.paths.clone();
     if cli.upstream {
