@@ -141,13 +141,7 @@ fn rewrite_scalar(
         schema: Arc::new(schema),
         placed: None,
     };
-    let input = LogicalPlan::Extension(Extension {
-        node: Arc::new(node),
-    });
-    Ok(LogicalPlan::Projection(Projection::try_new(
-        exprs,
-        Arc::new(input),
-    )?))
+    project_over(node, exprs)
 }
 
 /// The SET EMITS UDF an aggregate expression calls, with its arguments.
@@ -256,6 +250,12 @@ fn rewrite_set(projection: Projection, agg: Aggregate) -> DfResult<LogicalPlan> 
         schema: Arc::new(schema),
         placed: None,
     };
+    project_over(node, exprs)
+}
+
+/// `exprs` over the `UdfCall` node `node`: the select list as the user wrote it, reading the
+/// node's columns.
+fn project_over(node: UdfCallNode, exprs: Vec<Expr>) -> DfResult<LogicalPlan> {
     let input = LogicalPlan::Extension(Extension {
         node: Arc::new(node),
     });
