@@ -95,7 +95,10 @@ pub fn is_script_head(text: &str) -> bool {
         ["CREATE", rest @ ..] => rest,
         _ => return false,
     };
-    matches!(rest, [_, "SCALAR" | "SET", "SCRIPT", ..])
+    // Any kind word: a misspelt SCALAR/SET still ends at its `/` line, and the script DDL
+    // parser says what is wrong with it.
+    matches!(rest, [_, kind, "SCRIPT", ..]
+        if !matches!(*kind, "TABLE" | "VIEW" | "INDEX" | "SCHEMA" | "FUNCTION" | "DATABASE"))
 }
 
 /// Where a script statement starting at `start` ends (before its `/` line) and where splitting
@@ -398,6 +401,12 @@ mod tests {
         assert!(is_complete(&format!("{open}\n/\n")));
         assert!(is_script_head("CREATE  /* c */ PYTHON3 SET SCRIPT"));
         assert!(!is_script_head("CREATE TABLE script (x INT)"));
+        assert!(!is_script_head(
+            "CREATE EXTERNAL TABLE script STORED AS CSV"
+        ));
+        assert!(is_script_head(
+            "CREATE PYTHON3 SCALER SCRIPT f() RETURNS INT AS"
+        ));
     }
 
     fn texts(sql: &str) -> Vec<String> {

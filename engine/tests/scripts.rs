@@ -457,3 +457,18 @@ async fn an_exception_in_cleanup_fails_the_statement() {
     assert!(e.to_string().contains("cleanup"), "{e}");
     assert_eq!(run(&s, "SELECT 1").await, ["1"]);
 }
+
+#[tokio::test]
+async fn a_misspelt_script_kind_is_a_script_ddl_error() {
+    let s = engine(0).session();
+    let e = s
+        .sql("CREATE PYTHON3 SCALER SCRIPT f() RETURNS BIGINT AS\ndef run(ctx):\n    return 1\n/")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "42E03", "{e}");
+    assert!(
+        e.to_string()
+            .contains("expected SCALAR or SET, found \"SCALER\""),
+        "{e}"
+    );
+}
