@@ -17,4 +17,6 @@ fi
 if [ -x "$venv/bin/python3" ]; then
   export PATH="$venv/bin:$PATH"
 fi
+# Incremental artifacts only help repeated local builds; a one-shot run skips them (disk).
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 exec cargo test --workspace "$@"
