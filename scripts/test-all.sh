@@ -3,8 +3,14 @@
 # virtualenv under target/, puts it first on PATH (so `builtin_python3` finds it), then runs
 # `cargo test --workspace`. If the packages cannot be installed (no venv module, no network),
 # it says so and goes on: those tests then check the "missing package" error and print SKIPPED.
+#
+# Then the Python package (python/): it is built in the dev profile, reusing what `cargo test`
+# just built, into a fresh virtualenv (target/python-pkg-env) with pytest, pandas, pyarrow and
+# numpy from PyPI, and its pytest suite runs. That part needs PyPI: without it the script fails.
+# Arguments go to `cargo test` only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+base_python="$(command -v python3)"
 venv="${ACCELSQL_TEST_VENV:-$PWD/target/python-test-env}"
 if [ ! -x "$venv/bin/python3" ] || ! "$venv/bin/python3" -c "import pandas, numpy" 2>/dev/null; then
   echo "test-all: preparing Python test packages in $venv"
@@ -19,4 +25,24 @@ if [ -x "$venv/bin/python3" ]; then
 fi
 # Incremental artifacts only help repeated local builds; a one-shot run skips them (disk).
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
-exec cargo test --workspace "$@"
+cargo test --workspace "$@"
+
+# The Python package, in a fresh virtualenv.
+pkg_env="$PWD/target/python-pkg-env"
+echo "test-all: building the Python package into a fresh virtualenv $pkg_env"
+rm -rf "$pkg_env"
+if ! "$base_python" -m venv "$pkg_env" \
+  || ! "$pkg_env/bin/python" -m pip install --quiet --disable-pip-version-check pytest pandas pyarrow numpy; then
+  echo "test-all: ERROR: could not create $pkg_env with pytest, pandas, pyarrow and numpy from PyPI;" \
+    "the Python package's tests need them" >&2
+  exit 1
+fi
+# maturin builds the package alone; with the workspace's features it reuses the build above.
+if ! "$base_python" python/tools/feature_parity.py; then
+  echo "test-all: WARNING: the package's dependencies will be built a second time (see above)" >&2
+fi
+started=$SECONDS
+MATURIN_PEP517_ARGS="--profile dev" CARGO_TARGET_DIR="$PWD/target" \
+  "$pkg_env/bin/python" -m pip install --quiet --disable-pip-version-check ./python
+echo "test-all: built and installed the Python package in $((SECONDS - started)) s"
+exec "$pkg_env/bin/python" -m pytest -q -p no:cacheprovider python/tests

@@ -38,6 +38,11 @@ pub struct UdfCallRecord {
     pub lease_wait: Option<Duration>,
     /// Batches that ran the GPU implementation (0 on simulated devices: they run the CPU one).
     pub gpu_batches: u64,
+    /// Batches whose GPU implementation found no usable GPU (driver failure, out of device
+    /// memory) and ran the CPU implementation instead (optional calls only).
+    pub cpu_fallback_batches: u64,
+    /// Why the last of those fell back.
+    pub fallback_reason: Option<String>,
 }
 
 impl std::fmt::Display for UdfCallRecord {
@@ -57,7 +62,18 @@ impl std::fmt::Display for UdfCallRecord {
         if let Some(wait) = self.lease_wait {
             write!(f, ", lease wait {:.3} ms", ms(wait))?;
         }
-        write!(f, ", GPU-implementation batches {}", self.gpu_batches)
+        write!(f, ", GPU-implementation batches {}", self.gpu_batches)?;
+        if self.cpu_fallback_batches > 0 {
+            write!(
+                f,
+                ", CPU fallback batches {} ({})",
+                self.cpu_fallback_batches,
+                self.fallback_reason
+                    .as_deref()
+                    .unwrap_or("no reason recorded")
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -177,7 +193,10 @@ impl Engine {
                         .into_iter()
                         .map(Arc::new)
                         .collect(),
-                    set: Vec::new(),
+                    set: crate::builtins::builtin_set_udfs()?
+                        .into_iter()
+                        .map(Arc::new)
+                        .collect(),
                 }),
                 next_statement: AtomicU64::new(1),
                 next_session: AtomicU64::new(1),

@@ -74,10 +74,24 @@ pub(crate) struct CallStats {
     pub(crate) batches: AtomicU64,
     pub(crate) nanos: AtomicU64,
     pub(crate) gpu_impl_batches: AtomicU64,
+    /// Batches whose GPU implementation failed for want of a usable GPU (driver gone, out of
+    /// device memory) and that then ran the CPU implementation (optional calls only).
+    pub(crate) cpu_fallback_batches: AtomicU64,
+    /// Why the last such batch fell back.
+    pub(crate) fallback_reason: Mutex<Option<String>>,
     pub(crate) instances: Mutex<BTreeSet<usize>>,
 }
 
 impl CallStats {
+    /// Notes one batch that fell back from the GPU implementation to the CPU one, and why.
+    pub(crate) fn record_fallback(&self, reason: String) {
+        self.cpu_fallback_batches.fetch_add(1, Ordering::Relaxed);
+        *self
+            .fallback_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(reason);
+    }
+
     pub(crate) fn record(
         &self,
         rows_in: usize,

@@ -26,10 +26,10 @@ use crate::script::{ScriptUdf, SessionScripts, is_script_ddl};
 use crate::statement::StatementScope;
 use crate::stream::StatementStream;
 use crate::udf::{
-    AccelAggregateUdf, AccelScalarUdf, EmitsAggregate, EmitsScalar, InputType, Output, SetUdf,
-    emits_of, emits_of_aggregate,
+    AccelAggregateUdf, AccelScalarUdf, EmitsAggregate, EmitsScalar, InputType, Output, ScalarUdf,
+    SetUdf, as_accel_udf, emits_of, emits_of_aggregate,
 };
-use crate::{Engine, EngineError, Result};
+use crate::{Engine, EngineError, Result, definition_err};
 
 /// One connection: its own settings and tables, the engine's GPUs and UDFs.
 pub struct Session {
@@ -92,6 +92,54 @@ impl Session {
     /// The engine this session belongs to.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Registers a scalar UDF in this session only (other sessions do not see it): the way an
+    /// embedding language adds its own functions (the Python package's `register_udf`). The
+    /// accelerator annotation and the placement rule apply as for engine UDFs; registering a name
+    /// again replaces this session's earlier UDF of that name.
+    ///
+    /// Fails with 42E01 if the name belongs to an engine UDF, a script or a built-in function.
+    pub fn register_scalar_udf(&self, udf: ScalarUdf) -> Result<()> {
+        // Scripts created or dropped meanwhile first, so that the next sync keeps this UDF.
+        self.sync_scripts();
+        let name = udf.name().to_string();
+        let inner = &self.engine.inner;
+        let in_engine = {
+            let registry = inner.udfs.read().unwrap_or_else(|e| e.into_inner());
+            registry.scalar.iter().any(|u| u.name() == name)
+                || registry.set.iter().any(|u| u.name() == name)
+        };
+        if in_engine {
+            return Err(definition_err!(
+                "a UDF named {name} is already registered in the engine"
+            ));
+        }
+        if inner.scripts.entries().iter().any(|e| e.name == name) {
+            return Err(definition_err!(
+                "{name} is a script; drop it or pick another name"
+            ));
+        }
+        let builtin = {
+            let state = self.ctx.state_ref();
+            let state = state.read();
+            match state.scalar_functions().get(&name) {
+                // An accelsql UDF here that is neither an engine UDF nor a script is one of ours.
+                Some(f) => as_accel_udf(f.inner().as_ref()).is_none(),
+                None => {
+                    state.aggregate_functions().contains_key(&name)
+                        || state.window_functions().contains_key(&name)
+                }
+            }
+        };
+        if builtin {
+            return Err(definition_err!(
+                "{name} is a built-in function; pick another name"
+            ));
+        }
+        self.ctx
+            .register_udf(ScalarUDF::new_from_impl(AccelScalarUdf::new(Arc::new(udf))));
+        Ok(())
     }
 
     /// Runs one or more `;`-separated statements and returns the last one's result.

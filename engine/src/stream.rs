@@ -219,6 +219,12 @@ impl StatementStream {
                     elapsed: Duration::from_nanos(s.nanos.load(ordering)),
                     lease_wait: if gpu { lease_wait } else { None },
                     gpu_batches: s.gpu_impl_batches.load(ordering),
+                    cpu_fallback_batches: s.cpu_fallback_batches.load(ordering),
+                    fallback_reason: s
+                        .fallback_reason
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .clone(),
                 }
             })
             .collect::<Vec<_>>();

@@ -274,6 +274,8 @@ pub(crate) fn register(ctx: &SessionContext, engine: &Engine) -> DfResult<()> {
                 ("elapsed_ms", Float64),
                 ("lease_wait_ms", Float64),
                 ("gpu_batches", UInt64),
+                ("cpu_fallback_batches", UInt64),
+                ("fallback_reason", Utf8),
             ],
             Box::new(|engine| {
                 let c = engine.recent_calls();
@@ -326,6 +328,12 @@ pub(crate) fn register(ctx: &SessionContext, engine: &Engine) -> DfResult<()> {
                             .map(|r| Some(r.gpu_batches))
                             .collect::<UInt64Array>(),
                     ),
+                    Arc::new(
+                        c.iter()
+                            .map(|r| Some(r.cpu_fallback_batches))
+                            .collect::<UInt64Array>(),
+                    ),
+                    strings(c.iter().map(|r| r.fallback_reason.clone())),
                 ])
             }),
         ),

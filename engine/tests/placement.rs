@@ -295,3 +295,59 @@ async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_never_wait(
         .unwrap_err();
     assert_eq!(e.code(), "22E03");
 }
+
+/// A UDF of one session: `device_of(x)` gives its instance's device index, or -1 on the CPU.
+fn device_udf(accelerator: &str) -> ScalarUdf {
+    ScalarUdf::builder("device_of")
+        .inputs([DataType::Int64])
+        .returns(DataType::Int64)
+        .accelerator(accelerator)
+        .unwrap()
+        .cpu(|ctx: &InstanceContext, rows: usize, _: &[ColumnarValue]| {
+            let device = ctx.device.as_ref().map_or(-1, |d| i64::from(d.index));
+            Ok(Arc::new(Int64Array::from(vec![device; rows])) as ArrayRef)
+        })
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_session_udf_is_placed_like_an_engine_udf_and_only_its_session_sees_it() {
+    let engine = engine(1);
+    let (s, other) = (engine.session(), engine.session());
+    s.register_scalar_udf(device_udf("GpuNvidia")).unwrap();
+    assert_eq!(
+        column(&s.sql("SELECT device_of(1)").await.unwrap(), 0),
+        ["0"]
+    );
+    let e = s
+        .sql("SELECT device_of(1) AS a, device_of(2) AS b")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "22069");
+    assert!(other.sql("SELECT device_of(1)").await.is_err());
+    // Registering the name again replaces the session's own UDF.
+    s.register_scalar_udf(device_udf("GpuNvidia|None")).unwrap();
+    let b = s
+        .sql("SELECT device_of(1) AS a, device_of(2) AS b")
+        .await
+        .unwrap();
+    assert_eq!(
+        (column(&b, 0), column(&b, 1)),
+        (vec!["0".to_string()], vec!["-1".to_string()])
+    );
+    // Names of engine UDFs and built-in functions are taken.
+    let taken = |name: &str| {
+        ScalarUdf::builder(name)
+            .returns(DataType::Int64)
+            .cpu(|_: &InstanceContext, rows: usize, _: &[ColumnarValue]| {
+                Ok(Arc::new(Int64Array::from(vec![0; rows])) as ArrayRef)
+            })
+            .build()
+            .unwrap()
+    };
+    for name in ["gpu_probe_required", "abs", "sum"] {
+        let e = s.register_scalar_udf(taken(name)).unwrap_err();
+        assert_eq!(e.code(), "42E01", "{name}: {e}");
+    }
+}

@@ -101,9 +101,10 @@ class _Channel(object):
         return kind, payload
 
     def write(self, kind, parts):
+        """Sends one frame; parts are bytes-like (bytes, arrays, numpy arrays)."""
         size = 0
         for p in parts:
-            size += len(p)
+            size += len(p) if type(p) is bytes else memoryview(p).nbytes
         data = memoryview(b"".join([_HDR.pack(size, kind)] + parts))
         try:
             while data:
@@ -235,6 +236,9 @@ class Exa(object):
 
 
 def _unpack(code, mv):
+    """The values of the little-endian bytes mv, as an array (or a memoryview cast to code)."""
+    if _LITTLE and len(mv) % array(code).itemsize == 0:
+        return mv.cast(code)
     a = array(code)
     if _LITTLE:
         a.frombytes(mv)
@@ -267,6 +271,19 @@ def _decode_raw(r, n, col):
     else:
         raise _ProtocolError("unknown wire type %d" % tag)
     return tag, mask, raw
+
+
+def _to_row_values(n, col, tag, mask, raw):
+    """A column for run(ctx): a typed array for BIGINT and DOUBLE columns without NULLs (whose
+    iterator run loops drive quickest and whose values are ints and floats like a list's), a
+    list (with None for NULL) for the others."""
+    if mask is None and _LITTLE:
+        code = "q" if tag == W_I64 else "d" if tag == W_F64 else None
+        if code is not None:
+            a = array(code)
+            a.frombytes(raw)
+            return a
+    return _to_list(n, col, tag, mask, raw)
 
 
 def _to_list(n, col, tag, mask, raw):
@@ -339,10 +356,19 @@ def _to_numpy(np, n, col, tag, mask, raw):
 
 
 def _pack(code, vals):
+    """The little-endian bytes of vals as an array (a bytes-like object, not copied again)."""
     a = array(code, vals)
     if not _LITTLE:
         a.byteswap()
-    return a.tobytes()
+    return a
+
+
+def _pack_fast(code, vals):
+    """_pack for a list of exactly int (q) or float (d) values: struct is quicker than array for
+    the usual batch sizes, array takes less memory for huge ones."""
+    if len(vals) <= 65536:
+        return struct.pack("<%d%s" % (len(vals), code), *vals)
+    return _pack(code, vals)
 
 
 def _short_repr(v):
@@ -426,6 +452,9 @@ def _mask_of(vals):
 
 
 def _enc_int(col, vals):
+    if list(map(type, vals)).count(int) == len(vals):  # the common case, checked cheaply
+        if not vals or (min(vals) >= col.lo and max(vals) <= col.hi):
+            return None, _pack_fast("q", vals)
     types = set(map(type, vals))
     nulls = _NoneType in types
     if types <= {int, _NoneType}:
@@ -464,6 +493,8 @@ def _to_float(col, v, row):
 
 
 def _enc_double(col, vals):
+    if list(map(type, vals)).count(float) == len(vals):  # the common case, checked cheaply
+        return None, _pack_fast("d", vals)
     types = set(map(type, vals))
     nulls = _NoneType in types
     if types <= {float, int, _NoneType}:
@@ -542,7 +573,7 @@ def _enc_utf8(col, vals):
     for i, ln in enumerate(lens):
         acc += ln
         offs[i + 1] = acc
-    return (_mask_of(vals) if nulls else None), _pack("i", offs) + data
+    return (_mask_of(vals) if nulls else None), _pack("i", offs).tobytes() + data
 
 
 def _enc_date(col, vals):
@@ -597,14 +628,15 @@ def _numpy_fast(col, arr):
     kind = getattr(getattr(arr, "dtype", None), "kind", None)
     if kind is None or arr.ndim != 1:
         return None
+    # astype(copy=False) gives arr itself when it already is what the wire wants.
     if col.wire == W_F64 and kind in "fiu":
-        return None, arr.astype("<f8").tobytes()
+        return None, arr.astype("<f8", order="C", copy=False)
     if col.wire == W_I64 and kind in "iu":
         if len(arr) and (int(arr.min()) < col.lo or int(arr.max()) > col.hi):
             return None
-        return None, arr.astype("<i8").tobytes()
+        return None, arr.astype("<i8", order="C", copy=False)
     if col.wire == W_BOOL and kind == "b":
-        return None, arr.astype("u1").tobytes()
+        return None, arr.astype("u1", order="C", copy=False)
     return None
 
 
@@ -661,26 +693,24 @@ def _is_dataframe(v):
 
 
 class _RowContext(object):
-    """Exasol's ctx for run(ctx): the current row of the batch (SCALAR) or of the group (SET)."""
+    """Exasol's ctx for run(ctx): the current row of the batch (SCALAR) or of the group (SET).
 
-    __slots__ = ("_cols", "_row", "_start", "_end", "_finished", "_df_done", "_out", "_dirty")
+    The current row's values live in slots of the script's subclass (see _make_row_context_class),
+    one per input column and named after it where the name can be an attribute, so that
+    ctx.<column> is a plain slot read; the run loops and next()/reset() store them.
+    """
 
-    def __getattr__(self, name):
-        idx = _STATE.lower_names.get(name.lower())
-        if idx is None:
-            raise AttributeError(
-                "ctx has no input column %r; the input columns are: %s"
-                % (name, ", ".join(c.name for c in _STATE.inputs) or "(none)")
-            )
-        return self._cols[idx][self._row]
+    __slots__ = ("_cols", "_row", "_start", "_end", "_finished", "_df_done", "_out", "_it", "_n", "_df_row")
+    # The slot of each input column (a list, so that ctx[i] out of range says "list index").
+    _slot_names = []
 
     def __getitem__(self, key):
         if isinstance(key, str):
             idx = _STATE.lower_names.get(key.lower())
             if idx is None:
                 raise KeyError("no input column %r" % key)
-            return self._cols[idx][self._row]
-        return self._cols[key][self._row]
+            return getattr(self, self._slot_names[idx])
+        return getattr(self, self._slot_names[key])
 
     def size(self):
         """Number of rows in the current group (1 in a SCALAR script)."""
@@ -694,6 +724,7 @@ class _RowContext(object):
             return False
         if self._row + 1 < self._end:
             self._row += 1
+            self._load(self._row)
             return True
         self._finished = True
         return False
@@ -701,9 +732,13 @@ class _RowContext(object):
     def reset(self):
         """SET scripts: back to the first row of the group."""
         self._row = self._start
+        self._load(self._row)
         self._finished = False
         self._df_done = False
         return True
+
+    def _load(self, row):
+        """Stores the values of `row` in the column slots (generated per script)."""
 
     def emit(self, *values):
         """EMITS scripts: emits one output row (or a pandas DataFrame of rows)."""
@@ -742,18 +777,100 @@ class _RowContext(object):
             self._df_done = True
             return None
         pd = _pandas()
-        self._dirty = True
         start = self._row
         end = self._end if num_rows == "all" else min(self._end, start + num_rows)
         names = [c.name for c in _STATE.inputs[start_col:]]
-        df = pd.DataFrame({i: self._cols[j][start:end] for i, j in enumerate(range(start_col, ncols))})
+        df = pd.DataFrame({i: list(self._cols[j][start:end]) for i, j in enumerate(range(start_col, ncols))})
         df.columns = names
         if end >= self._end:
             self._finished = True
             self._row = self._end - 1
         else:
             self._row = end
+        self._load(self._row)
         return df
+
+    def _scalar_get_dataframe(self, num_rows=1, start_col=0):
+        """get_dataframe() of a SCALAR script: the current row is its group."""
+        # The run loop iterates self._it (over the first column, or a range): its position
+        # says which row is current, with no per-row bookkeeping.
+        row = self._it.__reduce__()[2] - 1
+        if self._df_row != row:
+            self._df_row = row
+            self._row = self._start = row
+            self._end = row + 1
+            self._finished = self._df_done = False
+        return _RowContext.get_dataframe(self, num_rows, start_col)
+
+
+class _RowContextWithFallback(_RowContext):
+    """_RowContext that also finds columns by other spellings: ctx.N for column n, ctx._x for a
+    column _x. CPython reads slots quickest on classes without __getattr__, so this class is used
+    only for scripts that may need it (see _needs_attribute_fallback)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        idx = _STATE.lower_names.get(name.lower())
+        if idx is None:
+            raise AttributeError(_no_column_message(name))
+        slot = self._slot_names[idx]
+        if slot == name:  # an unset slot: never when run(ctx) is called
+            raise AttributeError(name)
+        return getattr(self, slot)
+
+
+def _no_column_message(name):
+    return "ctx has no input column %r; the input columns are: %s" % (
+        name,
+        ", ".join(c.name for c in _STATE.inputs) or "(none)",
+    )
+
+
+# Names through which code can reach an attribute by a computed name.
+_DYNAMIC_ACCESS = frozenset(
+    (
+        "getattr", "hasattr", "setattr", "delattr", "attrgetter", "methodcaller", "__getattr__",
+        "__getattribute__", "__dict__", "vars", "eval", "exec", "compile", "__builtins__",
+        "builtins", "__import__", "import_module",
+    )
+)
+
+
+def _code_strings(code, out):
+    """Adds the names and string constants of code and of the code nested in it to out."""
+    out.update(code.co_names)
+    stack = list(code.co_consts)
+    while stack:
+        c = stack.pop()
+        if isinstance(c, str):
+            out.add(c)
+        elif isinstance(c, (tuple, frozenset)):
+            stack.extend(c)
+        elif hasattr(c, "co_consts") and hasattr(c, "co_names"):
+            out.update(c.co_names)
+            stack.extend(c.co_consts)
+
+
+def _needs_attribute_fallback(code, slots):
+    """Whether the script (its compiled module code) may read a column by a name other than its
+    exact one (ctx.N for n), so that ctx needs _RowContextWithFallback's __getattr__: when a
+    column's name is not an attribute (it is kept under _v<i>), when the code names an attribute
+    that differs from a column's name only in case, or when it reaches attributes by computed
+    names (getattr, eval, ...). Python < 3.10 always gets the fallback: the message for a missing
+    column relies on AttributeError.name (see _send_exception)."""
+    st = _STATE
+    if sys.version_info < (3, 10):
+        return True
+    if any(slot != c.name for slot, c in zip(slots, st.inputs)):
+        return True
+    strings = set()
+    _code_strings(code, strings)
+    if not strings.isdisjoint(_DYNAMIC_ACCESS):
+        return True
+    exact = set(slots)
+    lower = {c.name.lower() for c in st.inputs}
+    return any(t not in exact and t.lower() in lower for t in strings)
 
 
 def _disallowed(what, why):
@@ -762,13 +879,6 @@ def _disallowed(what, why):
 
     method.__name__ = what.split("(")[0]
     return method
-
-
-def _column_getter(i):
-    def get(self):
-        return self._cols[i][self._row]
-
-    return get
 
 
 def _batch_getter(i):
@@ -837,15 +947,85 @@ def _make_context_class(base, getter, reserved):
         name = c.name
         if name.isidentifier() and name not in reserved and not name.startswith("_"):
             ns[name] = property(getter(i))
-    st = _STATE
-    if base is _RowContext:
-        if not st.is_set:
-            why = "it is a SCALAR script (one row per run); only SET scripts iterate over a group"
-            ns["next"] = _disallowed("next()", why)
-            ns["reset"] = _disallowed("reset()", why)
-        if not st.emits:
-            ns["emit"] = _disallowed("emit()", "it RETURNS %s: return the value from run(ctx) instead" % st.outputs[0].sql_type)
     return type("Context", (base,), ns)
+
+
+def _generated(src, names):
+    """Functions compiled from `src`, attributed to this file so that tracebacks leave them out."""
+    g = {"zip": zip, "iter": iter, "range": range}
+    exec(compile(src, _WORKER_FILE, "exec"), g)
+    return [g[n] for n in names]
+
+
+def _make_row_context_class(code):
+    """The ctx class of run(ctx) for this script (whose compiled module code is code), and its run
+    loop.
+
+    Each input column gets a slot: its own name where that can be an attribute (an identifier, not
+    a keyword, not a name of the ctx API, not starting with '_'), else _v<i>. The loop, generated
+    for the script's columns, stores each row's values straight into the slots while it calls
+    run(ctx): run(ctx, cols, n) -> the list of run's results (SCALAR RETURNS), or None.
+    """
+    import keyword
+
+    st = _STATE
+    reserved = set(dir(_RowContextWithFallback))
+    slots = []
+    for i, c in enumerate(st.inputs):
+        name = c.name
+        if (
+            name.isidentifier()
+            and not keyword.iskeyword(name)
+            and name not in reserved
+            and not name.startswith("_")
+            and name not in slots
+        ):
+            slots.append(name)
+        else:
+            slots.append("_v%d" % i)
+    k = len(slots)
+    targets = ", ".join("ctx.%s" % s for s in slots)
+    if k == 0:
+        head = "it = iter(range(n))\n    ctx._it = it\n"
+        each = "_ in it"
+    elif k == 1:
+        head = "it = iter(cols[0])\n    ctx._it = it\n"
+        each = "%s in it" % targets
+    else:
+        head = "it = iter(cols[0])\n    ctx._it = it\n"
+        each = "(%s) in zip(it, %s)" % (targets, ", ".join("cols[%d]" % i for i in range(1, k)))
+    if st.emits:
+        body = "    for %s:\n        run(ctx)\n" % each
+    else:
+        body = "    return [run(ctx) for %s]\n" % each
+    loads = "".join("%sself.%s = cols[%d][row]\n" % ("{0}", s, i) for i, s in enumerate(slots))
+    src = (
+        "def loop(run, ctx, cols, n):\n    " + head + body + "\n"
+        "def _load(self, row):\n    cols = self._cols\n" + loads.format("    ") + "\n"
+        "def next(self, reset=False):\n"
+        "    if reset:\n"
+        "        return self.reset()\n"
+        "    if self._finished:\n"
+        "        return False\n"
+        "    row = self._row + 1\n"
+        "    if row < self._end:\n"
+        "        self._row = row\n"
+        "        cols = self._cols\n" + loads.format("        ") + "        return True\n"
+        "    self._finished = True\n"
+        "    return False\n"
+    )
+    loop, load, next_row = _generated(src, ["loop", "_load", "next"])
+    next_row.__doc__ = _RowContext.next.__doc__
+    ns = {"__slots__": tuple(slots), "_slot_names": slots, "_load": load, "next": next_row}
+    if not st.is_set:
+        why = "it is a SCALAR script (one row per run); only SET scripts iterate over a group"
+        ns["next"] = _disallowed("next()", why)
+        ns["reset"] = _disallowed("reset()", why)
+        ns["get_dataframe"] = _RowContext._scalar_get_dataframe
+    if not st.emits:
+        ns["emit"] = _disallowed("emit()", "it RETURNS %s: return the value from run(ctx) instead" % st.outputs[0].sql_type)
+    base = _RowContextWithFallback if _needs_attribute_fallback(code, slots) else _RowContext
+    return type("Context", (base,), ns), loop
 
 
 # ---------------------------------------------------------------------------------------------
@@ -885,6 +1065,16 @@ def _exception_text(exc):
 
 
 def _send_exception(ch, exc, phase):
+    if (
+        isinstance(exc, AttributeError)
+        and getattr(exc, "name", None) is not None
+        and isinstance(getattr(exc, "obj", None), _RowContext)
+        and exc.name not in dir(type(exc.obj))
+    ):
+        # A ctx without the fallback __getattr__: say what that would have said (and suggest
+        # nothing, as it did not).
+        exc.args = (_no_column_message(exc.name),)
+        exc.name = exc.obj = None
     try:
         line, text = _exception_text(exc)
     except Exception as e:  # never fail to report
@@ -1005,12 +1195,13 @@ def _run(st, payload, run, run_batch, ctx_cls, batch_cls):
             result = list(result)
         return n, [result]
 
-    cols = [_to_list(n, c, *raw) for c, raw in zip(st.inputs, raws)]
+    cols = [_to_row_values(n, c, *raw) for c, raw in zip(st.inputs, raws)]
+    ctx_cls, loop = ctx_cls
     ctx = object.__new__(ctx_cls)
     ctx._cols = cols
     ctx._finished = False
     ctx._df_done = False
-    ctx._dirty = False
+    ctx._df_row = -1
     out = [[] for _ in st.outputs]
     ctx._out = out
     if st.is_set:
@@ -1019,27 +1210,17 @@ def _run(st, payload, run, run_batch, ctx_cls, batch_cls):
         ctx._row = 0
         ctx._start = 0
         ctx._end = n
+        ctx._load(0)
         value = run(ctx)
         if st.emits:
             return len(out[0]) if out else 0, out
         return 1, [[value]]
-    ctx._start = 0
+    ctx._row = ctx._start = 0
     ctx._end = 1
+    ctx._n = n
+    res = loop(run, ctx, cols, n)
     if st.emits:
-        for i in range(n):
-            ctx._row = ctx._start = i
-            ctx._end = i + 1
-            if ctx._dirty:
-                ctx._finished = ctx._df_done = ctx._dirty = False
-            run(ctx)
         return len(out[0]) if out else 0, out
-    res = [None] * n
-    for i in range(n):
-        ctx._row = ctx._start = i
-        ctx._end = i + 1
-        if ctx._dirty:
-            ctx._finished = ctx._df_done = ctx._dirty = False
-        res[i] = run(ctx)
     return n, [res]
 
 
@@ -1082,11 +1263,7 @@ def main():
         sys.stdout.reconfigure(line_buffering=True)
     except Exception:
         pass
-    # The bootstrap put this file's directory first on sys.path to import it; the script's own
-    # imports must not see it.
-    here = globals().get("__file__")
-    if here and sys.path and sys.path[0] == os.path.dirname(here):
-        del sys.path[0]
+    _forget_worker_dir()
     ch = _Channel(proto)
     impl = sys.implementation.name
     ch.write(F_HELLO, [_s("%s %s (%s)" % (impl, sys.version.split()[0], sys.executable))])
@@ -1117,7 +1294,7 @@ def main():
             return
         if run_batch is not None:
             _numpy()  # import it now: its import time belongs to the start, not the first run
-        ctx_cls = _make_context_class(_RowContext, _column_getter, set(dir(_RowContext)))
+        ctx_cls = _make_row_context_class(code)
         batch_cls = _make_context_class(_BatchContext, _batch_getter, set(dir(_BatchContext)))
         ch.write(F_READY, [bytes((1 if run_batch is not None else 0, 1 if callable(g.get("cleanup")) else 0))])
         while True:
@@ -1169,7 +1346,252 @@ def main():
         os._exit(70)
 
 
+# ---------------------------------------------------------------------------------------------
+# The fork server: warm worker starts
+#
+# Started by the engine as `python3 -c <bootstrap> <dir> --accelsql-fork-server` with the workers'
+# own environment, a SOCK_SEQPACKET control socket as fd 0 and stdout, stderr on /dev/null (a
+# worker's stderr is its own pipe, passed with its fork request). It imports what a
+# worker needs (and numpy, when importable), says READY (b"R" + description), then forks one
+# fresh worker per request. Requests on the control socket:
+#   b"F" with three fds (SCM_RIGHTS): the worker's protocol socket, its stderr and a status pipe.
+#        On the status pipe the server writes b"P" + i32 pid once forked (or b"E" + reason),
+#        and b"X" + i32 wait status once the worker has exited, its process group has been
+#        killed and it has been reaped.
+#   b"K" + i32 pid: kill that worker's process group now (only while it is still unreaped).
+# End of file on the control socket (the engine is gone or done with the server): the workers'
+# process groups are killed and reaped, and the server exits. The server and each worker die
+# with their parent (PR_SET_PDEATHSIG): the engine's death ends the server and so its workers.
+#
+# A forked worker is the same as a freshly started one to the script: a new process in a process
+# group of its own, the same environment (the server is started with it), module-level code run
+# once, its own random state (random reseeds itself after fork; numpy's global RandomState is
+# reseeded here), its own cleanup().
+
+FORK_SERVER_ARG = "--accelsql-fork-server"
+_PR_SET_PDEATHSIG = 1
+
+
+def _forget_worker_dir():
+    """The bootstrap put this file's directory first on sys.path to import it; the script's own
+    imports must not see it."""
+    here = globals().get("__file__")
+    if here and sys.path and sys.path[0] == os.path.dirname(here):
+        del sys.path[0]
+
+
+def _warm_up():
+    """Imports what workers would import anyway: the worker's lazily used standard modules, and
+    numpy (run_batch columns) when it imports cleanly; a failed import leaves no trace, so that a
+    worker importing it gets the same error as a fresh process would."""
+    global _NUMPY
+    import decimal, keyword, linecache, traceback, types  # noqa: F401
+
+    before = set(sys.modules)
+    try:
+        import numpy
+
+        _NUMPY = numpy
+    except Exception:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+
+
+def _ignore_signal(signum, frame):
+    pass
+
+
+def _close_quietly(fd):
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _write_quietly(fd, data):
+    try:
+        os.write(fd, data)
+    except OSError:
+        pass
+
+
+def _serve_forks():
+    """Runs the fork server; returns only in a forked worker, ready to run main()."""
+    import select
+    import signal
+    import socket
+
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+        prctl.restype = ctypes.c_int
+    except Exception as e:
+        sys.stderr.write("accelsql fork server: prctl is not available (%s)\n" % (e,))
+        sys.stderr.flush()
+        os._exit(71)
+    ctl = socket.socket(fileno=os.dup(0))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    _forget_worker_dir()
+    environ = dict(os.environ)
+    _warm_up()
+    server = os.getpid()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    # A handler (not SIG_IGN, which would reap children unasked): SIGCHLD wakes up select().
+    signal.signal(signal.SIGCHLD, _ignore_signal)
+    children = {}  # pid -> status pipe
+
+    def reap():
+        for pid in list(children):
+            try:
+                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                info = None
+                children.pop(pid, None)
+            if info is None or not info.si_pid:
+                continue
+            try:
+                os.killpg(pid, signal.SIGKILL)  # what it started; its group id is still reserved
+            except OSError:
+                pass
+            _, status = os.waitpid(pid, 0)
+            fd = children.pop(pid)
+            _write_quietly(fd, b"X" + _I32.pack(status))
+            _close_quietly(fd)
+
+    def become_worker(sock, err, status):
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in [wake_r, wake_w, status] + list(children.values()):
+            _close_quietly(fd)
+        ctl.close()
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+        if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != server:
+            os._exit(71)
+        os.dup2(sock, 0)
+        os.dup2(err, 2)
+        os.dup2(err, 1)
+        for fd in (sock, err):
+            if fd > 2:
+                os.close(fd)
+        if os.environ != environ:
+            os.environ.clear()
+            os.environ.update(environ)
+        nprandom = sys.modules.get("numpy.random")
+        if nprandom is not None:
+            try:
+                nprandom.seed()
+            except Exception:
+                pass
+
+    desc = "%s %s (%s)" % (sys.implementation.name, sys.version.split()[0], sys.executable)
+    ctl.sendall(b"R" + desc.encode("utf-8", "replace"))
+    fd_space = socket.CMSG_SPACE(3 * _I32.size)
+    while True:
+        try:
+            ready = select.select([ctl, wake_r], [], [])[0]
+        except InterruptedError:
+            continue
+        if wake_r in ready:
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except (BlockingIOError, InterruptedError):
+                pass
+            reap()
+        if ctl not in ready:
+            continue
+        try:
+            msg, anc, _flags, _addr = ctl.recvmsg(64, fd_space)
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+        fds = array("i")
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+        fds = fds.tolist()
+        if not msg:
+            for fd in fds:
+                _close_quietly(fd)
+            break
+        if msg[:1] == b"F" and len(fds) == 3:
+            sock, err, status = fds
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except Exception:
+                pass
+            try:
+                pid = os.fork()
+            except OSError as e:
+                _write_quietly(status, b"E" + str(e).encode("utf-8", "replace")[:200])
+                for fd in fds:
+                    _close_quietly(fd)
+                continue
+            if pid == 0:
+                try:
+                    become_worker(sock, err, status)
+                except BaseException:
+                    os._exit(71)
+                return
+            try:
+                os.setpgid(pid, pid)  # as the child does: whoever runs first
+            except OSError:
+                pass
+            _close_quietly(sock)
+            _close_quietly(err)
+            children[pid] = status
+            _write_quietly(status, b"P" + _I32.pack(pid))
+        elif msg[:1] == b"K" and len(msg) == 5:
+            pid = _I32.unpack_from(msg, 1)[0]
+            if pid in children:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            for fd in fds:
+                _close_quietly(fd)
+        else:
+            for fd in fds:
+                _close_quietly(fd)
+    # The engine is done with this server: end its workers, then itself.
+    for pid in list(children):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in list(children):
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            continue
+        _write_quietly(children[pid], b"X" + _I32.pack(status))
+    os._exit(0)
+
+
 def _entry():
+    if sys.argv[1:2] == [FORK_SERVER_ARG]:
+        del sys.argv[1]
+        try:
+            _serve_forks()
+        except BaseException:
+            import traceback
+
+            sys.stderr.write("accelsql fork server: internal error\n")
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(70)
     try:
         main()
     except BaseException:  # a bug of this worker, not of the script: say so on stderr

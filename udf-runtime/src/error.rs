@@ -11,6 +11,10 @@
 //! | 42U15 | [`RuntimeError::InvalidSqlType`] | a type in a script signature is not one we know |
 //! | 42U16 | [`RuntimeError::ScriptCall`] | a call does not match the script's parameters |
 //! | 58U17 | [`RuntimeError::WorkerProtocol`] | the worker broke the protocol (an internal error) |
+//! | 22U20 | [`RuntimeError::InvalidArgument`] | a built-in kernel got an argument it cannot take (wrong type, vectors of different lengths) |
+//! | 58U21 | [`RuntimeError::GpuUnavailable`] | the CUDA driver or NVRTC cannot be loaded or initialised, or a device cannot be opened |
+//! | 58U22 | [`RuntimeError::Gpu`] | a CUDA call failed (compile, launch, copy) |
+//! | 53U23 | [`RuntimeError::GpuOutOfMemory`] | a batch does not fit in device memory even when split as far as it goes |
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -122,6 +126,45 @@ pub enum RuntimeError {
         /// What was wrong.
         message: String,
     },
+
+    /// A built-in kernel got an argument it cannot take.
+    #[error("[{}] {function}: {message}", Self::INVALID_ARGUMENT)]
+    InvalidArgument {
+        /// The function, e.g. `cosine_similarity`.
+        function: String,
+        /// What is wrong, e.g. `vectors of different lengths (3 and 4) in row 7`.
+        message: String,
+    },
+
+    /// CUDA cannot be used at all on this machine or device: the driver or NVRTC library is
+    /// missing, or initialising the device failed. Optional (`GpuNvidia|None`) calls fall back to
+    /// the CPU on this error.
+    #[error("[{}] GPU unavailable: {message}", Self::GPU_UNAVAILABLE)]
+    GpuUnavailable {
+        /// What failed and what to check.
+        message: String,
+    },
+
+    /// A CUDA call failed while running a GPU implementation.
+    #[error("[{}] GPU error on device {device}: {message}", Self::GPU)]
+    Gpu {
+        /// The device, e.g. `0 (GPU-6f3c…)`.
+        device: String,
+        /// The failed step and the driver's message.
+        message: String,
+    },
+
+    /// A batch does not fit in device memory even after splitting it as far as it goes.
+    #[error(
+        "[{}] out of GPU memory on device {device}: {message}",
+        Self::GPU_OUT_OF_MEMORY
+    )]
+    GpuOutOfMemory {
+        /// The device.
+        device: String,
+        /// How much was needed and how much was free.
+        message: String,
+    },
 }
 
 /// What [`RuntimeError::PythonException`] says (boxed: it is the largest error).
@@ -203,6 +246,14 @@ impl RuntimeError {
     pub const SCRIPT_CALL: &'static str = "42U16";
     /// Code of [`RuntimeError::WorkerProtocol`].
     pub const WORKER_PROTOCOL: &'static str = "58U17";
+    /// Code of [`RuntimeError::InvalidArgument`].
+    pub const INVALID_ARGUMENT: &'static str = "22U20";
+    /// Code of [`RuntimeError::GpuUnavailable`].
+    pub const GPU_UNAVAILABLE: &'static str = "58U21";
+    /// Code of [`RuntimeError::Gpu`].
+    pub const GPU: &'static str = "58U22";
+    /// Code of [`RuntimeError::GpuOutOfMemory`].
+    pub const GPU_OUT_OF_MEMORY: &'static str = "53U23";
 
     /// The stable code of this error.
     pub fn code(&self) -> &'static str {
@@ -216,6 +267,10 @@ impl RuntimeError {
             Self::InvalidSqlType { .. } => Self::INVALID_SQL_TYPE,
             Self::ScriptCall { .. } => Self::SCRIPT_CALL,
             Self::WorkerProtocol { .. } => Self::WORKER_PROTOCOL,
+            Self::InvalidArgument { .. } => Self::INVALID_ARGUMENT,
+            Self::GpuUnavailable { .. } => Self::GPU_UNAVAILABLE,
+            Self::Gpu { .. } => Self::GPU,
+            Self::GpuOutOfMemory { .. } => Self::GPU_OUT_OF_MEMORY,
         }
     }
 }

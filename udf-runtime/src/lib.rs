@@ -11,6 +11,7 @@ pub mod script;
 
 pub use annotations::AcceleratorRequest;
 pub use error::{BadOutputValueInfo, PythonExceptionInfo, Result, RuntimeError};
+pub use gpu::{GpuColumnarKernel, GpuDevice};
 pub use instance::{
     InstanceContext, InstancePool, InstanceSlot, InstanceStorage, ProcessRegistry, StatementInfo,
 };

@@ -169,25 +169,40 @@ pub(crate) fn script_udf_named(
 }
 
 /// Finishes the script workers of a statement whose plan is done: runs each `cleanup()` and ends
-/// the process. The first failure (an exception in `cleanup()`) fails the statement.
+/// the process, all workers at once. The first failure (an exception in `cleanup()`, in the order
+/// the workers were started) fails the statement.
 pub(crate) fn finish_workers(
     registry: &accelsql_udf_runtime::ProcessRegistry,
 ) -> crate::Result<()> {
-    let mut first_error = None;
+    let mut workers = Vec::new();
     for storage in registry.take_storages() {
         let taken = storage.lock().take();
         let Some(mut boxed) = taken else { continue };
-        let Some(worker) = boxed
+        if let Some(worker) = boxed
             .downcast_mut::<WorkerSlot>()
             .and_then(|slot| slot.0.take())
-        else {
-            continue;
-        };
-        if let Err(e) = worker.finish() {
-            first_error.get_or_insert(EngineError::from(e));
+        {
+            workers.push(worker);
         }
     }
-    first_error.map_or(Ok(()), Err)
+    let results: Vec<_> = match workers.len() {
+        0 => Vec::new(),
+        1 => workers.into_iter().map(PythonWorker::finish).collect(),
+        // Each finish waits for its process's cleanup() and exit: wait for them side by side.
+        _ => std::thread::scope(|scope| {
+            let finishing: Vec<_> = workers
+                .into_iter()
+                .map(|w| scope.spawn(move || w.finish()))
+                .collect();
+            finishing
+                .into_iter()
+                // A panic in a finish goes on in the caller, as if it had finished the worker.
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        }),
+    };
+    let first_error = results.into_iter().find_map(Result::err);
+    first_error.map_or(Ok(()), |e| Err(EngineError::from(e)))
 }
 
 /// Runs a script on the worker of the instance it is given.
@@ -213,7 +228,28 @@ impl Drop for WorkerSlot {
 }
 
 impl ScriptRunner {
+    /// Runs the script on `ctx`'s worker (starting it on the instance's first run).
+    ///
+    /// A run waits on the worker process, for milliseconds or minutes. On a multi-threaded tokio
+    /// runtime the wait is announced (`block_in_place`), so that the thread's other tasks —
+    /// the other partitions' runs, the tasks that feed them — move to another thread meanwhile
+    /// instead of queueing behind it; the instances of a call then really run side by side.
     fn run(
+        &self,
+        ctx: &InstanceContext,
+        rows: usize,
+        args: &[ArrayRef],
+    ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        let multi_threaded = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if multi_threaded {
+            tokio::task::block_in_place(|| self.run_on_worker(ctx, rows, args))
+        } else {
+            self.run_on_worker(ctx, rows, args)
+        }
+    }
+
+    fn run_on_worker(
         &self,
         ctx: &InstanceContext,
         rows: usize,

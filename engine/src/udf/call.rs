@@ -4,7 +4,9 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext, InstancePool, StatementInfo};
+use accelsql_udf_runtime::{
+    AcceleratorRequest, InstanceContext, InstancePool, RuntimeError, StatementInfo,
+};
 use datafusion::error::DataFusionError;
 
 use crate::EngineError;
@@ -75,6 +77,11 @@ pub(crate) struct Ran<T> {
 /// simulated devices have no CUDA behind them, so their instances run the CPU implementation
 /// (and the call statistics say so).
 ///
+/// When the GPU implementation fails because no GPU is usable after all (the CUDA driver cannot
+/// be loaded or initialised: 58U21; the batch does not fit in device memory even split: 53U23),
+/// an optional (`GpuNvidia|None`) call runs the batch with the CPU implementation instead and
+/// records why; a required call fails with that error.
+///
 /// Without a placement (a plan built outside `Session::sql`) the call runs on the CPU, and a
 /// required call fails: nothing leased a GPU for it.
 pub(crate) fn on_instance<K: ?Sized, T>(
@@ -84,7 +91,7 @@ pub(crate) fn on_instance<K: ?Sized, T>(
     request: AcceleratorRequest,
     cpu: &K,
     gpu: Option<&K>,
-    f: impl FnOnce(&K, &InstanceContext) -> datafusion::error::Result<T>,
+    f: impl Fn(&K, &InstanceContext) -> datafusion::error::Result<T>,
 ) -> crate::Result<Ran<T>> {
     let Some(call) = call else {
         if request == AcceleratorRequest::Required {
@@ -113,11 +120,173 @@ pub(crate) fn on_instance<K: ?Sized, T>(
         _ => None,
     };
     let start = Instant::now();
-    let value = f(kernel.unwrap_or(cpu), context)?;
-    Ok(Ran {
-        value,
-        elapsed: start.elapsed(),
-        instance: context.instance_id,
-        used_gpu_impl: kernel.is_some(),
-    })
+    let Some(gpu_kernel) = kernel else {
+        let value = f(cpu, context)?;
+        return Ok(Ran {
+            value,
+            elapsed: start.elapsed(),
+            instance: context.instance_id,
+            used_gpu_impl: false,
+        });
+    };
+    match f(gpu_kernel, context) {
+        Ok(value) => Ok(Ran {
+            value,
+            elapsed: start.elapsed(),
+            instance: context.instance_id,
+            used_gpu_impl: true,
+        }),
+        Err(e) => match gpu_unusable(&e) {
+            Some(reason) if request == AcceleratorRequest::Preferred => {
+                call.stats.record_fallback(reason);
+                let value = f(cpu, context)?;
+                Ok(Ran {
+                    value,
+                    elapsed: start.elapsed(),
+                    instance: context.instance_id,
+                    used_gpu_impl: false,
+                })
+            }
+            _ => Err(e.into()),
+        },
+    }
+}
+
+/// The message of `e` when it says that no GPU is usable for this batch (so an optional call
+/// may run it on the CPU): the CUDA libraries or device cannot be used, or the batch does not
+/// fit in device memory. Other errors (a bug in the kernel, bad input) are not hidden this way.
+fn gpu_unusable(e: &DataFusionError) -> Option<String> {
+    let runtime = match e {
+        DataFusionError::External(boxed) => match boxed.downcast_ref::<EngineError>() {
+            Some(EngineError::Runtime(r)) => Some(r),
+            Some(_) => None,
+            None => boxed.downcast_ref::<RuntimeError>(),
+        },
+        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
+            return gpu_unusable(inner);
+        }
+        DataFusionError::Shared(inner) => return gpu_unusable(inner),
+        _ => None,
+    }?;
+    matches!(
+        runtime,
+        RuntimeError::GpuUnavailable { .. } | RuntimeError::GpuOutOfMemory { .. }
+    )
+    .then(|| runtime.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use accelsql_gpu_scheduler::DeviceInfo;
+    use std::sync::atomic::Ordering;
+
+    /// A call placed on one device that is not simulated, so its GPU implementation is chosen.
+    fn gpu_call(request: AcceleratorRequest) -> PlacedCall {
+        let device = DeviceInfo {
+            index: 0,
+            uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+            name: "test device".into(),
+            pci_bus_id: None,
+            memory_total: 1 << 30,
+            memory_free: 1 << 30,
+            utilization: None,
+            memory_utilization: None,
+            processes: None,
+            temperature_c: None,
+            power_w: None,
+            simulated: false,
+        };
+        let devices = Arc::new(LeaseDevices::new());
+        devices.set(vec![device]).unwrap();
+        PlacedCall {
+            decision: PlacementDecision {
+                call_id: 1,
+                block: 1,
+                udf: "f".into(),
+                request,
+                placement: Placement::Gpu,
+                reason: "test".into(),
+            },
+            devices,
+            node_id: 0,
+            instances: 1,
+            pool: OnceLock::new(),
+            statement: StatementInfo::default(),
+            stats: CallStats::default(),
+        }
+    }
+
+    type Kernel = dyn Fn(&InstanceContext) -> datafusion::error::Result<&'static str>;
+
+    fn run(call: &PlacedCall, gpu: &Kernel) -> crate::Result<Ran<&'static str>> {
+        let cpu: &Kernel = &|_| Ok("cpu");
+        on_instance(
+            Some(call),
+            None,
+            "f",
+            call.decision.request,
+            cpu,
+            Some(gpu),
+            |k, c| k(c),
+        )
+    }
+
+    fn unavailable() -> DataFusionError {
+        EngineError::Runtime(RuntimeError::GpuUnavailable {
+            message: "libcuda.so cannot be loaded".into(),
+        })
+        .into_datafusion()
+    }
+
+    #[test]
+    fn gpu_implementation_runs_on_a_real_device() {
+        let call = gpu_call(AcceleratorRequest::Required);
+        let ran = run(&call, &|c| {
+            assert!(c.device.is_some());
+            Ok("gpu")
+        })
+        .unwrap();
+        assert_eq!((ran.value, ran.used_gpu_impl), ("gpu", true));
+    }
+
+    #[test]
+    fn optional_call_falls_back_to_cpu_when_no_gpu_is_usable() {
+        let call = gpu_call(AcceleratorRequest::Preferred);
+        let ran = run(&call, &|_| Err(unavailable())).unwrap();
+        assert_eq!((ran.value, ran.used_gpu_impl), ("cpu", false));
+        assert_eq!(call.stats.cpu_fallback_batches.load(Ordering::Relaxed), 1);
+        let reason = call.stats.fallback_reason.lock().unwrap().clone().unwrap();
+        assert!(reason.contains("58U21"), "{reason}");
+        // Out of device memory (a bare runtime error, as a kernel may return it) also falls back.
+        let ran = run(&call, &|_| {
+            Err(DataFusionError::External(Box::new(
+                RuntimeError::GpuOutOfMemory {
+                    device: "0".into(),
+                    message: "1 row needs 2 GiB".into(),
+                },
+            )))
+        })
+        .unwrap();
+        assert_eq!(ran.value, "cpu");
+        assert_eq!(call.stats.cpu_fallback_batches.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn required_call_and_other_errors_do_not_fall_back() {
+        let call = gpu_call(AcceleratorRequest::Required);
+        let err = run(&call, &|_| Err(unavailable())).err().unwrap();
+        assert_eq!(err.code(), RuntimeError::GPU_UNAVAILABLE);
+        // A kernel failure that is not about GPU availability is the statement's error.
+        let call = gpu_call(AcceleratorRequest::Preferred);
+        let err = run(&call, &|_| {
+            Err(DataFusionError::Execution("kernel bug".into()))
+        })
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("kernel bug"), "{err}");
+        assert_eq!(call.stats.cpu_fallback_batches.load(Ordering::Relaxed), 0);
+    }
 }

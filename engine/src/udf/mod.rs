@@ -64,6 +64,79 @@ pub enum Inputs {
     /// These types; an argument of another type is cast to its parameter's type when Arrow can
     /// cast it (as script parameters take `1` for a DECIMAL or a literal for a TIMESTAMP).
     Castable(Vec<DataType>),
+    /// Whatever the rule accepts, cast to the types it gives: for arguments no list of types
+    /// describes, e.g. "two vectors of numbers, each any list type" (the vector built-ins).
+    Rule(ArgumentRule),
+}
+
+/// The check of [`Inputs::Rule`]: from a call's argument types, the types to cast them to, or
+/// why the call does not fit (`Err(message)`, a plan error naming the UDF, code 42000).
+///
+/// ```
+/// use accelsql_engine::udf::ArgumentRule;
+/// use accelsql_engine::datafusion::arrow::datatypes::DataType;
+///
+/// // One argument of any integer type, widened to BIGINT.
+/// fn one_integer(types: &[DataType]) -> Result<Vec<DataType>, String> {
+///     match types {
+///         [t] if t.is_integer() => Ok(vec![DataType::Int64]),
+///         _ => Err(format!("takes one integer, got ({types:?})")),
+///     }
+/// }
+/// let rule = ArgumentRule::new("(integer)", one_integer);
+/// assert_eq!(rule.coerce(&[DataType::Int8]), Ok(vec![DataType::Int64]));
+/// assert!(rule.coerce(&[DataType::Utf8]).is_err());
+/// ```
+#[derive(Clone, Copy)]
+pub struct ArgumentRule {
+    description: &'static str,
+    coerce: fn(&[DataType]) -> std::result::Result<Vec<DataType>, String>,
+}
+
+impl ArgumentRule {
+    /// A rule described by `description` (the parameters as a user would write them, e.g.
+    /// `(a VECTOR, b VECTOR)`), checking and coercing with `coerce`.
+    pub const fn new(
+        description: &'static str,
+        coerce: fn(&[DataType]) -> std::result::Result<Vec<DataType>, String>,
+    ) -> Self {
+        Self {
+            description,
+            coerce,
+        }
+    }
+
+    /// What the rule accepts, in words.
+    pub fn description(&self) -> &'static str {
+        self.description
+    }
+
+    /// The types a call with `arg_types` is cast to, or why it does not fit.
+    pub fn coerce(&self, arg_types: &[DataType]) -> std::result::Result<Vec<DataType>, String> {
+        (self.coerce)(arg_types)
+    }
+}
+
+impl fmt::Debug for ArgumentRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ArgumentRule")
+            .field(&self.description)
+            .finish()
+    }
+}
+
+impl PartialEq for ArgumentRule {
+    fn eq(&self, other: &Self) -> bool {
+        self.description == other.description && std::ptr::fn_addr_eq(self.coerce, other.coerce)
+    }
+}
+
+impl Eq for ArgumentRule {}
+
+impl std::hash::Hash for ArgumentRule {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.description.hash(state);
+    }
 }
 
 /// The builder methods every UDF kind shares: arguments and Exasol's annotations.
@@ -84,6 +157,12 @@ macro_rules! common_builder_methods {
         /// These types, casting arguments of other types to them where Arrow can.
         pub fn castable_inputs(mut self, types: impl IntoIterator<Item = DataType>) -> Self {
             self.inputs = Inputs::Castable(types.into_iter().collect());
+            self
+        }
+
+        /// Arguments checked and cast by `rule` (see [`Inputs::Rule`]).
+        pub fn rule_inputs(mut self, rule: $crate::udf::ArgumentRule) -> Self {
+            self.inputs = Inputs::Rule(rule);
             self
         }
 
@@ -275,7 +354,7 @@ fn signature(inputs: &Inputs) -> Signature {
     match inputs {
         Inputs::Exact(types) => Signature::exact(types.clone(), Volatility::Volatile),
         Inputs::Castable(types) if types.is_empty() => Signature::nullary(Volatility::Volatile),
-        Inputs::Castable(_) => Signature::user_defined(Volatility::Volatile),
+        Inputs::Castable(_) | Inputs::Rule(_) => Signature::user_defined(Volatility::Volatile),
         Inputs::Variadic => Signature::one_of(
             vec![TypeSignature::Nullary, TypeSignature::VariadicAny],
             Volatility::Volatile,
@@ -289,8 +368,14 @@ fn coerce(
     inputs: &Inputs,
     arg_types: &[DataType],
 ) -> datafusion::error::Result<Vec<DataType>> {
-    let Inputs::Castable(types) = inputs else {
-        return Ok(arg_types.to_vec());
+    let types = match inputs {
+        Inputs::Castable(types) => types,
+        Inputs::Rule(rule) => {
+            return rule.coerce(arg_types).map_err(|message| {
+                datafusion::error::DataFusionError::Plan(format!("{udf}: {message}"))
+            });
+        }
+        Inputs::Exact(_) | Inputs::Variadic => return Ok(arg_types.to_vec()),
     };
     if arg_types.len() != types.len() {
         return Err(datafusion::error::DataFusionError::Plan(format!(

@@ -1,4 +1,74 @@
-//! The GPU side of UDF execution; today: whether the CUDA libraries can be loaded at all.
+//! The GPU side of UDF execution (cudarc): devices and their CUDA contexts, the columnar GPU
+//! implementation contract, the runtime that drives it over Arrow batches, and the built-in GPU
+//! implementations (`cosine_similarity`/`dot_product`/`l2_distance`, `haversine_km`,
+//! `black_scholes_call`/`_put`).
+//!
+//! # How a GPU implementation runs
+//!
+//! A Rust UDF keeps its CPU implementation (the fallback and the reference) and may add a GPU
+//! one: a type implementing [`GpuColumnarKernel`]. Its `evaluate_columnar` receives one chunk of
+//! the batch already on the device — each argument a [`DeviceOperand`], a column of the chunk's
+//! rows or a scalar uploaded once for the whole batch — and a CUDA stream; it enqueues its
+//! kernels on that stream and returns one [`DeviceColumn`]. Everything around that is the
+//! runtime's job, in [`GpuDevice::run_columnar`]:
+//!
+//! 1. the device comes from the statement's lease as a scheduler `DeviceInfo`;
+//!    [`GpuDevice::open`] finds it among CUDA's devices by UUID and creates its context on first
+//!    use (no CUDA driver, NVRTC or device, or a simulated device: [`crate::RuntimeError::GpuUnavailable`],
+//!    on which an optional GPU call falls back to the CPU);
+//! 2. the batch is cut into chunks sized from the device's free memory ([`chunk`]);
+//! 3. each chunk's Arrow buffers are copied by host threads into a pinned staging buffer (list
+//!    values flattened, offsets re-based, validity re-aligned to bit 0 — [`bitmap`]) and
+//!    uploaded; up to [`STREAMS`] chunks are in flight on their own streams, so copies and
+//!    compute overlap;
+//! 4. the kernel's output is checked (type, row count, buffer sizes: an error, never undefined
+//!    behaviour), copied back and joined into one Arrow array of exactly the batch's rows, NULL
+//!    wherever an argument was NULL (unless the kernel handles NULLs itself) or the kernel said
+//!    so;
+//! 5. a chunk that runs out of device memory is halved and retried; a single row that does not
+//!    fit is [`crate::RuntimeError::GpuOutOfMemory`]; any other CUDA failure is
+//!    [`crate::RuntimeError::Gpu`]. Device memory is freed when its `CudaSlice` is dropped.
+//!
+//! Kernels are CUDA C ([`KernelSource`]), compiled with NVRTC for the device's architecture on
+//! first use, kept per device, and cached on disk when `ACCELSQL_KERNEL_CACHE_DIR` (or
+//! [`set_kernel_cache_dir`]) names a directory ([`kernel_cache`]).
+//!
+//! # Example, in prose
+//!
+//! A `scale(x DOUBLE, by DOUBLE)` UDF would hold a [`KernelSource`] with one
+//! `extern "C" __global__ void scale(const double* x, int x_scalar, const double* by,
+//! int by_scalar, long long n, double* out)`. Its `evaluate_columnar` gets the function with
+//! [`GpuDevice::function`], allocates the output with [`DeviceColumn::alloc`] (`F64`, `rows`
+//! rows, no validity), and launches it with `stream.launch_builder(&f)`, passing each operand's
+//! [`DeviceArray::values`] and [`DeviceOperand::scalar_flag`], the row count as `i64` and the
+//! output's values; errors go through [`GpuDevice::error`]. Calling
+//! `GpuDevice::open(&device)?.run_columnar(&Scale, rows, &[x, by])` then returns the Float64
+//! column, with `by` uploaded once when it is a constant. The built-ins in this module are
+//! complete examples (`geo.rs` is the smallest).
+
+pub mod bitmap;
+pub mod chunk;
+mod columnar;
+mod device;
+mod geo;
+mod host;
+pub mod kernel_cache;
+mod launch;
+mod options;
+mod pipeline;
+mod vectors;
+
+pub use chunk::{current_max_chunk_bytes, with_max_chunk_bytes};
+pub use columnar::{
+    DeviceArray, DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, check_output,
+};
+pub use device::{GpuDevice, STREAMS, device_label, format_uuid, normalize_uuid};
+pub use geo::{geo_source, haversine_km};
+pub use kernel_cache::{
+    ENV_KERNEL_CACHE_DIR, KernelSource, PtxDiskCache, kernel_cache_dir, set_kernel_cache_dir,
+};
+pub use options::{black_scholes, options_source};
+pub use vectors::{vector_similarity, vectors_source};
 
 /// Which CUDA libraries this process can load (cudarc's `dynamic-loading`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +101,8 @@ impl CudaLibraries {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
     use super::*;
 
     #[test]

@@ -5,7 +5,9 @@
 //! [`ScriptSpec`]. Each instance of a call is a [`PythonWorker`]: a `python3` process running the
 //! worker module shipped in this crate (`python/accelsql_worker.py`, embedded in the binary),
 //! which runs the body's module-level code once, then `run(ctx)` per row (SCALAR) or per group
-//! (SET), and `cleanup()` at the end.
+//! (SET), and `cleanup()` at the end. Workers start warm: a fork server per interpreter and
+//! environment, which has imported the worker module and numpy, forks a fresh process for each
+//! (see `fork_server.rs`; until it is ready, and if it fails, workers are spawned directly).
 //!
 //! The Python side is Exasol's API: `ctx.<col>`, `ctx[i]`, `ctx.next()`, `ctx.reset()`,
 //! `ctx.size()`, `ctx.emit(*values)`, `ctx.emit(DataFrame)`, `ctx.get_dataframe(num_rows,
@@ -26,6 +28,7 @@
 //! The protocol (framing and columnar encoding) is described in `wire.rs`; the error codes in
 //! [`RuntimeError`](crate::RuntimeError).
 
+mod fork_server;
 mod interpreter;
 mod process;
 mod spec;

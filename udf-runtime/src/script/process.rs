@@ -1,17 +1,18 @@
-//! Worker processes: spawning them so that they die with the engine, framed I/O over their
-//! socket with deadlines, their stderr, and killing and reaping them.
+//! Worker processes: spawning them (or having a fork server fork them) so that they die with the
+//! engine, framed I/O over their socket with deadlines, their stderr, and killing and reaping them.
 
 use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::fork_server::ForkServer;
 use super::wire::{FRAME_HEADER_LEN, MAX_FRAME_LEN};
 
 /// How much of a worker's stderr is kept for error messages.
@@ -28,13 +29,55 @@ pub(crate) enum IoEnd {
     Broken(String),
 }
 
-/// A started worker: the child, the engine's end of its socket, and its stderr.
+/// How long a worker whose fork server was asked to kill it may take to be reported dead.
+const KILL_REPORT_WAIT: Duration = Duration::from_secs(10);
+
+/// A started worker: the process (and who reaps it), the engine's end of its socket, and its
+/// stderr.
 #[derive(Debug)]
 pub(crate) struct Process {
-    child: Child,
+    owner: Owner,
     sock: UnixStream,
     stderr: Arc<StderrTail>,
     pid: u32,
+}
+
+/// Who reaps a worker.
+#[derive(Debug)]
+enum Owner {
+    /// The engine: it spawned the worker.
+    Engine(Child),
+    /// A fork server forked it, and reports its end on `status` (see `fork_server.rs`).
+    ForkServer {
+        server: Arc<ForkServer>,
+        status: OwnedFd,
+    },
+}
+
+/// Makes `cmd` start its process in a process group of its own and (on Linux) killed when the
+/// engine dies.
+pub(crate) fn die_with_engine(cmd: &mut Command) {
+    cmd.process_group(0);
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        // SAFETY: the closure runs in the forked child before exec and calls only
+        // async-signal-safe functions (prctl, getppid) and allocates nothing (the errors are
+        // built from raw OS codes).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The engine may have died between fork and prctl: then nobody would kill us.
+                if libc::getppid() != parent {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
 }
 
 impl Process {
@@ -45,49 +88,45 @@ impl Process {
         let theirs_out = theirs.try_clone()?;
         cmd.stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::from(OwnedFd::from(theirs_out)))
-            .stderr(Stdio::piped())
-            .process_group(0);
-        #[cfg(target_os = "linux")]
-        {
-            // SAFETY: getpid has no preconditions.
-            let parent = unsafe { libc::getpid() };
-            // SAFETY: the closure runs in the forked child before exec and calls only
-            // async-signal-safe functions (prctl, getppid) and allocates nothing (the errors are
-            // built from raw OS codes).
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    // The engine may have died between fork and prctl: then nobody would kill us.
-                    if libc::getppid() != parent {
-                        return Err(io::Error::from_raw_os_error(libc::ESRCH));
-                    }
-                    Ok(())
-                });
-            }
-        }
+            .stderr(Stdio::piped());
+        die_with_engine(&mut cmd);
         let mut child = spawn_from_long_lived_thread(cmd)?;
         let pid = child.id();
-        let stderr = Arc::new(StderrTail::default());
-        if let Some(pipe) = child.stderr.take() {
-            let tail = Arc::clone(&stderr);
-            let spawned = thread::Builder::new()
-                .name(format!("accelsql-worker-{pid}-stderr"))
-                .spawn(move || tail.drain(pipe));
-            if spawned.is_err() {
-                stderr.mark_closed();
-            }
-        } else {
-            stderr.mark_closed();
-        }
+        let stderr = match child.stderr.take() {
+            Some(pipe) => StderrTail::drained(pid, pipe),
+            None => StderrTail::closed(),
+        };
         ours.set_nonblocking(true)?;
         Ok(Self {
-            child,
+            owner: Owner::Engine(child),
             sock: ours,
             stderr,
             pid,
         })
+    }
+
+    /// A worker that `server` forked: `sock` is the engine's end of its socket, `stderr` the read
+    /// end of its stderr pipe, `status` the read end of the pipe on which the server reports its
+    /// end.
+    pub(crate) fn forked(
+        server: Arc<ForkServer>,
+        pid: u32,
+        sock: UnixStream,
+        stderr: OwnedFd,
+        status: OwnedFd,
+    ) -> io::Result<Self> {
+        sock.set_nonblocking(true)?;
+        Ok(Self {
+            owner: Owner::ForkServer { server, status },
+            sock,
+            stderr: StderrTail::drained(pid, std::fs::File::from(stderr)),
+            pid,
+        })
+    }
+
+    /// Whether a fork server started this worker.
+    pub(crate) fn is_forked(&self) -> bool {
+        matches!(self.owner, Owner::ForkServer { .. })
     }
 
     /// The worker's process id.
@@ -139,46 +178,106 @@ impl Process {
 
     /// Waits up to `grace` for the worker to exit on its own, then kills its whole process group
     /// (the worker and anything it started) and reaps it. Returns how it ended.
-    pub(crate) fn terminate(mut self, grace: Duration) -> ExitStatus {
-        let end = Instant::now() + grace;
-        let mut pause = Duration::from_micros(200);
-        while !self.exited_unreaped() && Instant::now() < end {
-            thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(20));
-        }
-        // The worker is not reaped yet (at worst a zombie), so its pid, which is also its process
-        // group id, cannot have been reused: the signal reaches only its group.
-        // SAFETY: kill has no memory-safety preconditions.
-        unsafe {
-            libc::kill(-(self.pid as libc::pid_t), libc::SIGKILL);
-        }
-        let _ = self.child.kill();
-        loop {
-            match self.child.wait() {
-                Ok(status) => return status,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // Only if someone else reaped it; report it as killed.
-                Err(_) => return ExitStatus::from_raw(libc::SIGKILL),
+    pub(crate) fn terminate(self, grace: Duration) -> ExitStatus {
+        match self.owner {
+            Owner::Engine(child) => terminate_child(child, self.pid, grace),
+            Owner::ForkServer { server, status } => {
+                // The server kills the group and reaps the worker as soon as it exits, then
+                // reports; it kills it now when asked to.
+                if let Some(s) = read_exit_report(&status, Some(Instant::now() + grace)) {
+                    return s;
+                }
+                server.kill(self.pid);
+                read_exit_report(&status, Some(Instant::now() + KILL_REPORT_WAIT))
+                    .unwrap_or_else(|| ExitStatus::from_raw(libc::SIGKILL))
             }
         }
     }
+}
 
-    /// Whether the worker has exited (without reaping it, so its pid stays reserved).
-    fn exited_unreaped(&self) -> bool {
-        // SAFETY: siginfo_t is plain data for which all-zero is a valid value.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `info` is a valid, writable siginfo_t; WNOWAIT leaves the child waitable.
-        let r = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                self.pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            )
-        };
-        // SAFETY: waitid succeeded, so `info` is initialised; si_pid is 0 when nothing exited.
-        r == 0 && unsafe { info.si_pid() } != 0
+/// The fork server's report that a worker ended (`b"X"` and its wait status), waiting until
+/// `deadline`; `None` if none came by then. If the server itself is gone (end of file), so is the
+/// worker: its parent-death signal killed it.
+fn read_exit_report(status: &OwnedFd, deadline: Option<Instant>) -> Option<ExitStatus> {
+    let mut report = [0u8; 5];
+    match read_full(status.as_raw_fd(), &mut report, deadline) {
+        Ok(true) if report[0] == b'X' => Some(ExitStatus::from_raw(i32::from_le_bytes([
+            report[1], report[2], report[3], report[4],
+        ]))),
+        Ok(_) => Some(ExitStatus::from_raw(libc::SIGKILL)),
+        Err(IoEnd::Timeout) => None,
+        Err(_) => Some(ExitStatus::from_raw(libc::SIGKILL)),
     }
+}
+
+/// Fills `buf` from the non-blocking `fd`; `Ok(false)` at end of file before it is full.
+pub(crate) fn read_full(
+    fd: RawFd,
+    buf: &mut [u8],
+    deadline: Option<Instant>,
+) -> Result<bool, IoEnd> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let rest = &mut buf[filled..];
+        // SAFETY: `rest` is a valid, writable buffer of `rest.len()` bytes and `fd` is open.
+        let n = unsafe { libc::read(fd, rest.as_mut_ptr().cast(), rest.len()) };
+        if n > 0 {
+            filled += n as usize;
+            continue;
+        }
+        if n == 0 {
+            return Ok(false);
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => wait_ready(fd, libc::POLLIN, deadline)?,
+            io::ErrorKind::Interrupted => {}
+            _ => return Err(IoEnd::Broken(format!("reading a pipe: {e}"))),
+        }
+    }
+    Ok(true)
+}
+
+/// [`Process::terminate`] of a worker the engine spawned.
+fn terminate_child(mut child: Child, pid: u32, grace: Duration) -> ExitStatus {
+    let end = Instant::now() + grace;
+    let mut pause = Duration::from_micros(200);
+    while !exited_unreaped(pid) && Instant::now() < end {
+        thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+    // The worker is not reaped yet (at worst a zombie), so its pid, which is also its process
+    // group id, cannot have been reused: the signal reaches only its group.
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
+    }
+    let _ = child.kill();
+    loop {
+        match child.wait() {
+            Ok(status) => return status,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // Only if someone else reaped it; report it as killed.
+            Err(_) => return ExitStatus::from_raw(libc::SIGKILL),
+        }
+    }
+}
+
+/// Whether the engine's child `pid` has exited (without reaping it, so its pid stays reserved).
+fn exited_unreaped(pid: u32) -> bool {
+    // SAFETY: siginfo_t is plain data for which all-zero is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is a valid, writable siginfo_t; WNOWAIT leaves the child waitable.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: waitid succeeded, so `info` is initialised; si_pid is 0 when nothing exited.
+    r == 0 && unsafe { info.si_pid() } != 0
 }
 
 /// `exited with code 3`, `was killed by signal 9 (SIGKILL)`.
@@ -221,7 +320,7 @@ fn signal_name(sig: i32) -> &'static str {
 /// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the process; the
 /// engine starts workers from short-lived (e.g. tokio blocking-pool) threads, so every worker is
 /// forked by one thread that lives as long as the process.
-fn spawn_from_long_lived_thread(cmd: Command) -> io::Result<Child> {
+pub(crate) fn spawn_from_long_lived_thread(cmd: Command) -> io::Result<Child> {
     type Request = (Command, mpsc::SyncSender<io::Result<Child>>);
     static SPAWNER: OnceLock<Option<Mutex<Sender<Request>>>> = OnceLock::new();
     let spawner = SPAWNER.get_or_init(|| {
@@ -305,7 +404,11 @@ fn recv_exact(
 }
 
 /// Waits until `fd` is ready for `events` (or hung up), or the deadline passes.
-fn wait_ready(fd: RawFd, events: libc::c_short, deadline: Option<Instant>) -> Result<(), IoEnd> {
+pub(crate) fn wait_ready(
+    fd: RawFd,
+    events: libc::c_short,
+    deadline: Option<Instant>,
+) -> Result<(), IoEnd> {
     loop {
         let timeout_ms = match deadline {
             None => -1,
@@ -345,7 +448,27 @@ pub(crate) struct StderrTail {
 }
 
 impl StderrTail {
-    fn drain(&self, mut pipe: ChildStderr) {
+    /// A tail filled from `pipe` by a thread of its own (the stderr of worker `pid`).
+    fn drained(pid: u32, pipe: impl Read + Send + 'static) -> Arc<Self> {
+        let tail = Arc::new(Self::default());
+        let filler = Arc::clone(&tail);
+        let spawned = thread::Builder::new()
+            .name(format!("accelsql-worker-{pid}-stderr"))
+            .spawn(move || filler.drain(pipe));
+        if spawned.is_err() {
+            tail.mark_closed();
+        }
+        tail
+    }
+
+    /// A tail of a worker whose stderr cannot be read: empty.
+    fn closed() -> Arc<Self> {
+        let tail = Arc::new(Self::default());
+        tail.mark_closed();
+        tail
+    }
+
+    fn drain(&self, mut pipe: impl Read) {
         let mut buf = [0u8; 4096];
         loop {
             match pipe.read(&mut buf) {

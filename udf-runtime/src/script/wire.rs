@@ -221,6 +221,11 @@ fn extend_le<T: ArrowPrimitiveType, const N: usize>(
     to_le: impl Fn(T::Native) -> [u8; N],
 ) {
     let values = array.as_primitive::<T>().values();
+    if cfg!(target_endian = "little") {
+        // The wire's byte order is the machine's: one copy of the (sliced) values buffer.
+        out.extend_from_slice(values.inner().as_slice());
+        return;
+    }
     out.reserve(values.len() * N);
     for v in values.iter() {
         out.extend_from_slice(&to_le(*v));
@@ -292,6 +297,10 @@ fn scalar<T: ArrowPrimitiveType, const N: usize>(
     bytes: &[u8],
     from_le: impl Fn([u8; N]) -> T::Native,
 ) -> ScalarBuffer<T::Native> {
+    if cfg!(target_endian = "little") {
+        // The wire's byte order is the machine's: one copy into an aligned buffer.
+        return ScalarBuffer::from(Buffer::from_slice_ref(bytes));
+    }
     bytes
         .chunks_exact(N)
         .map(|c| {

@@ -1,5 +1,7 @@
 //! `PythonWorker`: one script instance as one Python process, driven batch by batch.
 
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -7,6 +9,7 @@ use arrow::array::ArrayRef;
 use arrow::compute::{can_cast_types, cast};
 use arrow::datatypes::DataType;
 
+use super::fork_server::{Forked, fork_worker};
 use super::interpreter::{EXIT_TOO_OLD, worker_args};
 use super::process::{IoEnd, Process, describe_exit};
 use super::wire::{self, WorkerError};
@@ -25,7 +28,9 @@ const STDERR_SETTLE: Duration = Duration::from_millis(500);
 /// The process starts with a clean environment (only `PATH`, `HOME`, `LANG`, the script's `%env`
 /// settings and the device variables), in its own process group, and is killed if the engine dies
 /// (Linux: `PR_SET_PDEATHSIG`). Dropping a worker that was not [`finish`](Self::finish)ed kills
-/// and reaps it (and whatever it started).
+/// and reaps it (and whatever it started). It is forked by a warm fork server for its interpreter
+/// and environment when one is ready (a start of a few milliseconds instead of an interpreter
+/// start and imports), else spawned; either way a fresh process.
 ///
 /// Device variables: with a device, `CUDA_VISIBLE_DEVICES` and `NVIDIA_VISIBLE_DEVICES` name it
 /// by UUID (a simulated device by its index, since no driver knows its UUID) and
@@ -89,39 +94,12 @@ impl PythonWorker {
         let began = Instant::now();
         let deadline = timeout.and_then(|t| began.checked_add(t));
 
-        let mut cmd = std::process::Command::new(&spec.interpreter);
-        cmd.args(worker_args());
-        cmd.env_clear();
-        for var in ["PATH", "HOME", "LANG"] {
-            if let Some(v) = std::env::var_os(var) {
-                cmd.env(var, v);
-            }
-        }
-        for (k, v) in &spec.env {
-            cmd.env(k, v);
-        }
-        match &ctx.device {
-            Some(d) => {
-                let id = if d.simulated {
-                    d.index.to_string()
-                } else {
-                    d.uuid.clone()
-                };
-                cmd.env("CUDA_VISIBLE_DEVICES", &id)
-                    .env("NVIDIA_VISIBLE_DEVICES", &id)
-                    .env("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
-            }
-            None => {
-                cmd.env("CUDA_VISIBLE_DEVICES", "")
-                    .env_remove("NVIDIA_VISIBLE_DEVICES");
-            }
-        }
-        let process = Process::spawn(cmd).map_err(|e| RuntimeError::InterpreterStart {
-            interpreter: spec.interpreter.clone(),
-            message: format!(
-                "{e}; check the script language's interpreter path (for PYTHON3: python3 on PATH)"
-            ),
-        })?;
+        let env = worker_env(&spec, &ctx);
+        // A warm start when a fork server is ready; a fresh process otherwise.
+        let process = match fork_worker(&spec.interpreter, env.clone(), deadline) {
+            Forked::Worker(process) => process,
+            Forked::NoServer => spawn_worker(&spec, &env)?,
+        };
         let pid = process.pid();
         let mut worker = Self {
             script,
@@ -138,23 +116,26 @@ impl PythonWorker {
             gone: None,
             spec,
         };
-        let init = wire::encode_init(&worker.spec, &ctx, &worker.inputs, &worker.outputs);
-
-        // HELLO proves the interpreter runs our code; a death before it is a start failure.
-        let hello = worker
-            .process_mut()?
-            .recv(deadline)
-            .and_then(|(kind, payload)| match kind {
-                wire::F_HELLO => Ok(payload),
-                other => Err(IoEnd::Broken(format!("expected HELLO, got frame {other}"))),
-            });
-        match hello {
-            Ok(payload) => {
-                worker.interpreter_info = wire::Reader::new(&payload).str().unwrap_or_default();
+        let mut hello = worker.hello(deadline);
+        if matches!(hello, Err(IoEnd::Closed))
+            && worker.process.as_ref().is_some_and(Process::is_forked)
+        {
+            // A forked worker that died before HELLO: its server failed under it. Spawn one.
+            if let Some(p) = worker.process.take() {
+                p.terminate(Duration::ZERO);
             }
+            let process = spawn_worker(&worker.spec, &env)?;
+            worker.pid = process.pid();
+            worker.process = Some(process);
+            hello = worker.hello(deadline);
+        }
+        match hello {
+            Ok(()) => {}
+            // A death before HELLO is a start failure: the interpreter could not run our code.
             Err(IoEnd::Closed) => return Err(worker.start_failure()),
             Err(end) => return Err(worker.io_failure(end, "start")),
         }
+        let init = wire::encode_init(&worker.spec, &ctx, &worker.inputs, &worker.outputs);
         let (kind, payload) = worker.exchange(wire::F_INIT, &init, deadline, "start")?;
         match kind {
             wire::F_READY => {
@@ -164,6 +145,19 @@ impl PythonWorker {
             }
             other => Err(worker.protocol(format!("expected READY, got frame {other}"))),
         }
+    }
+
+    /// Receives HELLO, which proves the interpreter runs our code, and keeps its description.
+    fn hello(&mut self, deadline: Option<Instant>) -> std::result::Result<(), IoEnd> {
+        let (kind, payload) = match self.process.as_mut() {
+            Some(p) => p.recv(deadline)?,
+            None => return Err(IoEnd::Closed),
+        };
+        if kind != wire::F_HELLO {
+            return Err(IoEnd::Broken(format!("expected HELLO, got frame {kind}")));
+        }
+        self.interpreter_info = wire::Reader::new(&payload).str().unwrap_or_default();
+        Ok(())
     }
 
     /// One run: for SCALAR scripts `num_rows` rows, `run(ctx)` once per row (or `run_batch(ctx)`
@@ -228,6 +222,12 @@ impl PythonWorker {
             (wire::F_DONE, _) => Ok(()),
             (kind, _) => Err(self.protocol(format!("expected DONE, got frame {kind}"))),
         }
+    }
+
+    /// Whether a fork server started this worker.
+    #[cfg(test)]
+    pub(crate) fn is_forked(&self) -> bool {
+        self.process.as_ref().is_some_and(Process::is_forked)
     }
 
     /// The worker's process id.
@@ -467,6 +467,51 @@ impl Drop for PythonWorker {
             p.terminate(Duration::ZERO);
         }
     }
+}
+
+/// Spawns a fresh worker process of `spec`'s interpreter with exactly the environment `env`.
+fn spawn_worker(spec: &ScriptSpec, env: &[(OsString, OsString)]) -> Result<Process> {
+    let mut cmd = std::process::Command::new(&spec.interpreter);
+    cmd.args(worker_args())
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    Process::spawn(cmd).map_err(|e| RuntimeError::InterpreterStart {
+        interpreter: spec.interpreter.clone(),
+        message: format!(
+            "{e}; check the script language's interpreter path (for PYTHON3: python3 on PATH)"
+        ),
+    })
+}
+
+/// The worker's whole environment, sorted by name: `PATH`, `HOME` and `LANG` of the engine, the
+/// script's `%env` settings, and the device variables (which win over `%env`).
+pub(crate) fn worker_env(spec: &ScriptSpec, ctx: &WorkerContext) -> Vec<(OsString, OsString)> {
+    let mut env: BTreeMap<OsString, OsString> = BTreeMap::new();
+    for var in ["PATH", "HOME", "LANG"] {
+        if let Some(v) = std::env::var_os(var) {
+            env.insert(var.into(), v);
+        }
+    }
+    for (k, v) in &spec.env {
+        env.insert(k.into(), v.into());
+    }
+    match &ctx.device {
+        Some(d) => {
+            let id = if d.simulated {
+                d.index.to_string()
+            } else {
+                d.uuid.clone()
+            };
+            env.insert("CUDA_VISIBLE_DEVICES".into(), id.clone().into());
+            env.insert("NVIDIA_VISIBLE_DEVICES".into(), id.into());
+            env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
+        }
+        None => {
+            env.insert("CUDA_VISIBLE_DEVICES".into(), OsString::new());
+            env.remove(OsStr::new("NVIDIA_VISIBLE_DEVICES"));
+        }
+    }
+    env.into_iter().collect()
 }
 
 /// The script's input columns for a call with `input_types`.

@@ -1,0 +1,304 @@
+//! `python-udf`: accelsql's Python script UDFs — per row (`run(ctx)`), per batch
+//! (`run_batch(ctx)`), a SET script walking groups with `ctx.next()`, and a worker's start —
+//! beside DuckDB's Python UDFs (`create_function`, native and arrow mode; run by
+//! `python/duckdb_udf.py`), the same function over the same rows under the same Python.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::Result;
+use crate::measure::{Stats, measure};
+use crate::peers::python_env::{output_of, scripts_dir};
+use crate::peers::{Runner, numbers};
+use crate::progress::Progress;
+use crate::results::{Figure, Outcome, SuiteResult, Table};
+
+use super::Context;
+
+/// Rows at `--scale 1` (the largest size; the suite also runs a quarter and a sixteenth).
+pub const BASE_ROWS: u64 = 1_000_000;
+/// Groups of the SET case.
+pub const GROUPS: u64 = 1000;
+
+const F_ROW: &str = "CREATE OR REPLACE PYTHON3 SCALAR SCRIPT f_row(x DOUBLE) RETURNS DOUBLE AS
+def run(ctx):
+    return ctx.x * 2.0 + 1.0
+/";
+
+const F_BATCH: &str = "CREATE OR REPLACE PYTHON3 SCALAR SCRIPT f_batch(x DOUBLE) RETURNS DOUBLE AS
+try:
+    import numpy
+except ImportError:
+    numpy = None
+
+def run_batch(ctx):
+    x = ctx.x
+    if numpy is not None and isinstance(x, numpy.ndarray) and x.dtype.kind == 'f':
+        return x * 2.0 + 1.0
+    return [None if v is None else v * 2.0 + 1.0 for v in x]
+
+def run(ctx):
+    return ctx.x * 2.0 + 1.0
+/";
+
+const GRP_SUM: &str =
+    "CREATE OR REPLACE PYTHON3 SET SCRIPT grp_sum(x DOUBLE) EMITS (n BIGINT, total DOUBLE) AS
+def run(ctx):
+    n = 0
+    total = 0.0
+    while True:
+        total += ctx.x
+        n += 1
+        if not ctx.next():
+            break
+    ctx.emit(n, total)
+/";
+
+const PY_ONE: &str = "CREATE OR REPLACE PYTHON3 SCALAR SCRIPT py_one() RETURNS BIGINT AS
+def run(ctx):
+    return 1
+/";
+
+const ROW: &str = "accelsql run(ctx)";
+const BATCH: &str = "accelsql run_batch(ctx)";
+const DUCK_NATIVE: &str = "DuckDB native UDF";
+const DUCK_ARROW: &str = "DuckDB arrow UDF";
+const CASE: &str = "sum(f(x)), f(x) = 2x + 1";
+
+/// One DuckDB case of `duckdb_udf.py`'s answer.
+#[derive(Debug, Deserialize)]
+struct DuckCase {
+    samples_s: Vec<f64>,
+    result: f64,
+}
+
+/// `duckdb_udf.py`'s answer.
+#[derive(Debug, Deserialize)]
+struct DuckAnswer {
+    duckdb: String,
+    python_version: String,
+    native: DuckCase,
+    arrow: DuckCase,
+}
+
+fn run_duckdb(python: &Path, rows: u64, ctx: &Context) -> std::result::Result<DuckAnswer, String> {
+    let out = tokio::task::block_in_place(|| {
+        output_of(
+            Command::new(python)
+                .arg(scripts_dir().join("duckdb_udf.py"))
+                .args(["--rows", &rows.to_string()])
+                .args(["--runs", &ctx.plan.runs.max(1).to_string()])
+                .args(["--warmup", &ctx.plan.warmup.to_string()]),
+        )
+    })?;
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .ok_or_else(|| format!("no JSON from duckdb_udf.py: {out}"))?;
+    serde_json::from_str(line).map_err(|e| format!("duckdb_udf.py's answer: {e}"))
+}
+
+/// `p` relative to the workspace root where it lies inside it (reports do not name home dirs).
+fn shown_path(p: &Path) -> String {
+    let root = crate::peers::python_env::workspace_root();
+    p.strip_prefix(&root)
+        .map_or_else(|_| p.display().to_string(), |r| r.display().to_string())
+}
+
+fn duck_figure(engine: &str, rows: u64, case: &DuckCase) -> Figure {
+    let want = rows as f64 * rows as f64;
+    let outcome = match Stats::of_secs(&case.samples_s) {
+        Some(stats) => Outcome::Measured { stats },
+        None => Outcome::unavailable("DuckDB: no samples"),
+    };
+    let f = Figure::new(CASE, engine, rows, outcome);
+    if crate::peers::close(case.result, want, 1e-9) {
+        f
+    } else {
+        f.with_note(format!("wrong answer {} (want {want})", case.result))
+    }
+}
+
+async fn timed(
+    ctx: &Context,
+    runner: &Runner,
+    sql: &str,
+    progress: &Progress,
+    want: &[f64],
+) -> Outcome {
+    let run = measure(ctx.plan, progress, || async { runner.query(sql).await }).await;
+    match run.and_then(|(stats, batches)| Ok((stats, numbers(&batches)?))) {
+        Ok((stats, got)) => {
+            let first = got.into_iter().next().unwrap_or_default();
+            let right = first.len() == want.len()
+                && first
+                    .iter()
+                    .zip(want)
+                    .all(|(a, b)| crate::peers::close(*a, *b, 1e-9));
+            if right {
+                Outcome::Measured { stats }
+            } else {
+                Outcome::unavailable(format!("wrong answer {first:?}, want {want:?}"))
+            }
+        }
+        Err(e) => Outcome::unavailable(e.message()),
+    }
+}
+
+/// Runs the suite.
+pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
+    result.title = "python-udf: Python script UDFs vs DuckDB's Python UDFs".into();
+    result.what = "f(x DOUBLE) = x * 2.0 + 1.0 over range(N), summed: accelsql's PYTHON3 scripts \
+                   (run(ctx) per row, run_batch(ctx) per batch with numpy) beside DuckDB's \
+                   create_function (native: per row; arrow: per chunk with pyarrow.compute), same \
+                   Python; a SET script over 1000 groups; and what starting a worker costs."
+        .into();
+    let sizes = ctx.sizes(BASE_ROWS);
+    let python = ctx.python().map(Path::to_path_buf);
+    let runner = crate::peers::accelsql::session(&ctx.accelsql.cpu, ctx.partitions).await?;
+    match &python {
+        Ok(p) => {
+            runner
+                .query(&format!(
+                    "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3={}'",
+                    p.display()
+                ))
+                .await?;
+            result.notes.push(format!(
+                "Sizes: {sizes:?} rows (base {BASE_ROWS} × scale {}). accelsql's workers and \
+                 DuckDB run {}.",
+                ctx.scale,
+                shown_path(p)
+            ));
+        }
+        Err(e) => result.notes.push(format!(
+            "Sizes: {sizes:?} rows. No virtualenv ({e}): accelsql's workers run the python3 on \
+             PATH (run_batch gets lists without numpy); DuckDB's figures are unavailable."
+        )),
+    }
+    for ddl in [F_ROW, F_BATCH, GRP_SUM, PY_ONE] {
+        runner.query(ddl).await?;
+    }
+    let total = sizes.len() * 5 * ctx.plan.total() + 3 * (ctx.plan.total() + 10);
+    let progress = Progress::new("python-udf", total as u64, "runs");
+    let mut row_table = Table::new("python-udf: per-row form", "rows", Some(DUCK_NATIVE));
+    let mut batch_table = Table::new("python-udf: batch form", "rows", Some(DUCK_ARROW));
+    let mut set_table = Table::new("python-udf: SET script, 1000 groups", "rows", None);
+    for &rows in &sizes {
+        let n = rows as f64;
+        let sum = |f: &str| format!("SELECT sum({f}(CAST(value AS DOUBLE))) FROM range({rows})");
+        progress.set_message(&format!("accelsql @ {rows} rows"));
+        let row = timed(ctx, &runner, &sum("f_row"), &progress, &[n * n]).await;
+        row_table.push(Figure::new(CASE, ROW, rows, row));
+        let batch = timed(ctx, &runner, &sum("f_batch"), &progress, &[n * n]).await;
+        batch_table.push(Figure::new(CASE, BATCH, rows, batch));
+        let groups = GROUPS.min(rows);
+        let q_set = format!(
+            "SELECT count(*), sum(n), sum(total) FROM (SELECT grp_sum(x) FROM (SELECT value % \
+             {GROUPS} AS g, CAST(value AS DOUBLE) AS x FROM range({rows})) GROUP BY g)"
+        );
+        let set = timed(
+            ctx,
+            &runner,
+            &q_set,
+            &progress,
+            &[groups as f64, n, n * (n - 1.0) / 2.0],
+        )
+        .await;
+        set_table.push(Figure::new(
+            "SET script, ctx.next() over each group",
+            "accelsql SET script",
+            rows,
+            set,
+        ));
+        progress.set_message(&format!("DuckDB @ {rows} rows"));
+        match python
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|p| run_duckdb(p, rows, ctx))
+        {
+            Ok(answer) => {
+                ctx.note_version("duckdb", &answer.duckdb);
+                ctx.note_version("python", &answer.python_version);
+                row_table.push(duck_figure(DUCK_NATIVE, rows, &answer.native));
+                batch_table.push(duck_figure(DUCK_ARROW, rows, &answer.arrow));
+            }
+            Err(e) => {
+                row_table.push(Figure::new(
+                    CASE,
+                    DUCK_NATIVE,
+                    rows,
+                    Outcome::unavailable(&e),
+                ));
+                batch_table.push(Figure::new(CASE, DUCK_ARROW, rows, Outcome::unavailable(e)));
+            }
+        }
+        progress.inc(2 * ctx.plan.total() as u64);
+    }
+
+    // Starting a worker: a one-row statement with a Python call, beside a bare interpreter.
+    let start_plan = crate::measure::RunPlan {
+        warmup: ctx.plan.warmup,
+        runs: ctx.plan.runs + 10,
+    };
+    let mut start_table = Table::new(
+        "python-udf: worker start",
+        "statements",
+        Some("python3 -c pass"),
+    )
+    .without_rate();
+    let interpreter = python
+        .clone()
+        .unwrap_or_else(|_| std::path::PathBuf::from("python3"));
+    let bare = measure(start_plan, &progress, || async {
+        tokio::task::block_in_place(|| output_of(Command::new(&interpreter).args(["-c", "pass"])))
+            .map_err(crate::error::BenchError::new)
+    })
+    .await;
+    start_table.push(Figure::new(
+        "start",
+        "python3 -c pass",
+        1,
+        match bare {
+            Ok((stats, _)) => Outcome::Measured { stats },
+            Err(e) => Outcome::unavailable(e.message()),
+        },
+    ));
+    for (engine, sql) in [
+        ("accelsql SELECT py_one()", "SELECT py_one()"),
+        ("accelsql SELECT 1", "SELECT 1"),
+    ] {
+        let run = measure(start_plan, &progress, || async { runner.query(sql).await }).await;
+        start_table.push(Figure::new(
+            "start",
+            engine,
+            1,
+            match run {
+                Ok((stats, _)) => Outcome::Measured { stats },
+                Err(e) => Outcome::unavailable(e.message()),
+            },
+        ));
+    }
+    progress.finish();
+    if let Some(s) = start_table
+        .figures
+        .iter()
+        .find(|f| f.engine == "accelsql SELECT py_one()")
+        .and_then(|f| f.outcome.stats())
+    {
+        let goal = Duration::from_millis(50).as_secs_f64();
+        let verdict = if s.median_s < goal { "met" } else { "MISSED" };
+        result.notes.push(format!(
+            "Worker start (median SELECT py_one()): {:.1} ms (goal < 50 ms: {verdict}).",
+            s.median_s * 1e3
+        ));
+    }
+    result
+        .tables
+        .extend([row_table, batch_table, set_table, start_table]);
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! `vector_topk(row_id, emb, query, k) EMITS (row_id BIGINT, score DOUBLE)`: per group (the
+//! whole input without GROUP BY), the `k` rows whose embedding is most cosine-similar to the
+//! query, best first. Semantics and edge cases are those of
+//! `accelsql_udf_runtime::kernels::vectors::{top_k_group, top_k}`.
+//!
+//! ```sql
+//! SELECT vector_topk(id, emb, [0.1, 0.2, 0.3], 10) FROM docs;
+//! SELECT category, vector_topk(id, emb, [0.1, 0.2, 0.3], 3) FROM docs GROUP BY category;
+//! ```
+
+use std::sync::Arc;
+
+use accelsql_udf_runtime::gpu;
+use accelsql_udf_runtime::kernels::vectors::{self, VECTOR_TOPK, VectorOp};
+use datafusion::arrow::array::{ArrayRef, Float64Array};
+use datafusion::arrow::datatypes::{DataType, Field};
+
+use super::vectors::vector_type;
+use super::{kernel_error, pinned_device};
+use crate::udf::ArgumentRule;
+use crate::{AcceleratorRequest, InstanceContext, Result, SetUdf};
+
+/// `(row_id BIGINT, emb VECTOR, query VECTOR, k BIGINT)`: integers are widened to BIGINT,
+/// vectors as for the vector functions.
+const ARGUMENTS: ArgumentRule = ArgumentRule::new(
+    "(row_id BIGINT, emb VECTOR, query VECTOR, k BIGINT)",
+    |types| {
+        let integer = |position: usize, name: &str, given: &DataType| {
+            if given.is_integer() || given.is_null() {
+                Ok(DataType::Int64)
+            } else {
+                Err(format!(
+                    "argument {position} ({name}) is {given}; expected an integer"
+                ))
+            }
+        };
+        match types {
+            [id, emb, query, k] => Ok(vec![
+                integer(1, "row_id", id)?,
+                vector_type(2, emb)?,
+                vector_type(3, query)?,
+                integer(4, "k", k)?,
+            ]),
+            _ => Err(format!(
+                "takes 4 arguments (row_id, emb, query, k), got {}",
+                types.len()
+            )),
+        }
+    },
+);
+
+/// The `vector_topk` definition (CPU implementation; a GPU one — scores on the GPU, then
+/// `kernels::vectors::top_k` — is one `.gpu(…)` away).
+pub(super) fn vector_topk() -> Result<SetUdf> {
+    SetUdf::builder(VECTOR_TOPK)
+        .rule_inputs(ARGUMENTS)
+        .emits([
+            Field::new("row_id", DataType::Int64, true),
+            Field::new("score", DataType::Float64, false),
+        ])
+        .accelerator_request(AcceleratorRequest::Preferred)
+        .cpu(
+            |_: &InstanceContext,
+             rows: usize,
+             args: &[ArrayRef]|
+             -> datafusion::error::Result<Vec<ArrayRef>> {
+                let (ids, scores) = vectors::vector_topk(rows, args).map_err(kernel_error)?;
+                Ok(vec![Arc::new(ids), Arc::new(scores)])
+            },
+        )
+        .gpu(
+            // Scores on the GPU (the bandwidth-bound part), the k best picked on the CPU.
+            |instance: &InstanceContext,
+             rows: usize,
+             args: &[ArrayRef]|
+             -> datafusion::error::Result<Vec<ArrayRef>> {
+                let group = vectors::top_k_group(rows, args).map_err(kernel_error)?;
+                let (ids, scores) = match &group.query {
+                    None => vectors::top_k(&group.ids, &Float64Array::from(Vec::<f64>::new()), 0),
+                    Some(query) => {
+                        let device = pinned_device(instance)?;
+                        let scores = gpu::vector_similarity(
+                            device,
+                            VectorOp::Cosine,
+                            rows,
+                            &group.embeddings,
+                            query,
+                        )
+                        .map_err(kernel_error)?;
+                        vectors::top_k(&group.ids, &scores, group.k)
+                    }
+                };
+                Ok(vec![Arc::new(ids), Arc::new(scores)])
+            },
+        )
+        .build()
+}

@@ -1,0 +1,208 @@
+"""The "GPU Resource Considerations" notebook, cell by cell, against the accelsql Python package.
+
+Python script UDFs with Exasol's accelerator annotations, a Python callable as a UDF, and two
+connections running GPU statements at once: the node lease serializes them, so one call's START
+comes after the other's END. Runs on the GPUs NVML finds, or on two simulated ones where there
+are none (or as ``--simulated-gpus N`` says).
+
+Run (after ``pip install ./python`` into the active environment; scripts need pandas only for
+printing here)::
+
+    python examples/gpu_resource_considerations.py              # threads: two connections, one engine
+    python examples/gpu_resource_considerations.py --processes  # a multiprocessing.Pool of two
+
+With ``--processes`` each worker process has its own engine; they share the scripts through a data
+directory and the GPUs through cross-process device locks (``ACCELSQL_DEVICE_LOCK_DIR``), so their
+GPU statements are serialized too.
+"""
+
+import argparse
+import multiprocessing
+import os
+import tempfile
+import threading
+
+import pandas as pd
+import pyarrow as pa
+
+import accelsql
+
+# The notebook's scripts (each ends with a line holding only "/").
+SCRIPTS = r"""
+CREATE OR REPLACE PYTHON3 SCALAR SCRIPT long_running_gpu(seconds DOUBLE)
+EMITS (device VARCHAR(200), start_time TIMESTAMP, end_time TIMESTAMP) AS
+%perInstanceRequiredAcceleratorDevices GpuNvidia;
+import datetime, os, time
+def run(ctx):
+    start = datetime.datetime.now()
+    time.sleep(ctx.seconds)
+    ctx.emit(os.environ.get("CUDA_VISIBLE_DEVICES", ""), start, datetime.datetime.now())
+/
+
+CREATE OR REPLACE PYTHON3 SCALAR SCRIPT gpu_required() RETURNS VARCHAR(200) AS
+%perInstanceRequiredAcceleratorDevices GpuNvidia;
+import os
+def run(ctx):
+    return os.environ.get("CUDA_VISIBLE_DEVICES") or "<invalid>"
+/
+
+CREATE OR REPLACE PYTHON3 SCALAR SCRIPT gpu_optional() RETURNS VARCHAR(200) AS
+%perInstanceRequiredAcceleratorDevices GpuNvidia|None;
+import os
+def run(ctx):
+    return os.environ.get("CUDA_VISIBLE_DEVICES") or "<invalid>"
+/
+
+CREATE OR REPLACE PYTHON3 SCALAR SCRIPT nvidia_smi() RETURNS VARCHAR(2000) AS
+%perInstanceRequiredAcceleratorDevices GpuNvidia|None;
+import shutil, subprocess
+def run(ctx):
+    if shutil.which("nvidia-smi") is None:
+        return "nvidia-smi is not installed on this machine (no NVIDIA driver here)"
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip()
+/
+
+CREATE OR REPLACE PYTHON3 SET SCRIPT population_per_country(country VARCHAR(100), population BIGINT)
+EMITS (country VARCHAR(100), population BIGINT, device VARCHAR(200)) AS
+%perInstanceRequiredAcceleratorDevices GpuNvidia|None;
+%perNodeAndCallInstanceLimit 2;
+import os
+def run(ctx):
+    totals = {}
+    while True:
+        totals[ctx.country] = totals.get(ctx.country, 0) + ctx.population
+        if not ctx.next():
+            break
+    for country, total in totals.items():
+        ctx.emit(country, total, os.environ.get("CUDA_VISIBLE_DEVICES") or "<invalid>")
+/
+"""
+
+CITIES = pd.DataFrame(
+    {
+        "name": ["Berlin", "Hamburg", "Munich", "Paris", "Lyon", "Madrid", "Barcelona", "Rome"],
+        "country": ["DE", "DE", "DE", "FR", "FR", "ES", "ES", "IT"],
+        "population": [3645000, 1841000, 1472000, 2161000, 513000, 3223000, 1620000, 2873000],
+    }
+)
+
+LONG_RUNNING = "SELECT long_running_gpu(1.0)"
+
+
+def show(conn, title, sql):
+    """One notebook cell: the query, then its result as a DataFrame (or its error)."""
+    print(f"-- {title}\n{sql}")
+    try:
+        print(conn.export_to_pandas(sql).to_string(index=False), end="\n\n")
+    except accelsql.AccelsqlError as e:
+        print(f"ERROR [{e.code}] {e.message}\n")
+
+
+def print_sessions(frames):
+    """The two sessions' rows, ordered by START, and whether they overlapped."""
+    df = pd.concat(frames, ignore_index=True).sort_values("start_time")
+    print(df.rename(columns={"start_time": "START", "end_time": "END"}).to_string(index=False))
+    first, second = df.iloc[0], df.iloc[1]
+    verdict = "serialized" if first["end_time"] <= second["start_time"] else "OVERLAPPED"
+    print(f"=> {verdict}: the second START comes {'after' if verdict == 'serialized' else 'before'} the first END\n")
+
+
+def run_in_threads(gpus, data_dir):
+    """Two connections of this process (one engine, one lease queue), one thread each."""
+    frames = [None, None]
+
+    def session(i):
+        with accelsql.connect(gpus, data_dir=data_dir) as conn:
+            df = conn.export_to_pandas(LONG_RUNNING)
+            df.insert(0, "session", "AB"[i])
+            frames[i] = df
+
+    threads = [threading.Thread(target=session, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print_sessions(frames)
+
+
+def pool_session(args):
+    """One worker process's session (its own engine; scripts from the shared data directory)."""
+    label, gpus, data_dir = args
+    with accelsql.connect(gpus, data_dir=data_dir) as conn:
+        df = conn.export_to_pandas(LONG_RUNNING)
+    df.insert(0, "session", label)
+    return df
+
+
+def run_in_processes(gpus, data_dir):
+    """Two worker processes, as the notebook's multiprocessing.Pool."""
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        print_sessions(pool.map(pool_session, [("A", gpus, data_dir), ("B", gpus, data_dir)]))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--simulated-gpus", type=int, help="use N simulated GPUs (default: real ones, else 2 simulated)")
+    parser.add_argument("--processes", action="store_true", help="run the two sessions in a multiprocessing.Pool")
+    args = parser.parse_args()
+
+    gpus = args.simulated_gpus
+    if gpus is None:
+        with accelsql.connect() as probe:
+            gpus = None if probe.gpu_count > 0 else 2
+    data_dir = tempfile.mkdtemp(prefix="accelsql-notebook-")
+    if args.processes:
+        # Engines of different processes share the devices through cross-process locks.
+        os.environ.setdefault("ACCELSQL_DEVICE_LOCK_DIR", os.path.join(data_dir, "device-locks"))
+
+    conn = accelsql.connect(gpus, data_dir=data_dir)
+    print(f"GPUs: {conn.gpu_count} ({'simulated' if gpus else 'real'})\n")
+    conn.execute(SCRIPTS)
+    conn.import_from_pandas(CITIES, "cities")
+
+    how = "processes (multiprocessing.Pool)" if args.processes else "threads"
+    print(f"-- two sessions ({how}), each {LONG_RUNNING}, at the same time")
+    if args.processes:
+        run_in_processes(gpus, data_dir)
+    else:
+        run_in_threads(gpus, data_dir)
+
+    show(conn, "two GPU-required calls in one select: 22069", "SELECT gpu_required() AS a, gpu_required() AS b")
+    show(
+        conn,
+        "four optional calls: exactly one gets a device, the others run on the CPU",
+        "SELECT gpu_optional() AS a, gpu_optional() AS b, gpu_optional() AS c, gpu_optional() AS d",
+    )
+    show(conn, "the nvidia-smi probe", "SELECT nvidia_smi()")
+    show(
+        conn,
+        "population per country, one group per node (GROUP BY iproc())",
+        "SELECT population_per_country(country, population) FROM cities GROUP BY iproc() ORDER BY country",
+    )
+    show(
+        conn,
+        "the same with %perNodeAndCallInstanceLimit 2, grouped by country: two instances, each pinned to its own GPU",
+        "SELECT population_per_country(country, population) FROM cities GROUP BY iproc(), country ORDER BY country",
+    )
+
+    # Beyond the notebook: a Python callable of this program as a GPU-optional UDF. It runs in
+    # this process, so it is told its device rather than restricted to it.
+    def device_of(population, ctx):
+        return pa.array([ctx.cuda_visible_devices or "<cpu>"] * len(population))
+
+    conn.register_udf(device_of, inputs=["BIGINT"], returns="VARCHAR(200)", accelerator="GpuNvidia|None")
+    show(
+        conn,
+        "a Python callable as a GPU-optional UDF: the first call gets the GPUs, the second the CPU",
+        "SELECT name, device_of(population) AS first_call, device_of(population) AS second_call FROM cities ORDER BY name LIMIT 3",
+    )
+    show(
+        conn,
+        "where each call ran",
+        "SELECT udf, placement, reason, devices, instances FROM accelsql.udf_calls ORDER BY statement_id",
+    )
+    conn.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""Connection and connect(): a session on the process's shared engine (pyexasol's shape)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple, Union
+
+import pyarrow as pa
+
+from ._accelsql import NativeConnection
+from ._statement import Statement
+
+if TYPE_CHECKING:
+    import pandas
+
+#: A UDF parameter or result type: a SQL type name ('DOUBLE', 'VARCHAR(100)', 'DECIMAL(18,2)',
+#: 'BIGINT', 'BOOLEAN', 'DATE', 'TIMESTAMP') or a pyarrow DataType.
+TypeSpec = Union[str, pa.DataType]
+
+_IDENTIFIER = re.compile(r'^\s*("[^"]+"|[A-Za-z_][A-Za-z0-9_]*)(\.("[^"]+"|[A-Za-z_][A-Za-z0-9_]*))*\s*$')
+
+#: ``connect(script_python=...)``'s default: the interpreter running this program.
+CURRENT_INTERPRETER = "current"
+
+
+class Connection:
+    """One connection: its own session (settings, tables, registered callables) on the engine
+    this process shares between all connections with the same ``simulated_gpus`` and
+    ``data_dir`` (its GPUs, lease queue and scripts).
+
+    Use :func:`connect`. A connection is a context manager (closed on exit) and may be used from
+    several threads; a statement releases the GIL while it runs.
+    """
+
+    def __init__(
+        self,
+        simulated_gpus: Optional[int] = None,
+        data_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        *,
+        script_python: Optional[str] = CURRENT_INTERPRETER,
+        **settings: Any,
+    ) -> None:
+        """See :func:`connect`."""
+        self._native = NativeConnection(
+            simulated_gpus, os.fspath(data_dir) if data_dir is not None else None
+        )
+        if script_python == CURRENT_INTERPRETER:
+            script_python = sys.executable or None
+        if script_python:
+            if not os.path.isabs(script_python) or re.search(r"[\s']", script_python):
+                raise ValueError(
+                    f"script_python must be an absolute path without spaces or quotes: {script_python!r}"
+                )
+            self.execute(f"ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3={script_python}'")
+        for name, value in settings.items():
+            self.set(name, value)
+
+    # -- SQL -------------------------------------------------------------------------------------
+
+    def execute(self, sql: str) -> Statement:
+        """Runs ``sql`` (one or more ``;``-separated statements, script DDL included) and returns
+        the last statement's result. Raises :class:`AccelsqlError` with the engine's code; a
+        failed statement leaves the connection usable. Ctrl-C cancels the statement (its GPU lease
+        is released) and raises KeyboardInterrupt."""
+        table, dml = self._native.query(sql)
+        return Statement(table, dml=dml)
+
+    def set(self, name: str, value: Any) -> None:
+        """``SET name = 'value'`` for this connection; a name without a dot is an accelsql
+        setting (``set('gpu_wait_timeout', '30s')`` is ``SET accelsql.gpu_wait_timeout = '30s'``).
+        """
+        if "." not in name:
+            name = f"accelsql.{name}"
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", name):
+            raise ValueError(f"not a setting name: {name!r}")
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        else:
+            text = str(value)
+        self.execute(f"SET {name} = '{_quote(text)}'")
+
+    # -- pandas and Arrow ------------------------------------------------------------------------
+
+    def export_to_arrow(self, query_or_table: str) -> pa.Table:
+        """The result of a query (or every row of a table, given its name) as a pyarrow Table,
+        handed over through the Arrow C stream interface (no copy of the data)."""
+        table, _ = self._native.query(_as_query(query_or_table))
+        return table
+
+    def export_to_pandas(self, query_or_table: str, **to_pandas: Any) -> "pandas.DataFrame":
+        """The result of a query (or every row of a table, given its name) as a pandas DataFrame:
+        ``export_to_arrow(...).to_pandas(**to_pandas)``. NULLs become None/NaN/NaT as pyarrow
+        converts them (an integer column with NULLs becomes float64)."""
+        return self.export_to_arrow(query_or_table).to_pandas(**to_pandas)
+
+    def import_from_arrow(self, data: Any, table: Union[str, Tuple[str, str]]) -> int:
+        """Loads a pyarrow Table or RecordBatchReader (anything with ``__arrow_c_stream__``) into
+        ``table`` of this connection: created (in memory) when the name is free, else appended to
+        (columns by position, cast to the table's types). Returns the number of rows loaded.
+
+        Unquoted names fold to lower case, as in SQL; column names are kept as given.
+        """
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        return self._native.import_arrow(data, _table_name(table))
+
+    def import_from_pandas(self, df: "pandas.DataFrame", table: Union[str, Tuple[str, str]]) -> int:
+        """Loads a pandas DataFrame into ``table`` (see :meth:`import_from_arrow`); the index is
+        not loaded. NaN/None/NaT become NULL. Returns the number of rows loaded."""
+        return self.import_from_arrow(pa.Table.from_pandas(df, preserve_index=False), table)
+
+    # -- Python callables as UDFs ----------------------------------------------------------------
+
+    def register_udf(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: Optional[str] = None,
+        inputs: Sequence[TypeSpec] = (),
+        returns: TypeSpec,
+        accelerator: str = "None",
+        vectorized: bool = True,
+        instance_limit: Optional[int] = None,
+    ) -> None:
+        """Registers ``fn`` as the scalar UDF ``name`` (default: ``fn.__name__``) of this connection.
+
+        - ``inputs``/``returns``: SQL type names ('DOUBLE', 'VARCHAR(100)', 'DECIMAL(18,2)', ...)
+          or pyarrow types. Arguments of other types are cast to ``inputs`` where Arrow can.
+        - ``vectorized=True``: ``fn`` gets one pyarrow Array per argument (a batch of rows) and
+          returns one value per row: a pyarrow Array or ChunkedArray, a numpy array, a list...
+          ``vectorized=False``: ``fn`` is called once per row with Python values (None for NULL).
+        - ``accelerator``: ``%perInstanceRequiredAcceleratorDevices``: 'None', 'GpuNvidia'
+          (required) or 'GpuNvidia|None' (optional). The placement rule applies exactly as for
+          scripts: at most one call per query block gets the GPUs, a second required call fails
+          with 22069, a GPU statement waits for the node lease.
+        - ``instance_limit``: ``%perNodeAndCallInstanceLimit``.
+        - If ``fn`` has a ``ctx`` parameter it gets ``ctx=UdfContext``: the instance and the device
+          it is pinned to. Unlike a script's worker process, an in-process callable cannot be
+          restricted to that device (no ``CUDA_VISIBLE_DEVICES``): use ``ctx.device_index`` /
+          ``ctx.device_uuid`` to pick it (e.g. ``cupy.cuda.Device(ctx.device_index)``).
+
+        A result of the wrong length or type fails the statement with 22E02; an exception in
+        ``fn`` with 22U10 and its traceback. Registering a name again replaces this connection's
+        earlier callable.
+        """
+        if name is None:
+            name = getattr(fn, "__name__", None)
+            if not name:
+                raise ValueError("register_udf: give the UDF a name= (the callable has no __name__)")
+        self._native.register_udf(
+            fn,
+            name,
+            list(inputs),
+            returns,
+            accelerator,
+            bool(vectorized),
+            instance_limit,
+            _takes_ctx(fn),
+        )
+
+    # -- lifetime ---------------------------------------------------------------------------------
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs of this connection's engine (simulated or real)."""
+        return self._native.gpu_count
+
+    def close(self) -> None:
+        """Ends the session: its tables and registered callables go with it. Closing twice is fine."""
+        self._native.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._native.closed
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"gpus={self.gpu_count}"
+        return f"<accelsql.Connection {state}>"
+
+
+def connect(
+    simulated_gpus: Optional[int] = None,
+    data_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+    *,
+    script_python: Optional[str] = CURRENT_INTERPRETER,
+    **settings: Any,
+) -> Connection:
+    """Opens a connection to this process's engine.
+
+    - ``simulated_gpus``: use that many simulated GPUs (leases, placement and device pinning
+      behave as on real ones); None: the devices NVML finds (or ``ACCELSQL_SIMULATED_GPUS``),
+      limited by ``CUDA_VISIBLE_DEVICES``.
+    - ``data_dir``: where ``CREATE SCRIPT`` definitions persist; None: in memory.
+    - ``script_python``: the interpreter that runs PYTHON3 scripts; by default the one running
+      this program (so scripts see its packages); None: ``python3`` on PATH.
+    - ``settings``: ``SET`` for this connection, e.g. ``gpu_wait_timeout='30s'`` (an accelsql
+      setting) or ``**{'datafusion.execution.batch_size': 65536}``.
+
+    Connections with the same ``simulated_gpus`` and ``data_dir`` share one engine.
+    """
+    return Connection(simulated_gpus, data_dir, script_python=script_python, **settings)
+
+
+def _quote(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def _as_query(query_or_table: str) -> str:
+    """A bare (possibly qualified) table name becomes ``SELECT * FROM name``."""
+    if _IDENTIFIER.match(query_or_table) and query_or_table.strip().upper() not in ("SHOW", "VALUES"):
+        return f"SELECT * FROM {query_or_table.strip()}"
+    return query_or_table
+
+
+def _table_name(table: Union[str, Tuple[str, str]]) -> str:
+    if isinstance(table, tuple):
+        return ".".join(table)
+    return table
+
+
+def _takes_ctx(fn: Callable[..., Any]) -> bool:
+    try:
+        parameter = inspect.signature(fn).parameters.get("ctx")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )

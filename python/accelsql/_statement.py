@@ -1,0 +1,157 @@
+"""Statement: the result of ``Connection.execute``, fetched as tuples (pyexasol's and DB-API's habits)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pandas
+
+#: Rows ``fetchmany()`` returns when no size is given (as pyexasol).
+DEFAULT_FETCHMANY_SIZE = 10000
+
+
+def _python_values(column: "pa.Array[Any]") -> List[Any]:
+    """A column as Python values; nanosecond timestamps become datetime.datetime (to the
+    microsecond), as DB-API drivers return them, rather than pandas.Timestamp."""
+    kind = column.type
+    if pa.types.is_timestamp(kind) and kind.unit == "ns":
+        column = column.cast(pa.timestamp("us", kind.tz), safe=False)
+    elif pa.types.is_time64(kind) and kind.unit == "ns":
+        column = column.cast(pa.time64("us"), safe=False)
+    elif pa.types.is_duration(kind) and kind.unit == "ns":
+        column = column.cast(pa.duration("us"), safe=False)
+    return column.to_pylist()
+
+
+class Statement:
+    """The result of one ``Connection.execute`` call (its last statement's, when it ran several).
+
+    The whole result is already computed and held as a :class:`pyarrow.Table`; fetching turns
+    it into tuples of Python values (``None`` for NULL, :class:`decimal.Decimal`,
+    :class:`datetime.date`, :class:`datetime.datetime` as pyarrow gives them), one batch at a
+    time. Iterating yields the rows not fetched yet.
+    """
+
+    def __init__(self, table: pa.Table, *, dml: bool = False) -> None:
+        """Wraps ``table``; ``dml``: the statement was INSERT/UPDATE/DELETE (its one row is the
+        affected-row count)."""
+        self._table = table
+        self._dml = dml
+        self._batches: Optional[Iterator[pa.RecordBatch]] = None  # made on the first fetch
+        self._rows: List[Tuple[Any, ...]] = []
+        self._pos = 0
+        self._closed = False
+
+    # -- fetching ------------------------------------------------------------------------------
+
+    def _fill(self) -> bool:
+        """Makes sure an unfetched row is buffered; False at the end of the result."""
+        if self._batches is None:
+            self._batches = iter(self._table.to_batches())
+        while self._pos >= len(self._rows):
+            batch = next(self._batches, None)
+            if batch is None:
+                return False
+            columns = [_python_values(column) for column in batch.columns]
+            if columns:
+                self._rows = list(zip(*columns))
+            else:
+                self._rows = [()] * batch.num_rows
+            self._pos = 0
+        return True
+
+    def fetchone(self) -> Optional[Tuple[Any, ...]]:
+        """The next row as a tuple, or None when every row was fetched."""
+        if not self._fill():
+            return None
+        row = self._rows[self._pos]
+        self._pos += 1
+        return row
+
+    def fetchmany(self, size: Optional[int] = None) -> List[Tuple[Any, ...]]:
+        """Up to ``size`` (default 10000) next rows; an empty list at the end."""
+        size = DEFAULT_FETCHMANY_SIZE if size is None else size
+        out: List[Tuple[Any, ...]] = []
+        while len(out) < size and self._fill():
+            take = min(size - len(out), len(self._rows) - self._pos)
+            out.extend(self._rows[self._pos : self._pos + take])
+            self._pos += take
+        return out
+
+    def fetchall(self) -> List[Tuple[Any, ...]]:
+        """Every row not fetched yet."""
+        out: List[Tuple[Any, ...]] = []
+        while self._fill():
+            out.extend(self._rows[self._pos :])
+            self._pos = len(self._rows)
+        return out
+
+    def fetchval(self) -> Any:
+        """The first column of the next row (None at the end): for ``SELECT COUNT(*) ...``."""
+        row = self.fetchone()
+        return None if row is None or not row else row[0]
+
+    def fetchcol(self) -> List[Any]:
+        """The first column of every row not fetched yet."""
+        return [row[0] for row in self.fetchall() if row]
+
+    def __iter__(self) -> Iterator[Tuple[Any, ...]]:
+        """Iterates over the rows not fetched yet."""
+        return self
+
+    def __next__(self) -> Tuple[Any, ...]:
+        """The next row; StopIteration at the end."""
+        row = self.fetchone()
+        if row is None:
+            raise StopIteration
+        return row
+
+    # -- about the result ----------------------------------------------------------------------
+
+    def column_names(self) -> List[str]:
+        """The result's column names, in order."""
+        return list(self._table.column_names)
+
+    def columns(self) -> Dict[str, pa.DataType]:
+        """Each column's name and Arrow type, in order."""
+        return {field.name: field.type for field in self._table.schema}
+
+    def rowcount(self) -> int:
+        """Rows in the result; for INSERT/UPDATE/DELETE, the rows it affected."""
+        if self._dml and self._table.num_rows == 1 and self._table.num_columns == 1:
+            value = self._table.column(0)[0].as_py()
+            if isinstance(value, int):
+                return value
+        return self._table.num_rows
+
+    def to_arrow(self) -> pa.Table:
+        """The whole result (fetched rows included) as a pyarrow Table."""
+        return self._table
+
+    def to_pandas(self, **kwargs: Any) -> "pandas.DataFrame":
+        """The whole result as a pandas DataFrame (``kwargs`` go to ``pyarrow.Table.to_pandas``)."""
+        return self._table.to_pandas(**kwargs)
+
+    def close(self) -> None:
+        """Drops the rows not fetched yet."""
+        self._closed = True
+        self._batches = iter(())
+        self._rows = []
+        self._pos = 0
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    def __enter__(self) -> "Statement":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<accelsql.Statement columns={self.column_names()} rows={self._table.num_rows}>"

@@ -1,0 +1,128 @@
+"""Threads: GPU statements of several connections are serialized by the lease queue, not the GIL."""
+
+import _thread
+import threading
+import time
+
+import pytest
+
+import accelsql
+
+
+def overlapping(spans):
+    spans = sorted(spans)
+    return any(a_end > b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+
+
+def slow_gpu_udf(conn, spans, seconds=0.3, accelerator="GpuNvidia"):
+    def slow(x):
+        start = time.monotonic()
+        time.sleep(seconds)
+        spans.append((start, time.monotonic()))
+        return x
+
+    conn.register_udf(slow, inputs=["BIGINT"], returns="BIGINT", accelerator=accelerator)
+
+
+def test_gpu_statements_of_two_connections_are_serialized():
+    spans = []
+    conns = [accelsql.connect(simulated_gpus=2) for _ in range(2)]
+    for c in conns:
+        slow_gpu_udf(c, spans)
+    threads = [threading.Thread(target=c.execute, args=("SELECT slow(1)",)) for c in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(spans) == 2
+    assert not overlapping(spans), spans
+    for c in conns:
+        c.close()
+
+
+def test_cpu_statements_of_two_connections_run_at_once():
+    spans = []
+    conns = [accelsql.connect(simulated_gpus=2) for _ in range(2)]
+    for c in conns:
+        slow_gpu_udf(c, spans, accelerator="None")
+    threads = [threading.Thread(target=c.execute, args=("SELECT slow(1)",)) for c in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # time.sleep releases the GIL; with the GIL released while statements run, they overlap.
+    assert overlapping(spans), spans
+    for c in conns:
+        c.close()
+
+
+def test_the_script_notebook_scenario_is_serialized(unique):
+    name = unique("long_running_gpu")
+    conns = [accelsql.connect(simulated_gpus=2) for _ in range(2)]
+    conns[0].execute(
+        f"CREATE OR REPLACE PYTHON3 SCALAR SCRIPT {name}(seconds DOUBLE)\n"
+        "EMITS (device VARCHAR(200), start_time TIMESTAMP, end_time TIMESTAMP) AS\n"
+        "%perInstanceRequiredAcceleratorDevices GpuNvidia;\n"
+        "import datetime, os, time\n"
+        "def run(ctx):\n"
+        "    start = datetime.datetime.now()\n"
+        "    time.sleep(ctx.seconds)\n"
+        "    ctx.emit(os.environ.get('CUDA_VISIBLE_DEVICES', ''), start, datetime.datetime.now())\n/"
+    )
+    results = [None, None]
+
+    def run(i):
+        results[i] = conns[i].export_to_pandas(f"SELECT {name}(0.5)")
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    spans = [(r["start_time"].iloc[0], r["end_time"].iloc[0]) for r in results]
+    assert not overlapping(spans), spans
+    for c in conns:
+        c.close()
+
+
+def test_the_gil_is_released_while_a_statement_runs(conn):
+    done = threading.Event()
+    ticks = 0
+
+    def query():
+        conn.execute(
+            "SELECT COUNT(DISTINCT value % 1000003), SUM(value * 2) FROM generate_series(1, 5000000)"
+        )
+        done.set()
+
+    t = threading.Thread(target=query)
+    started = time.monotonic()
+    t.start()
+    while not done.is_set():
+        ticks += 1
+    t.join()
+    elapsed = time.monotonic() - started
+    # The main thread kept running Python while the statement ran (with the GIL held it would
+    # get a tick only every switch interval).
+    assert elapsed > 0.05
+    assert ticks > 10000, (ticks, elapsed)
+
+
+def test_ctrl_c_cancels_a_waiting_statement():
+    spans = []
+    with accelsql.connect(simulated_gpus=1) as holder, accelsql.connect(simulated_gpus=1) as waiter:
+        slow_gpu_udf(holder, spans, seconds=1.5)
+        slow_gpu_udf(waiter, spans, seconds=0.0)
+        busy = threading.Thread(target=holder.execute, args=("SELECT slow(1)",))
+        busy.start()
+        time.sleep(0.3)  # the holder has the lease; the waiter queues behind it
+        timer = threading.Timer(0.3, _thread.interrupt_main)
+        started = time.monotonic()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            waiter.execute("SELECT slow(1)")
+        assert time.monotonic() - started < 1.0
+        busy.join()
+        timer.cancel()
+        # The cancelled statement left the queue: the next one runs.
+        assert waiter.execute("SELECT slow(2)").fetchval() == 2

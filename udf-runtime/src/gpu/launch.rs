@@ -1,0 +1,75 @@
+//! Helpers the built-in GPU implementations share: launch shapes, the DOUBLE-argument check of
+//! the scalar built-ins, and the Float64 result.
+
+use arrow::array::{ArrayRef, AsArray, Float64Array};
+use arrow::datatypes::{DataType, Float64Type};
+use cudarc::driver::LaunchConfig;
+
+use super::GpuDevice;
+use crate::Result;
+use crate::kernels::{Operand, check_rows, invalid_argument};
+
+/// Threads per block of the built-in kernels.
+pub(crate) const BLOCK_THREADS: u32 = 256;
+
+/// A launch of one thread per row (`rows` ≥ 1).
+pub(crate) fn thread_per_row(device: &GpuDevice, rows: usize) -> Result<LaunchConfig> {
+    blocks_for(device, rows, BLOCK_THREADS as usize)
+}
+
+/// A launch of one 32-thread warp per row (`rows` ≥ 1).
+pub(crate) fn warp_per_row(device: &GpuDevice, rows: usize) -> Result<LaunchConfig> {
+    blocks_for(device, rows, BLOCK_THREADS as usize / 32)
+}
+
+/// Enough blocks of [`BLOCK_THREADS`] threads for `rows` rows at `rows_per_block` per block.
+fn blocks_for(device: &GpuDevice, rows: usize, rows_per_block: usize) -> Result<LaunchConfig> {
+    let blocks = rows.div_ceil(rows_per_block).max(1);
+    // Grids may have up to 2^31 - 1 blocks in x; chunks are far smaller.
+    let blocks = u32::try_from(blocks)
+        .ok()
+        .filter(|&b| b <= i32::MAX as u32)
+        .ok_or_else(|| device.fail(format!("a chunk of {rows} rows needs too many blocks")))?;
+    Ok(LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (BLOCK_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
+/// Checks the DOUBLE arguments of a scalar built-in the way its CPU kernel does (each in order:
+/// DOUBLE, then fits the batch), so both report the same error.
+pub(crate) fn check_doubles(function: &str, rows: usize, args: &[Operand]) -> Result<()> {
+    for (i, arg) in args.iter().enumerate() {
+        if *arg.array().data_type() != DataType::Float64 {
+            return Err(invalid_argument(
+                function,
+                format!(
+                    "argument {} is {}, expected DOUBLE",
+                    i + 1,
+                    arg.array().data_type()
+                ),
+            ));
+        }
+        check_rows(function, i + 1, arg, rows)?;
+    }
+    Ok(())
+}
+
+/// The run's output as the Float64 array it must be.
+pub(crate) fn float64(device: &GpuDevice, function: &str, out: ArrayRef) -> Result<Float64Array> {
+    out.as_primitive_opt::<Float64Type>()
+        .cloned()
+        .ok_or_else(|| {
+            device.fail(format!(
+                "{function} returned {}, not DOUBLE",
+                out.data_type()
+            ))
+        })
+}
+
+/// `rows` as the `long long` a kernel takes.
+pub(crate) fn rows_arg(device: &GpuDevice, rows: usize) -> Result<i64> {
+    i64::try_from(rows)
+        .map_err(|_| device.fail(format!("{rows} rows do not fit a kernel argument")))
+}
