@@ -827,12 +827,13 @@ def _no_column_message(name):
     )
 
 
-# Names through which code can reach an attribute by a computed name.
+# Names through which code can reach an attribute by a computed name ("{0.N}".format(ctx)
+# included).
 _DYNAMIC_ACCESS = frozenset(
     (
         "getattr", "hasattr", "setattr", "delattr", "attrgetter", "methodcaller", "__getattr__",
         "__getattribute__", "__dict__", "vars", "eval", "exec", "compile", "__builtins__",
-        "builtins", "__import__", "import_module",
+        "builtins", "__import__", "import_module", "format", "format_map", "Formatter",
     )
 )
 
@@ -1438,6 +1439,12 @@ def _serve_forks():
     _forget_worker_dir()
     environ = dict(os.environ)
     _warm_up()
+    # What the server holds now outlives every worker: keep the collector of a worker from
+    # walking it (which would write to, and so copy, every page of it after the fork).
+    import gc
+
+    gc.collect()
+    gc.freeze()
     server = os.getpid()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)

@@ -228,28 +228,7 @@ impl Drop for WorkerSlot {
 }
 
 impl ScriptRunner {
-    /// Runs the script on `ctx`'s worker (starting it on the instance's first run).
-    ///
-    /// A run waits on the worker process, for milliseconds or minutes. On a multi-threaded tokio
-    /// runtime the wait is announced (`block_in_place`), so that the thread's other tasks —
-    /// the other partitions' runs, the tasks that feed them — move to another thread meanwhile
-    /// instead of queueing behind it; the instances of a call then really run side by side.
     fn run(
-        &self,
-        ctx: &InstanceContext,
-        rows: usize,
-        args: &[ArrayRef],
-    ) -> datafusion::error::Result<Vec<ArrayRef>> {
-        let multi_threaded = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if multi_threaded {
-            tokio::task::block_in_place(|| self.run_on_worker(ctx, rows, args))
-        } else {
-            self.run_on_worker(ctx, rows, args)
-        }
-    }
-
-    fn run_on_worker(
         &self,
         ctx: &InstanceContext,
         rows: usize,

@@ -4,7 +4,9 @@
 //! Starting `python3` and importing numpy costs tens to hundreds of milliseconds, paid by every
 //! statement, since workers belong to one statement. A fork server pays it once: it is started
 //! (in the background) the first time a worker with its interpreter, environment and working
-//! directory is wanted, and from when it is ready, workers with that key are forked from it. A
+//! directory is wanted — that worker is spawned directly — and from when it is ready, workers
+//! with that key are forked from it (a start that comes while it is still starting waits for it,
+//! up to [`START_WAIT`] after its start, rather than spawn an interpreter beside it). A
 //! forked worker is a fresh process like a spawned one — its own process group, the same
 //! environment (the server was started with it), the script's module-level code run once in it,
 //! its own random state — so statement-scoped semantics are kept; only the start is cheaper.
@@ -27,7 +29,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::interpreter::worker_args;
-use super::process::{IoEnd, Process, die_with_engine, read_full, spawn_from_long_lived_thread};
+use super::process::{
+    IoEnd, Process, die_with_engine, read_full, spawn_from_long_lived_thread, wait_ready,
+};
 
 /// The argument after the bootstrap's that makes the worker module serve forks.
 const FORK_SERVER_ARG: &str = "--accelsql-fork-server";
@@ -37,8 +41,13 @@ const FORK_SERVER_ARG: &str = "--accelsql-fork-server";
 const MAX_SERVERS: usize = if cfg!(test) { 64 } else { 4 };
 /// A server that failed (never became ready, or died) is not started again for this long.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
+/// How long after a server's start a worker start waits for it (once one worker has been spawned
+/// meanwhile) before it spawns one too.
+const START_WAIT: Duration = Duration::from_secs(2);
 /// A server not ready after this long is given up.
 const START_LIMIT: Duration = Duration::from_secs(60);
+/// How long a ready server may take to answer a fork request before it is given up.
+const FORK_REPLY_LIMIT: Duration = Duration::from_secs(5);
 /// How long a server that was let go may take to exit before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
@@ -75,24 +84,47 @@ pub(crate) fn fork_worker(
         env,
         cwd: std::env::current_dir().ok(),
     };
-    let Some(server) = ready_server(&key) else {
+    let Some((server, ready)) = server_for(&key) else {
         return Forked::NoServer;
     };
+    if !ready {
+        // Its start is on its way (a request before this one began it, and was spawned): wait
+        // for it a little rather than pay a full interpreter start again — but never more than
+        // a quarter of this start's own time limit.
+        let mut until = server.started + START_WAIT;
+        if let Some(d) = deadline {
+            let now = Instant::now();
+            until = until.min(now + d.saturating_duration_since(now) / 4);
+        }
+        match server.wait_ready(until) {
+            Readiness::Ready => {}
+            Readiness::Starting => return Forked::NoServer,
+            Readiness::Failed => {
+                forget(&server);
+                return Forked::NoServer;
+            }
+        }
+    }
     match server.fork(deadline) {
         Ok(process) => Forked::Worker(process),
         Err(ForkError::Timeout) => Forked::NoServer,
         Err(ForkError::ServerFailed) => {
-            let dropped = {
-                let mut table = SERVERS.lock().unwrap_or_else(|e| e.into_inner());
-                table
-                    .iter_mut()
-                    .find(|e| matches!(&e.slot, Slot::Server(s) if Arc::ptr_eq(s, &server)))
-                    .map(|e| std::mem::replace(&mut e.slot, Slot::Failed(Instant::now())))
-            };
-            drop(dropped);
+            forget(&server);
             Forked::NoServer
         }
     }
+}
+
+/// Marks `server` failed in the table (it is let go once its workers are gone).
+fn forget(server: &Arc<ForkServer>) {
+    let dropped = {
+        let mut table = SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+        table
+            .iter_mut()
+            .find(|e| matches!(&e.slot, Slot::Server(s) if Arc::ptr_eq(s, server)))
+            .map(|e| std::mem::replace(&mut e.slot, Slot::Failed(Instant::now())))
+    };
+    drop(dropped);
 }
 
 /// The servers, one entry per key.
@@ -110,8 +142,9 @@ enum Slot {
     Failed(Instant),
 }
 
-/// The ready server for `key`; starts one when there is none (and none failed lately).
-fn ready_server(key: &Key) -> Option<Arc<ForkServer>> {
+/// The server for `key` and whether it is ready; `None` (after starting one in the background)
+/// when there was none, or when the last one failed lately.
+fn server_for(key: &Key) -> Option<(Arc<ForkServer>, bool)> {
     let now = Instant::now();
     // Servers let go here are dropped after the lock is released (dropping one waits for it).
     let mut let_go = Vec::new();
@@ -123,8 +156,8 @@ fn ready_server(key: &Key) -> Option<Arc<ForkServer>> {
                 entry.used = now;
                 match &entry.slot {
                     Slot::Server(server) => match server.readiness() {
-                        Readiness::Ready => Some(Arc::clone(server)),
-                        Readiness::Starting => None,
+                        Readiness::Ready => Some((Arc::clone(server), true)),
+                        Readiness::Starting => Some((Arc::clone(server), false)),
                         Readiness::Failed => {
                             let_go.push(std::mem::replace(&mut entry.slot, Slot::Failed(now)));
                             None
@@ -248,6 +281,20 @@ impl ForkServer {
         *state
     }
 
+    /// Waits until the server is ready or failed, or `until` passes (then: still starting).
+    fn wait_ready(&self, until: Instant) -> Readiness {
+        loop {
+            let state = self.readiness();
+            if state != Readiness::Starting {
+                return state;
+            }
+            // READY (or end of file) makes the socket readable; readiness() then reads it.
+            if wait_ready(self.control.as_raw_fd(), libc::POLLIN, Some(until)).is_err() {
+                return self.readiness();
+            }
+        }
+    }
+
     /// Has the server fork a worker: sends it the worker's socket, stderr pipe and status pipe,
     /// and waits (until `deadline`) for the worker's pid.
     fn fork(self: &Arc<Self>, deadline: Option<Instant>) -> Result<Process, ForkError> {
@@ -269,11 +316,16 @@ impl ForkServer {
         // The worker's ends now live in the server (and the worker): close ours, so that end of
         // file means they are gone.
         drop((theirs, stderr_w, status_w));
+        // A healthy server answers in milliseconds: one that does not within FORK_REPLY_LIMIT
+        // is stuck, and given up.
+        let limit = Instant::now() + FORK_REPLY_LIMIT;
+        let wait_until = deadline.map_or(limit, |d| d.min(limit));
         let mut reply = [0u8; 5];
-        match read_full(status_r.as_raw_fd(), &mut reply, deadline) {
+        match read_full(status_r.as_raw_fd(), &mut reply, Some(wait_until)) {
             Ok(true) if reply[0] == b'P' => {}
-            Err(IoEnd::Timeout) => return Err(ForkError::Timeout),
-            // End of file (the server died), an error from fork() (b"E…"), or garbage.
+            Err(IoEnd::Timeout) if wait_until < limit => return Err(ForkError::Timeout),
+            // End of file (the server died), an error from fork() (b"E…"), no answer in time,
+            // or garbage.
             _ => return Err(ForkError::ServerFailed),
         }
         let pid = u32::from_le_bytes([reply[1], reply[2], reply[3], reply[4]]);
@@ -461,7 +513,7 @@ mod tests {
         let key = key_of(spec);
         let end = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(s) = ready_server(&key) {
+            if let Some((s, true)) = server_for(&key) {
                 return s;
             }
             assert!(Instant::now() < end, "the fork server did not become ready");

@@ -558,3 +558,68 @@ fn resolve_inputs(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{AsArray, Float64Array};
+
+    use super::super::{ScriptInputType, ScriptOutput, find_python3};
+    use super::*;
+
+    fn start(body: &str) -> PythonWorker {
+        let spec = Arc::new(ScriptSpec {
+            schema: "S".into(),
+            name: "F".into(),
+            language: "PYTHON3".into(),
+            interpreter: find_python3().unwrap(),
+            input_type: ScriptInputType::Scalar,
+            inputs: Some(vec![ColumnSpec::new("x", SqlType::Double)]),
+            output: ScriptOutput::Returns(SqlType::Varchar(200)),
+            body: body.into(),
+            env: vec![],
+        });
+        PythonWorker::start(spec, WorkerContext::default(), &[DataType::Float64], None).unwrap()
+    }
+
+    fn run(w: &mut PythonWorker) -> Result<Vec<String>> {
+        let x: ArrayRef = Arc::new(Float64Array::from(vec![1.5, 2.5]));
+        let out = w.run(2, &[x])?;
+        Ok(out[0]
+            .as_string::<i32>()
+            .iter()
+            .map(|v| v.unwrap_or_default().to_string())
+            .collect())
+    }
+
+    /// ctx.<column> is a plain slot on scripts that name their columns exactly; the other
+    /// spellings (another case, computed names) still find the column, and a name that is no
+    /// column gets the same message either way.
+    #[test]
+    fn columns_are_found_by_any_spelling_and_missing_ones_named() {
+        for body in [
+            "def run(ctx):\n    return '%s %s' % (ctx.x, ctx[0])\n",
+            "def run(ctx):\n    return '%s %s' % (ctx.X, ctx['X'])\n",
+            "def run(ctx):\n    return '%s %s' % (getattr(ctx, 'x'.upper()), ctx.x)\n",
+            "def run(ctx):\n    return '{0.X} {0.x}'.format(ctx)\n",
+        ] {
+            let mut w = start(body);
+            assert_eq!(run(&mut w).unwrap(), ["1.5 1.5", "2.5 2.5"], "{body}");
+            w.finish().unwrap();
+        }
+        for body in [
+            "def run(ctx):\n    return ctx.nope\n",
+            "def run(ctx):\n    return str(ctx.X) + ctx.nope\n",
+        ] {
+            let mut w = start(body);
+            let e = run(&mut w).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.contains(
+                    "AttributeError: ctx has no input column 'nope'; the input columns are: x"
+                ),
+                "{text}"
+            );
+            assert!(!text.contains("Did you mean"), "{text}");
+        }
+    }
+}
