@@ -22,7 +22,7 @@ use futures::TryStreamExt;
 use crate::emits::{AccelQueryPlanner, EmitsRule, expand_emits_calls};
 use crate::options::AccelsqlOptions;
 use crate::placement::PlacementRule;
-use crate::script::{ScriptUdf, SessionScripts, is_script_ddl};
+use crate::script::{ScriptUdf, SessionScripts, is_script_ddl, resolve_script_calls};
 use crate::statement::StatementScope;
 use crate::stream::StatementStream;
 use crate::udf::{
@@ -290,6 +290,7 @@ impl Session {
                 }
             }
         }
+        resolve_script_calls(&mut statement, &self.engine.inner.scripts.entries())?;
         let lookup = |name: &str| emits_udf(&state, name);
         expand_emits_calls(&mut statement, &lookup)?;
         let mut scope = StatementScope::new(

@@ -352,6 +352,23 @@ async fn emits_dot_dot_dot_takes_its_columns_from_the_call_site() {
     );
     let e = s.sql("SELECT split_words('x y')").await.unwrap_err();
     assert!(e.to_string().contains("given at the call site"), "{e}");
+    // Named with its schema, unquoted in any case or quoted.
+    assert_eq!(
+        run(
+            &s,
+            "SELECT Public.Split_Words('p q') EMITS (w VARCHAR(5), n INTEGER) ORDER BY n DESC"
+        )
+        .await,
+        ["q|1", "p|0"]
+    );
+    assert_eq!(
+        run(
+            &s,
+            "SELECT \"public\".\"split_words\"('r') EMITS (w VARCHAR(5), n INTEGER)"
+        )
+        .await,
+        ["r|0"]
+    );
     assert_eq!(
         run(
             &s,

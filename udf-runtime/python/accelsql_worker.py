@@ -303,6 +303,10 @@ def _to_list(n, col, tag, mask, raw):
             vals = [s[a:b] for a, b in zip(offs, ends)]
         else:
             vals = [data[a:b].decode("utf-8") for a, b in zip(offs, ends)]
+        if col.kind == T_CHAR and col.length:
+            # CHAR(n) values are blank-padded to n characters, as Exasol hands them over.
+            width = col.length
+            vals = [v if len(v) >= width else v.ljust(width) for v in vals]
     elif tag == W_DATE32:
         fromord = _dt.date.fromordinal
         e = _EPOCH_ORD

@@ -11,16 +11,18 @@ use crate::EngineError;
 pub(crate) struct DynamicCall {
     /// The function name the call was renamed to.
     pub(crate) function: String,
-    /// The script called.
+    /// The script called, as `find` named it.
     pub(crate) script: String,
     /// Its EMITS columns at this call site, as (name, type).
     pub(crate) columns: Vec<(String, String)>,
 }
 
-/// Rewrites the calls of the scripts `is_dynamic` names; returns the new text and the calls.
+/// Rewrites the calls of `EMITS (...)` scripts; returns the new text and the calls. `find` gets
+/// each called name, as (schema if qualified, name) folded as SQL folds them, and says which such
+/// script it calls, if any.
 pub(crate) fn rewrite_dynamic_emits(
     text: &str,
-    is_dynamic: &dyn Fn(&str) -> bool,
+    find: &dyn Fn(Option<&str>, &str) -> Option<String>,
 ) -> crate::Result<(String, Vec<DynamicCall>)> {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
@@ -29,7 +31,7 @@ pub(crate) fn rewrite_dynamic_emits(
     let mut copied = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'\'' | b'"' => i = skip_quoted(bytes, i),
+            b'\'' => i = skip_quoted(bytes, i),
             b'-' if bytes.get(i + 1) == Some(&b'-') => {
                 i = text[i..].find('\n').map_or(bytes.len(), |n| i + n);
             }
@@ -38,16 +40,30 @@ pub(crate) fn rewrite_dynamic_emits(
                     .find("*/")
                     .map_or(bytes.len(), |n| i + 2 + n + 2);
             }
-            c if c.is_ascii_alphabetic() || c == b'_' => {
+            c if c.is_ascii_alphabetic() || c == b'_' || c == b'"' => {
                 let start = i;
-                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                let Some((first, end)) = identifier(text, i) else {
                     i += 1;
+                    continue;
+                };
+                i = end;
+                let mut word = first;
+                let mut schema = None;
+                let dot = skip_space(bytes, i);
+                if bytes.get(dot) == Some(&b'.')
+                    && let Some((second, end)) = identifier(text, skip_space(bytes, dot + 1))
+                {
+                    i = end;
+                    schema = Some(word);
+                    word = second;
                 }
-                let word = text[start..i].to_ascii_lowercase();
                 let after_word = skip_space(bytes, i);
-                if !is_dynamic(&word) || bytes.get(after_word) != Some(&b'(') {
+                if follows_dot(bytes, start) || bytes.get(after_word) != Some(&b'(') {
                     continue;
                 }
+                let Some(script) = find(schema.as_deref(), &word) else {
+                    continue;
+                };
                 let args_end = matching_paren(bytes, after_word)
                     .ok_or_else(|| dynamic_err(&word, "its argument list is not closed"))?;
                 let emits_at = skip_space(bytes, args_end);
@@ -71,13 +87,15 @@ pub(crate) fn rewrite_dynamic_emits(
                     .map_err(|e| dynamic_err(&word, &format!("in its EMITS list: {e}")))?;
                 let function = format!("{word}__emits_{}", calls.len() + 1);
                 out.push_str(&text[copied..start]);
-                out.push_str(&function);
+                out.push('"');
+                out.push_str(&function.replace('"', "\"\""));
+                out.push('"');
                 out.push_str(&text[i..args_end]);
                 copied = close;
                 i = close;
                 calls.push(DynamicCall {
                     function,
-                    script: word,
+                    script,
                     columns,
                 });
             }
@@ -92,6 +110,37 @@ fn dynamic_err(script: &str, message: &str) -> EngineError {
     EngineError::ScriptDefinition {
         message: format!("call of EMITS (...) script {script}: {message}"),
     }
+}
+
+/// The identifier at `i`, as SQL folds it (unquoted: lower case; `"quoted"`: as written, `""`
+/// unescaped), and the index after it.
+fn identifier(text: &str, i: usize) -> Option<(String, usize)> {
+    let bytes = text.as_bytes();
+    match bytes.get(i)? {
+        b'"' => {
+            let end = skip_quoted(bytes, i);
+            let inner = text.get(i + 1..end.checked_sub(1)?)?;
+            (end > i + 1 && bytes[end - 1] == b'"').then(|| (inner.replace("\"\"", "\""), end))
+        }
+        c if c.is_ascii_alphabetic() || *c == b'_' => {
+            let mut end = i;
+            while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_') {
+                end += 1;
+            }
+            Some((text[i..end].to_ascii_lowercase(), end))
+        }
+        _ => None,
+    }
+}
+
+/// Whether a `.` comes right before `start` (spaces aside): the word is qualified by something
+/// this scanner does not read (a quoted schema, a third name part).
+fn follows_dot(bytes: &[u8], start: usize) -> bool {
+    bytes[..start]
+        .iter()
+        .rev()
+        .find(|b| !b.is_ascii_whitespace())
+        == Some(&b'.')
 }
 
 fn skip_space(bytes: &[u8], mut i: usize) -> usize {
@@ -148,13 +197,16 @@ mod tests {
 
     #[test]
     fn calls_are_renamed_and_their_emits_clause_taken() {
-        let dynamic = |name: &str| name == "split";
+        let dynamic = |schema: Option<&str>, name: &str| {
+            (matches!(schema, None | Some("public")) && name == "split")
+                .then(|| "public.split".to_string())
+        };
         let (text, calls) = rewrite_dynamic_emits(
             "SELECT Split(x, ')') EMITS (word VARCHAR(20), n DECIMAL(18, 0)) FROM t -- split(y)",
             &dynamic,
         )
         .unwrap();
-        assert_eq!(text, "SELECT split__emits_1(x, ')') FROM t -- split(y)");
+        assert_eq!(text, "SELECT \"split__emits_1\"(x, ')') FROM t -- split(y)");
         assert_eq!(calls.len(), 1);
         assert_eq!(
             calls[0].columns,
@@ -167,5 +219,25 @@ mod tests {
         assert!(e.to_string().contains("given at the call site"), "{e}");
         let (same, none) = rewrite_dynamic_emits("SELECT 'split(x)' FROM t", &dynamic).unwrap();
         assert_eq!((same.as_str(), none.len()), ("SELECT 'split(x)' FROM t", 0));
+        let (text, calls) = rewrite_dynamic_emits(
+            "SELECT PUBLIC . split(x) EMITS (w VARCHAR(9)) FROM (SELECT other.split(y) FROM t)",
+            &dynamic,
+        )
+        .unwrap();
+        assert_eq!(
+            text,
+            "SELECT \"split__emits_1\"(x) FROM (SELECT other.split(y) FROM t)"
+        );
+        assert_eq!(calls[0].script, "public.split");
+        let (text, calls) = rewrite_dynamic_emits(
+            "SELECT \"public\".\"split\"(x) EMITS (w INT), \"Split\"(x), \"S\".split(x), a.b.split(x)",
+            &dynamic,
+        )
+        .unwrap();
+        assert_eq!(
+            text,
+            "SELECT \"split__emits_1\"(x), \"Split\"(x), \"S\".split(x), a.b.split(x)"
+        );
+        assert_eq!(calls.len(), 1);
     }
 }

@@ -11,6 +11,7 @@ use datafusion::prelude::SessionContext;
 use super::catalog::{ScriptCatalog, ScriptEntry, StoredOutput};
 use super::ddl::{DdlOutput, ScriptDdl, parse};
 use super::dynamic::rewrite_dynamic_emits;
+use super::names::{owns_plain_name, qualified_function};
 use super::options::take_options;
 use super::udf::{ScriptUdf, script_spec, script_udf, script_udf_named};
 use crate::EngineError;
@@ -218,19 +219,26 @@ impl SessionScripts {
             ctx.deregister_udf(&name);
             ctx.deregister_udaf(&name);
         }
-        for entry in catalog.entries() {
+        let entries = catalog.entries();
+        for entry in &entries {
             if entry.output == StoredOutput::DynamicEmits {
                 // Registered per call site (see `rewrite_dynamic`).
                 continue;
             }
-            // Registered even when its language cannot run here, so that a call says why.
-            let interpreter = self.interpreter(&entry.language);
-            match script_udf_named(&entry, &entry.name, interpreter, self.session_id) {
-                Ok(udf) => {
-                    register(ctx, udf);
-                    synced.1.push(entry.name.clone());
+            let mut functions = vec![qualified_function(&entry.schema, &entry.name)];
+            if owns_plain_name(entry, &entries) {
+                functions.push(entry.name.clone());
+            }
+            for function in functions {
+                // Registered even when its language cannot run here, so that a call says why.
+                let interpreter = self.interpreter(&entry.language);
+                match script_udf_named(entry, &function, interpreter, self.session_id) {
+                    Ok(udf) => {
+                        register(ctx, udf);
+                        synced.1.push(function);
+                    }
+                    Err(e) => log::error!("script {function} unavailable: {e}"),
                 }
-                Err(e) => log::error!("script {} unavailable: {e}", entry.name),
             }
         }
         synced.0 = generation;
@@ -253,11 +261,25 @@ impl SessionScripts {
         if dynamic.is_empty() {
             return Ok((text.to_string(), Vec::new()));
         }
-        let is_dynamic = |name: &str| dynamic.iter().any(|e| e.name == name);
-        let (rewritten, calls) = rewrite_dynamic_emits(text, &is_dynamic)?;
+        let all = catalog.entries();
+        // The dynamic script a call names, if it names one: `schema.name`, or a plain name
+        // that calls it (see `names.rs`).
+        let find = |schema: Option<&str>, name: &str| {
+            dynamic
+                .iter()
+                .find(|e| match schema {
+                    Some(schema) => e.schema == schema && e.name == name,
+                    None => e.name == name && owns_plain_name(e, &all),
+                })
+                .map(|e| qualified_function(&e.schema, &e.name))
+        };
+        let (rewritten, calls) = rewrite_dynamic_emits(text, &find)?;
         let mut udfs = Vec::with_capacity(calls.len());
         for call in calls {
-            let Some(entry) = dynamic.iter().find(|e| e.name == call.script) else {
+            let Some(entry) = dynamic
+                .iter()
+                .find(|e| qualified_function(&e.schema, &e.name) == call.script)
+            else {
                 continue;
             };
             let mut entry = (**entry).clone();

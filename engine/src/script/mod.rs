@@ -5,10 +5,12 @@ mod catalog;
 mod ddl;
 mod dynamic;
 mod languages;
+mod names;
 mod options;
 mod udf;
 
 pub(crate) use catalog::{ScriptCatalog, ScriptEntry};
 pub(crate) use ddl::is_script_ddl;
 pub(crate) use languages::SessionScripts;
+pub(crate) use names::resolve_script_calls;
 pub(crate) use udf::{ScriptUdf, finish_workers};

@@ -104,7 +104,7 @@ pub(crate) fn script_udf_named(
         .map(|cols| cols.iter().map(|c| c.sql_type.arrow_type()).collect());
     match (&spec.output, spec.input_type) {
         (ScriptOutput::Returns(ty), ScriptInputType::Scalar) => {
-            let mut builder = ScalarUdf::builder(function)
+            let mut builder = ScalarUdf::builder(builder_name(function))
                 .returns(ty.arrow_type())
                 .accelerator_request(request);
             builder = match input_types {
@@ -133,11 +133,12 @@ pub(crate) fn script_udf_named(
                         Ok(out.remove(0))
                     },
                 )
-                .build()?;
+                .build()?
+                .renamed(function.to_string());
             Ok(ScriptUdf::Scalar(udf))
         }
         (output, input_type) => {
-            let mut builder = SetUdf::builder(function).accelerator_request(request);
+            let mut builder = SetUdf::builder(builder_name(function)).accelerator_request(request);
             if input_type == ScriptInputType::Scalar {
                 builder = builder.scalar_input();
             }
@@ -162,9 +163,24 @@ pub(crate) fn script_udf_named(
                         kernel.run(ctx, rows, args)
                     },
                 )
-                .build()?;
+                .build()?
+                .renamed(function.to_string());
             Ok(ScriptUdf::Set(udf))
         }
+    }
+}
+
+/// A name the UDF builders accept, standing in for `function` while the UDF is built (their check
+/// is for Rust identifiers; a script's name may be quoted, mixed-case or `schema.name`).
+fn builder_name(function: &str) -> String {
+    let name: String = function
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if name.is_empty() {
+        "script".into()
+    } else {
+        name
     }
 }
 

@@ -256,6 +256,13 @@ impl ScalarUdf {
         &self.name
     }
 
+    /// The same UDF under `name`, taken as is: a script's quoted or schema-qualified name, which
+    /// the front end has already checked (the builder's check is for Rust identifiers).
+    pub(crate) fn renamed(mut self, name: String) -> Self {
+        self.name = name;
+        self
+    }
+
     /// The accelerator annotation.
     pub fn accelerator(&self) -> AcceleratorRequest {
         self.accelerator

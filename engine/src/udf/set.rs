@@ -161,6 +161,12 @@ impl SetUdf {
         &self.name
     }
 
+    /// The same UDF under `name`, taken as is (see [`ScalarUdf::renamed`](super::ScalarUdf)).
+    pub(crate) fn renamed(mut self, name: String) -> Self {
+        self.name = name;
+        self
+    }
+
     /// SCALAR or SET.
     pub fn input_type(&self) -> InputType {
         self.input_type

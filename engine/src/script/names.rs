@@ -1,0 +1,235 @@
+//! How SQL names scripts: every script answers to `schema.name(…)`; a plain `name(…)` calls the
+//! one in `public`, or else the only script of that name in any schema (with two or more and none
+//! in `public`, a plain call is an error that lists them).
+//!
+//! DataFusion does not resolve schema-qualified function names, so before planning each
+//! qualified call of a script is renamed to the one function its script is registered under
+//! (`"s.f"`, one quoted identifier holding the dot).
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use datafusion::error::DataFusionError;
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::{
+    Expr as SqlExpr, Function, Ident, ObjectName, ObjectNamePart, VisitMut, VisitorMut,
+};
+
+use super::catalog::{ScriptEntry, StoredOutput};
+use super::languages::DEFAULT_SCHEMA;
+use crate::EngineError;
+
+/// The function a schema-qualified call of `schema.name` is renamed to.
+pub(crate) fn qualified_function(schema: &str, name: &str) -> String {
+    format!("{schema}.{name}")
+}
+
+/// Whether `entry` also answers to its plain name: it is in `public`, or no script of its name
+/// is in `public` and it is the only one of its name.
+pub(crate) fn owns_plain_name(entry: &ScriptEntry, entries: &[Arc<ScriptEntry>]) -> bool {
+    matches!(plain_candidates(&entry.name, entries).as_slice(), [only] if only.schema == entry.schema)
+}
+
+/// The scripts a plain call of `name` could mean: the one in `public` if there is one, else all
+/// of that name.
+fn plain_candidates<'a>(name: &str, entries: &'a [Arc<ScriptEntry>]) -> Vec<&'a ScriptEntry> {
+    let named: Vec<&ScriptEntry> = entries
+        .iter()
+        .filter(|e| e.name == name)
+        .map(Arc::as_ref)
+        .collect();
+    match named.iter().find(|e| e.schema == DEFAULT_SCHEMA) {
+        Some(public) => vec![public],
+        None => named,
+    }
+}
+
+/// Renames the schema-qualified script calls in `statement` (see the module docs), and fails a
+/// plain call that could mean scripts of several schemas, or a qualified call of a script that
+/// exists only in other schemas.
+pub(crate) fn resolve_script_calls(
+    statement: &mut DfStatement,
+    entries: &[Arc<ScriptEntry>],
+) -> crate::Result<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let statement = match statement {
+        DfStatement::Statement(inner) => inner.as_mut(),
+        DfStatement::Explain(explain) => {
+            return resolve_script_calls(&mut explain.statement, entries);
+        }
+        _ => return Ok(()),
+    };
+    match statement.visit(&mut Resolver { entries }) {
+        ControlFlow::Break(e) => Err(e),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+struct Resolver<'a> {
+    entries: &'a [Arc<ScriptEntry>],
+}
+
+/// An identifier as SQL folds it: unquoted → lower case.
+fn folded(ident: &Ident) -> String {
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_ascii_lowercase()
+    }
+}
+
+fn name_error(message: String) -> EngineError {
+    EngineError::Sql(DataFusionError::Plan(message))
+}
+
+impl VisitorMut for Resolver<'_> {
+    type Break = EngineError;
+
+    fn pre_visit_expr(&mut self, expr: &mut SqlExpr) -> ControlFlow<Self::Break> {
+        let SqlExpr::Function(Function { name, .. }) = expr else {
+            return ControlFlow::Continue(());
+        };
+        match name.0.as_slice() {
+            [ObjectNamePart::Identifier(plain)] => {
+                let plain = folded(plain);
+                let candidates = plain_candidates(&plain, self.entries);
+                if candidates.len() > 1 {
+                    let qualified: Vec<String> = candidates
+                        .iter()
+                        .map(|e| qualified_function(&e.schema, &e.name))
+                        .collect();
+                    return ControlFlow::Break(name_error(format!(
+                        "script name {plain} is ambiguous: scripts {} exist and none is in \
+                         schema {DEFAULT_SCHEMA}; call one with its schema, e.g. {}(…)",
+                        qualified.join(", "),
+                        qualified[0]
+                    )));
+                }
+            }
+            [
+                ObjectNamePart::Identifier(schema),
+                ObjectNamePart::Identifier(script),
+            ] => {
+                let (schema, script) = (folded(schema), folded(script));
+                let found = self
+                    .entries
+                    .iter()
+                    .find(|e| e.schema == schema && e.name == script);
+                match found {
+                    // `EMITS (...)` calls were renamed before parsing (see `dynamic.rs`).
+                    Some(entry) if entry.output != StoredOutput::DynamicEmits => {
+                        *name = ObjectName::from(vec![Ident::with_quote(
+                            '"',
+                            qualified_function(&schema, &script),
+                        )]);
+                    }
+                    Some(_) => {
+                        return ControlFlow::Break(name_error(format!(
+                            "EMITS (...) script {}: its call was not recognised before \
+                             parsing; write it as {}(…) EMITS (a INT, …)",
+                            qualified_function(&schema, &script),
+                            qualified_function(&schema, &script)
+                        )));
+                    }
+                    None => {
+                        let elsewhere: Vec<String> = self
+                            .entries
+                            .iter()
+                            .filter(|e| e.name == script)
+                            .map(|e| qualified_function(&e.schema, &e.name))
+                            .collect();
+                        if !elsewhere.is_empty() {
+                            return ControlFlow::Break(name_error(format!(
+                                "script {} does not exist; scripts named {script}: {}",
+                                qualified_function(&schema, &script),
+                                elsewhere.join(", ")
+                            )));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::sql::parser::DFParserBuilder;
+
+    use super::*;
+
+    fn entry(schema: &str, name: &str) -> Arc<ScriptEntry> {
+        Arc::new(ScriptEntry {
+            schema: schema.into(),
+            name: name.into(),
+            language: "PYTHON3".into(),
+            set: false,
+            params: Some(Vec::new()),
+            output: StoredOutput::Returns("INT".into()),
+            accelerator: None,
+            instance_limit: None,
+            env: Vec::new(),
+            code: String::new(),
+            text: String::new(),
+        })
+    }
+
+    fn resolved(sql: &str, entries: &[Arc<ScriptEntry>]) -> crate::Result<String> {
+        let mut statements = DFParserBuilder::new(sql)
+            .build()
+            .and_then(|mut p| p.parse_statements())
+            .map_err(EngineError::Sql)?;
+        let mut statement = statements
+            .pop_front()
+            .ok_or_else(|| name_error("none".into()))?;
+        resolve_script_calls(&mut statement, entries)?;
+        Ok(statement.to_string())
+    }
+
+    #[test]
+    fn qualified_calls_name_the_schemas_function() {
+        let entries = [entry("public", "f"), entry("s", "f"), entry("s", "g")];
+        assert_eq!(
+            resolved("SELECT S.F(x), \"s\".g(1), f(2) FROM t", &entries).unwrap(),
+            "SELECT \"s.f\"(x), \"s.g\"(1), f(2) FROM t"
+        );
+        // Other qualified functions are left to DataFusion.
+        assert_eq!(
+            resolved("SELECT other.h(1)", &entries).unwrap(),
+            "SELECT other.h(1)"
+        );
+        let e = resolved("SELECT t.f(1)", &entries).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("script t.f does not exist; scripts named f: public.f, s.f"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn plain_names_prefer_public_then_the_only_one() {
+        let entries = [
+            entry("a", "f"),
+            entry("b", "f"),
+            entry("a", "g"),
+            entry("public", "h"),
+            entry("c", "h"),
+        ];
+        assert!(owns_plain_name(&entries[2], &entries));
+        assert!(owns_plain_name(&entries[3], &entries));
+        assert!(!owns_plain_name(&entries[4], &entries));
+        assert!(!owns_plain_name(&entries[0], &entries));
+        let e = resolved("SELECT 1 FROM t WHERE F(x) > 0", &entries).unwrap_err();
+        assert_eq!(e.code(), "42000");
+        assert!(
+            e.to_string()
+                .contains("script name f is ambiguous: scripts a.f, b.f exist"),
+            "{e}"
+        );
+        assert!(resolved("SELECT g(1), h(2), \"F\"(3)", &entries).is_ok());
+    }
+}
