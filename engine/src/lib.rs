@@ -35,6 +35,6 @@ pub use options::AccelsqlOptions;
 pub use placement::{Placement, PlacementDecision};
 pub use session::Session;
 pub use udf::{
-    InputType, Inputs, Output, ScalarKernel, ScalarUdf, ScalarUdfBuilder, SetKernel, SetUdf,
-    SetUdfBuilder,
+    InputType, Inputs, Output, RunChunk, RunInput, ScalarKernel, ScalarUdf, ScalarUdfBuilder,
+    SetKernel, SetUdf, SetUdfBuilder,
 };

@@ -2,8 +2,10 @@
 //! through small kernels of its own (chunking, out-of-memory retries, output checks).
 //!
 //! Tests that need a CUDA device look for one (NVML inventory, CUDA libraries, a device that
-//! opens) and, where there is none, print `SKIPPED (no CUDA device): <test>` and pass. Run them
-//! on a GPU machine with `cargo test -p accelsql-udf-runtime --test gpu_differential`.
+//! opens) and, where there is none, print `SKIPPED (no CUDA device): <test>` and pass (with
+//! `ACCELSQL_REQUIRE_GPU` set they fail instead). Run them on a GPU machine with `cargo test -p
+//! accelsql-udf-runtime --test gpu_differential`, or carry them there with
+//! `scripts/gpu-verify/pack.sh`.
 //!
 //! Tolerances (NULL positions must always agree exactly):
 //! - vectors: both sides sum the same exact products (f32·f32 and f64 products of these inputs
@@ -72,6 +74,9 @@ macro_rules! require_gpu {
     ($name:expr) => {
         match gpu() {
             Ok(device) => device,
+            Err(why) if std::env::var_os("ACCELSQL_REQUIRE_GPU").is_some() => {
+                panic!("ACCELSQL_REQUIRE_GPU is set but there is no CUDA device: {why}")
+            }
             Err(why) => {
                 use std::io::Write as _;
                 let _ = writeln!(

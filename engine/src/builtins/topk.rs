@@ -11,14 +11,16 @@
 use std::sync::Arc;
 
 use accelsql_udf_runtime::gpu;
-use accelsql_udf_runtime::kernels::vectors::{self, VECTOR_TOPK, VectorOp};
+use accelsql_udf_runtime::kernels::Operand;
+use accelsql_udf_runtime::kernels::vectors::{self, TopKChunk, VECTOR_TOPK, VectorOp};
 use datafusion::arrow::array::{ArrayRef, Float64Array};
 use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::logical_expr::ColumnarValue;
 
 use super::vectors::vector_type;
 use super::{kernel_error, pinned_device};
-use crate::udf::ArgumentRule;
-use crate::{AcceleratorRequest, InstanceContext, Result, SetUdf};
+use crate::udf::{ArgumentRule, RunInput};
+use crate::{AcceleratorRequest, InstanceContext, Result, SetKernel, SetUdf};
 
 /// `(row_id BIGINT, emb VECTOR, query VECTOR, k BIGINT)`: integers are widened to BIGINT,
 /// vectors as for the vector functions.
@@ -49,8 +51,7 @@ const ARGUMENTS: ArgumentRule = ArgumentRule::new(
     },
 );
 
-/// The `vector_topk` definition (CPU implementation; a GPU one — scores on the GPU, then
-/// `kernels::vectors::top_k` — is one `.gpu(…)` away).
+/// The `vector_topk` definition: a CPU and a GPU implementation.
 pub(super) fn vector_topk() -> Result<SetUdf> {
     SetUdf::builder(VECTOR_TOPK)
         .rule_inputs(ARGUMENTS)
@@ -59,39 +60,105 @@ pub(super) fn vector_topk() -> Result<SetUdf> {
             Field::new("score", DataType::Float64, false),
         ])
         .accelerator_request(AcceleratorRequest::Preferred)
-        .cpu(
-            |_: &InstanceContext,
-             rows: usize,
-             args: &[ArrayRef]|
-             -> datafusion::error::Result<Vec<ArrayRef>> {
-                let (ids, scores) = vectors::vector_topk(rows, args).map_err(kernel_error)?;
-                Ok(vec![Arc::new(ids), Arc::new(scores)])
-            },
-        )
-        .gpu(
-            // Scores on the GPU (the bandwidth-bound part), the k best picked on the CPU.
-            |instance: &InstanceContext,
-             rows: usize,
-             args: &[ArrayRef]|
-             -> datafusion::error::Result<Vec<ArrayRef>> {
-                let group = vectors::top_k_group(rows, args).map_err(kernel_error)?;
-                let (ids, scores) = match &group.query {
-                    None => vectors::top_k(&group.ids, &Float64Array::from(Vec::<f64>::new()), 0),
-                    Some(query) => {
-                        let device = pinned_device(instance)?;
-                        let scores = gpu::vector_similarity(
-                            device,
-                            VectorOp::Cosine,
-                            rows,
-                            &group.embeddings,
-                            query,
-                        )
-                        .map_err(kernel_error)?;
-                        vectors::top_k(&group.ids, &scores, group.k)
-                    }
-                };
-                Ok(vec![Arc::new(ids), Arc::new(scores)])
-            },
-        )
+        .cpu(TopKOnCpu)
+        .gpu(TopKOnGpu)
         .build()
+}
+
+/// The CPU implementation: each chunk of the group scored and its best rows kept, so the group
+/// is never joined and its query vector never replicated.
+struct TopKOnCpu;
+
+impl SetKernel for TopKOnCpu {
+    fn run(
+        &self,
+        _: &InstanceContext,
+        rows: usize,
+        args: &[ArrayRef],
+    ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        let (ids, scores) = vectors::vector_topk(rows, args).map_err(kernel_error)?;
+        Ok(vec![Arc::new(ids), Arc::new(scores)])
+    }
+
+    fn run_input(
+        &self,
+        _: &InstanceContext,
+        input: &RunInput,
+    ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        let (ids, scores) = vectors::vector_topk_chunks(&chunks(input)?).map_err(kernel_error)?;
+        Ok(vec![Arc::new(ids), Arc::new(scores)])
+    }
+}
+
+/// The GPU implementation: scores on the GPU (the bandwidth-bound part) over the group's joined
+/// embeddings, the k best picked on the CPU.
+struct TopKOnGpu;
+
+impl TopKOnGpu {
+    fn select(
+        instance: &InstanceContext,
+        group: &vectors::TopKGroup,
+    ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        let (ids, scores) = match &group.query {
+            None => vectors::top_k(&group.ids, &Float64Array::from(Vec::<f64>::new()), 0),
+            Some(query) => {
+                let device = pinned_device(instance)?;
+                let scores = gpu::vector_similarity(
+                    device,
+                    VectorOp::Cosine,
+                    group.ids.len(),
+                    &group.embeddings,
+                    query,
+                )
+                .map_err(kernel_error)?;
+                vectors::top_k(&group.ids, &scores, group.k)
+            }
+        };
+        Ok(vec![Arc::new(ids), Arc::new(scores)])
+    }
+}
+
+impl SetKernel for TopKOnGpu {
+    fn run(
+        &self,
+        instance: &InstanceContext,
+        rows: usize,
+        args: &[ArrayRef],
+    ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        let group = vectors::top_k_group(rows, args).map_err(kernel_error)?;
+        Self::select(instance, &group)
+    }
+
+    fn run_input(
+        &self,
+        instance: &InstanceContext,
+        input: &RunInput,
+    ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        let group = vectors::top_k_group_chunks(&chunks(input)?).map_err(kernel_error)?;
+        Self::select(instance, &group)
+    }
+}
+
+/// The run's chunks as the kernels take them: a scalar becomes a one-row array.
+fn chunks(input: &RunInput) -> datafusion::error::Result<Vec<TopKChunk>> {
+    input
+        .chunks()
+        .iter()
+        .map(|chunk| {
+            let args = chunk
+                .args()
+                .iter()
+                .map(|arg| {
+                    Ok(match arg {
+                        ColumnarValue::Array(a) => Operand::Column(Arc::clone(a)),
+                        ColumnarValue::Scalar(s) => Operand::Scalar(s.to_array_of_size(1)?),
+                    })
+                })
+                .collect::<datafusion::error::Result<Vec<_>>>()?;
+            Ok(TopKChunk {
+                rows: chunk.num_rows(),
+                args,
+            })
+        })
+        .collect()
 }

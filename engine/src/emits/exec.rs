@@ -7,12 +7,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
-use datafusion::arrow::compute::{concat, partition};
+use datafusion::arrow::compute::partition;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::ColumnarValue;
 use datafusion::physical_expr::{
     EquivalenceProperties, LexRequirement, OrderingRequirements, PhysicalExpr,
     PhysicalSortRequirement,
@@ -29,7 +30,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use crate::EngineError;
-use crate::udf::{InputType, PlacedCall, SetUdf, on_instance};
+use crate::udf::{InputType, PlacedCall, RunChunk, RunInput, SetUdf, on_instance};
 
 /// The physical operator of one EMITS call.
 #[derive(Debug)]
@@ -247,11 +248,11 @@ impl ExecutionPlan for UdfCallExec {
     }
 }
 
-/// The rows of the group being gathered.
+/// The rows of the group being gathered: slices of the input batches (constant arguments as
+/// scalars), handed to the kernel as they are.
 struct Group {
     key: Vec<ScalarValue>,
-    parts: Vec<Vec<ArrayRef>>,
-    rows: usize,
+    input: RunInput,
 }
 
 /// One partition's progress.
@@ -279,9 +280,11 @@ impl RunState {
             return Ok(());
         }
         self.rows_in.add(rows);
-        let args = evaluate(&self.call.args, batch)?;
+        let args = evaluate_values(&self.call.args, batch)?;
         if self.call.def.input_type() == InputType::Scalar {
-            return self.run(&[], rows, &args);
+            let mut input = RunInput::new();
+            input.push(RunChunk::new(rows, args));
+            return self.run(&[], &input);
         }
         let keys = evaluate(&self.call.keys, batch)?;
         let ranges: Vec<std::ops::Range<usize>> = if keys.is_empty() {
@@ -299,13 +302,18 @@ impl RunState {
             }
             let group = self.group.get_or_insert_with(|| Group {
                 key,
-                parts: vec![Vec::new(); args.len()],
-                rows: 0,
+                input: RunInput::new(),
             });
-            for (part, arg) in group.parts.iter_mut().zip(&args) {
-                part.push(arg.slice(range.start, range.len()));
-            }
-            group.rows += range.len();
+            let chunk = args
+                .iter()
+                .map(|arg| match arg {
+                    ColumnarValue::Array(a) if range.len() < rows => {
+                        ColumnarValue::Array(a.slice(range.start, range.len()))
+                    }
+                    other => other.clone(),
+                })
+                .collect();
+            group.input.push(RunChunk::new(range.len(), chunk));
         }
         Ok(())
     }
@@ -315,20 +323,12 @@ impl RunState {
         let Some(group) = self.group.take() else {
             return Ok(());
         };
-        let args = group
-            .parts
-            .iter()
-            .map(|parts| {
-                let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
-                concat(&refs)
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(DataFusionError::from)?;
-        self.run(&group.key, group.rows, &args)
+        self.run(&group.key, &group.input)
     }
 
     /// One run: the kernel's rows, checked against EMITS, behind the run's key columns.
-    fn run(&mut self, key: &[ScalarValue], rows: usize, args: &[ArrayRef]) -> crate::Result<()> {
+    fn run(&mut self, key: &[ScalarValue], input: &RunInput) -> crate::Result<()> {
+        let rows = input.num_rows();
         let call = Arc::clone(&self.call);
         let def = &call.def;
         let slot = match def.input_type() {
@@ -343,7 +343,7 @@ impl RunState {
             def.accelerator(),
             def.cpu.as_ref(),
             def.gpu.as_deref(),
-            |kernel, context| kernel.run(context, rows, args),
+            |kernel, context| kernel.run_input(context, input),
         )?;
         self.runs.add(1);
         let emitted = check_emitted(def, &call.schema, call.output_keys.len(), ran.value)?;
@@ -372,6 +372,14 @@ impl RunState {
         self.pending.push_back(batch);
         Ok(())
     }
+}
+
+/// The arguments for `batch`: constants stay scalars.
+fn evaluate_values(
+    exprs: &[Arc<dyn PhysicalExpr>],
+    batch: &RecordBatch,
+) -> DfResult<Vec<ColumnarValue>> {
+    exprs.iter().map(|e| e.evaluate(batch)).collect()
 }
 
 fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> DfResult<Vec<ArrayRef>> {

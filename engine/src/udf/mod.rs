@@ -21,7 +21,7 @@ pub(crate) use self::aggregate::as_accel_aggregate;
 pub(crate) use self::call::{PlacedCall, on_instance, same_placement};
 pub(crate) use self::emits::{EmitsAggregate, EmitsScalar, emits_of, emits_of_aggregate};
 pub(crate) use self::scalar::{AccelScalarUdf, as_accel as as_accel_udf};
-pub use self::set::{InputType, Output, SetKernel, SetUdf, SetUdfBuilder};
+pub use self::set::{InputType, Output, RunChunk, RunInput, SetKernel, SetUdf, SetUdfBuilder};
 use crate::{Result, definition_err};
 
 /// A scalar UDF implementation: `num_rows` rows of arguments in, one column of `num_rows` out.

@@ -6,8 +6,11 @@ use std::sync::Arc;
 
 use accelsql_udf_runtime::annotations::parse_instance_limit;
 use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
-use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::array::{Array, ArrayRef};
+use datafusion::arrow::compute::concat;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields};
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::ColumnarValue;
 
 use super::{Inputs, check_name, common_builder_methods};
 use crate::{Result, definition_err};
@@ -30,6 +33,123 @@ pub trait SetKernel: Send + Sync {
         num_rows: usize,
         args: &[ArrayRef],
     ) -> datafusion::error::Result<Vec<ArrayRef>>;
+
+    /// Processes one run given as the engine gathered it: in chunks, with constant arguments
+    /// as scalars. This is what the engine calls; the default joins the chunks into one column
+    /// per argument ([`RunInput::to_arrays`]) and calls [`SetKernel::run`]. Override it to work
+    /// chunk by chunk instead, without that copy (e.g. a selection that keeps only a few rows).
+    /// The result is that of [`SetKernel::run`].
+    fn run_input(
+        &self,
+        instance: &InstanceContext,
+        input: &RunInput,
+    ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        let args = input.to_arrays()?;
+        self.run(instance, input.num_rows(), &args)
+    }
+}
+
+/// One run's rows as they arrived: consecutive chunks (slices of input batches), each with every
+/// argument for its rows. An argument that holds one value for all of a chunk's rows (a constant
+/// such as a query vector) comes as [`ColumnarValue::Scalar`], not replicated.
+#[derive(Debug, Clone, Default)]
+pub struct RunInput {
+    num_rows: usize,
+    chunks: Vec<RunChunk>,
+}
+
+/// Consecutive rows of a run: one value per argument, a column of [`RunChunk::num_rows`] rows
+/// or a scalar standing for each of them.
+#[derive(Debug, Clone)]
+pub struct RunChunk {
+    num_rows: usize,
+    args: Vec<ColumnarValue>,
+}
+
+impl RunChunk {
+    /// A chunk of `num_rows` rows; every [`ColumnarValue::Array`] must have that many.
+    pub fn new(num_rows: usize, args: Vec<ColumnarValue>) -> Self {
+        Self { num_rows, args }
+    }
+
+    /// How many rows.
+    pub fn num_rows(&self) -> usize {
+        self.num_rows
+    }
+
+    /// The arguments, in call order.
+    pub fn args(&self) -> &[ColumnarValue] {
+        &self.args
+    }
+}
+
+impl RunInput {
+    /// An empty run (no rows).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a chunk.
+    pub fn push(&mut self, chunk: RunChunk) {
+        self.num_rows += chunk.num_rows;
+        self.chunks.push(chunk);
+    }
+
+    /// The run's row count (all chunks).
+    pub fn num_rows(&self) -> usize {
+        self.num_rows
+    }
+
+    /// The chunks, in input order.
+    pub fn chunks(&self) -> &[RunChunk] {
+        &self.chunks
+    }
+
+    /// One column per argument holding every row of the run: a constant (the same scalar in
+    /// every chunk) is replicated once, a single chunk's column is shared, more are
+    /// concatenated. A run without chunks has no arguments.
+    pub fn to_arrays(&self) -> datafusion::error::Result<Vec<ArrayRef>> {
+        let Some(first) = self.chunks.first() else {
+            return Ok(Vec::new());
+        };
+        (0..first.args.len()).map(|i| self.to_array(i)).collect()
+    }
+
+    /// Argument `i` as one column of [`RunInput::num_rows`] rows.
+    fn to_array<'a>(&'a self, i: usize) -> datafusion::error::Result<ArrayRef> {
+        let arg = |chunk: &'a RunChunk| -> datafusion::error::Result<&'a ColumnarValue> {
+            chunk.args.get(i).ok_or_else(|| {
+                DataFusionError::Internal(format!(
+                    "a chunk of the run has {} arguments, another more",
+                    chunk.args.len()
+                ))
+            })
+        };
+        let mut constant = None;
+        for chunk in &self.chunks {
+            match (arg(chunk)?, constant) {
+                (ColumnarValue::Scalar(s), None) => constant = Some(s),
+                (ColumnarValue::Scalar(s), Some(c)) if s == c => {}
+                _ => {
+                    constant = None;
+                    break;
+                }
+            }
+        }
+        if let Some(value) = constant {
+            return value.to_array_of_size(self.num_rows);
+        }
+        let parts = self
+            .chunks
+            .iter()
+            .map(|chunk| arg(chunk)?.to_array(chunk.num_rows))
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        if let [one] = parts.as_slice() {
+            return Ok(Arc::clone(one));
+        }
+        let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+        Ok(concat(&refs)?)
+    }
 }
 
 impl<F> SetKernel for F
@@ -340,6 +460,68 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(e.to_string().contains("no CPU implementation"), "{e}");
+    }
+
+    #[test]
+    fn run_input_joins_chunks_and_replicates_constants() {
+        use datafusion::arrow::array::{AsArray, Int64Array};
+        use datafusion::arrow::datatypes::Int64Type;
+        use datafusion::common::ScalarValue;
+
+        let column = |v: Vec<i64>| ColumnarValue::Array(Arc::new(Int64Array::from(v)));
+        let scalar = |v: i64| ColumnarValue::Scalar(ScalarValue::Int64(Some(v)));
+        let values = |a: &ArrayRef| a.as_primitive::<Int64Type>().values().to_vec();
+        let mut input = RunInput::new();
+        assert!(input.to_arrays().unwrap().is_empty());
+        let first = Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef;
+        input.push(RunChunk::new(
+            2,
+            vec![
+                ColumnarValue::Array(Arc::clone(&first)),
+                scalar(7),
+                scalar(5),
+            ],
+        ));
+        // One chunk: its column is shared, not copied.
+        let args = input.to_arrays().unwrap();
+        assert!(Arc::ptr_eq(&args[0], &first));
+        assert_eq!(values(&args[1]), vec![7, 7]);
+        input.push(RunChunk::new(
+            3,
+            vec![column(vec![3, 4, 5]), scalar(7), scalar(6)],
+        ));
+        input.push(RunChunk::new(
+            1,
+            vec![column(vec![6]), scalar(7), column(vec![9])],
+        ));
+        assert_eq!((input.num_rows(), input.chunks().len()), (6, 3));
+        assert_eq!(input.chunks()[1].num_rows(), 3);
+        let args = input.to_arrays().unwrap();
+        assert_eq!(values(&args[0]), vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(values(&args[1]), vec![7; 6]);
+        assert_eq!(values(&args[2]), vec![5, 5, 6, 6, 6, 9]);
+    }
+
+    #[test]
+    fn the_default_run_input_calls_run_with_joined_columns() {
+        use datafusion::arrow::array::Int64Array;
+        use datafusion::common::ScalarValue;
+
+        let kernel = |_: &InstanceContext, rows: usize, args: &[ArrayRef]| {
+            assert_eq!(args[0].len(), rows);
+            Ok(vec![
+                Arc::new(Int64Array::from(vec![rows as i64])) as ArrayRef
+            ])
+        };
+        let mut input = RunInput::new();
+        for rows in [3, 4] {
+            let arg = ColumnarValue::Scalar(ScalarValue::Int64(Some(1)));
+            input.push(RunChunk::new(rows, vec![arg]));
+        }
+        let out = kernel
+            .run_input(&InstanceContext::default(), &input)
+            .unwrap();
+        assert_eq!(out[0].as_ref(), &Int64Array::from(vec![7]) as &dyn Array);
     }
 
     #[test]

@@ -23,7 +23,10 @@
 use std::cmp::Ordering;
 use std::ops::Range;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanBufferBuilder, Float64Array, Int64Array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanBufferBuilder, Float64Array, Int64Array, UInt32Array,
+    new_empty_array,
+};
 use arrow::buffer::NullBuffer;
 use arrow::datatypes::{DataType, Float32Type, Float64Type, Int64Type};
 
@@ -89,11 +92,11 @@ pub fn vector_similarity(
     a: &Operand,
     b: &Operand,
 ) -> Result<Float64Array> {
-    similarity(op.name(), [1, 2], op, rows, a, b)
+    similarity(op.name(), [1, 2], op, rows, a, b, 0)
 }
 
 /// [`vector_similarity`] on behalf of `function`, whose arguments `positions` (1-based) `a` and
-/// `b` are (for error messages).
+/// `b` are (for error messages), over rows that messages number from `first_row + 1`.
 fn similarity(
     function: &str,
     positions: [usize; 2],
@@ -101,6 +104,7 @@ fn similarity(
     rows: usize,
     a: &Operand,
     b: &Operand,
+    first_row: usize,
 ) -> Result<Float64Array> {
     check_rows(function, positions[0], a, rows)?;
     check_rows(function, positions[1], b, rows)?;
@@ -119,6 +123,7 @@ fn similarity(
         function,
         op,
         rows,
+        first_row,
         swapped,
     };
     match (x.0.elements, y.0.elements) {
@@ -260,6 +265,16 @@ impl<'a> Vectors<'a> {
         matches!(self.layout, Layout::AllNull) || self.nulls.is_some_and(|n| n.is_null(i))
     }
 
+    /// Whether element `index` (of the flat elements) is NULL.
+    #[inline]
+    fn element_is_null(&self, index: usize) -> bool {
+        match self.element_nulls {
+            ElementNulls::None => false,
+            ElementNulls::All => true,
+            ElementNulls::Some(n) => n.is_null(index),
+        }
+    }
+
     /// Where row `i`'s (non-NULL) vector lies in the elements.
     #[inline]
     fn range(&self, i: usize) -> Range<usize> {
@@ -326,6 +341,8 @@ struct Job<'f> {
     function: &'f str,
     op: VectorOp,
     rows: usize,
+    /// How many rows precede these in what messages call the batch (a group given in chunks).
+    first_row: usize,
     /// Whether the sides were swapped (for the order of lengths in messages).
     swapped: bool,
 }
@@ -406,7 +423,7 @@ impl Job<'_> {
                 self.function,
                 format!(
                     "vectors of different lengths ({la} and {lb}) in row {} of the batch",
-                    row + 1
+                    self.first_row + row + 1
                 ),
             ));
         }
@@ -529,40 +546,113 @@ pub const VECTOR_TOPK: &str = "vector_topk";
 /// ```
 pub fn top_k(ids: &Int64Array, scores: &Float64Array, k: usize) -> (Int64Array, Float64Array) {
     let n = ids.len().min(scores.len());
-    let mut picked: Vec<usize> = (0..n).filter(|&i| scores.is_valid(i)).collect();
-    let by_rank = |&a: &usize, &b: &usize| rank(ids, scores, a, b);
-    if k == 0 {
-        picked.clear();
-    } else if k < picked.len() {
-        picked.select_nth_unstable_by(k - 1, by_rank);
-        picked.truncate(k);
-    }
-    picked.sort_unstable_by(by_rank);
-    let out_ids: Int64Array = picked
-        .iter()
-        .map(|&i| ids.is_valid(i).then(|| ids.value(i)))
-        .collect();
-    let out_scores: Vec<f64> = picked.iter().map(|&i| scores.value(i)).collect();
-    (out_ids, Float64Array::from(out_scores))
+    let mut best = Best::new(k);
+    best.offer(
+        &scores.slice(0, n),
+        |i| ids.is_valid(i).then(|| ids.value(i)),
+        0,
+    );
+    best.finish()
 }
 
-/// The order of [`top_k`]: `Less` when row `a` ranks before row `b`.
-fn rank(ids: &Int64Array, scores: &Float64Array, a: usize, b: usize) -> Ordering {
-    let (sa, sb) = (scores.value(a), scores.value(b));
-    let by_score = match (sa.is_nan(), sb.is_nan()) {
-        (false, false) => sb.partial_cmp(&sa).unwrap_or(Ordering::Equal),
+/// A row that may be among the best: its score (not NULL), row id and position in the group.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    score: f64,
+    id: Option<i64>,
+    position: usize,
+}
+
+/// The order of [`top_k`]: `Less` when `a` ranks before `b`. A total order (positions differ).
+fn rank(a: &Candidate, b: &Candidate) -> Ordering {
+    let by_score = match (a.score.is_nan(), b.score.is_nan()) {
+        (false, false) => b.score.partial_cmp(&a.score).unwrap_or(Ordering::Equal),
         (true, true) => Ordering::Equal,
         (true, false) => Ordering::Greater,
         (false, true) => Ordering::Less,
     };
     by_score
-        .then_with(|| match (ids.is_valid(a), ids.is_valid(b)) {
-            (true, true) => ids.value(a).cmp(&ids.value(b)),
-            (true, false) => Ordering::Less,
-            (false, true) => Ordering::Greater,
-            (false, false) => Ordering::Equal,
+        .then_with(|| match (a.id, b.id) {
+            (Some(x), Some(y)) => x.cmp(&y),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
         })
-        .then(a.cmp(&b))
+        .then(a.position.cmp(&b.position))
+}
+
+/// The `k` best rows of those offered so far, offered a chunk at a time (positions increasing).
+/// Holds at most `max(2k, 1024)` candidates; once it has pruned to `k`, a row that ranks after
+/// the `k`-th kept one is dropped at once.
+struct Best {
+    k: usize,
+    kept: Vec<Candidate>,
+    /// The worst of the `k` kept after the last pruning: later rows must beat it.
+    worst: Option<Candidate>,
+}
+
+impl Best {
+    const MIN_BUFFER: usize = 1024;
+
+    fn new(k: usize) -> Self {
+        Self {
+            k,
+            kept: Vec::new(),
+            worst: None,
+        }
+    }
+
+    /// Offers the rows of `scores` (NULL ones are skipped), whose ids `id(i)` gives and whose
+    /// positions in the group start at `first_position`.
+    fn offer(
+        &mut self,
+        scores: &Float64Array,
+        id: impl Fn(usize) -> Option<i64>,
+        first_position: usize,
+    ) {
+        if self.k == 0 {
+            return;
+        }
+        let limit = self.k.saturating_mul(2).max(Self::MIN_BUFFER);
+        for (i, &score) in scores.values().iter().enumerate() {
+            if scores.is_null(i) {
+                continue;
+            }
+            let candidate = Candidate {
+                score,
+                id: id(i),
+                position: first_position + i,
+            };
+            if self
+                .worst
+                .is_some_and(|w| rank(&candidate, &w) == Ordering::Greater)
+            {
+                continue;
+            }
+            self.kept.push(candidate);
+            if self.kept.len() >= limit {
+                self.prune();
+            }
+        }
+    }
+
+    /// Keeps only the `k` best.
+    fn prune(&mut self) {
+        if self.k > 0 && self.kept.len() > self.k {
+            self.kept.select_nth_unstable_by(self.k - 1, rank);
+            self.kept.truncate(self.k);
+            self.worst = self.kept.last().copied();
+        }
+    }
+
+    /// The `k` best (or all offered, if fewer), best first.
+    fn finish(mut self) -> (Int64Array, Float64Array) {
+        self.prune();
+        self.kept.sort_unstable_by(rank);
+        let ids: Int64Array = self.kept.iter().map(|c| c.id).collect();
+        let scores: Vec<f64> = self.kept.iter().map(|c| c.score).collect();
+        (ids, Float64Array::from(scores))
+    }
 }
 
 /// The arguments of one `vector_topk(row_id, emb, query, k)` group, checked: what both the CPU
@@ -580,6 +670,59 @@ pub struct TopKGroup {
     pub k: usize,
 }
 
+/// Consecutive rows of a `vector_topk` group, as the engine gathered them: `rows` rows and the
+/// four arguments `(row_id, emb, query, k)` for them, each a column of `rows` values or a
+/// one-row scalar (a constant, such as the query vector, is never replicated).
+#[derive(Debug, Clone)]
+pub struct TopKChunk {
+    /// How many rows.
+    pub rows: usize,
+    /// The arguments.
+    pub args: Vec<Operand>,
+}
+
+impl TopKChunk {
+    /// A chunk of columns, all of `rows` rows.
+    pub fn of_columns(rows: usize, args: &[ArrayRef]) -> Self {
+        Self {
+            rows,
+            args: args
+                .iter()
+                .map(|a| Operand::Column(std::sync::Arc::clone(a)))
+                .collect(),
+        }
+    }
+
+    /// The four arguments, or the error for another count.
+    fn arguments(&self) -> Result<[&Operand; 4]> {
+        match self.args.as_slice() {
+            [ids, emb, query, k] => Ok([ids, emb, query, k]),
+            other => Err(invalid_argument(
+                VECTOR_TOPK,
+                format!(
+                    "takes 4 arguments (row_id, emb, query, k), got {}",
+                    other.len()
+                ),
+            )),
+        }
+    }
+
+    /// The row ids (argument 1) and whether they are a scalar.
+    fn ids(&self) -> Result<(&Int64Array, bool)> {
+        let [ids, ..] = self.arguments()?;
+        let array = ids.array().as_primitive_opt::<Int64Type>().ok_or_else(|| {
+            invalid_argument(
+                VECTOR_TOPK,
+                format!(
+                    "argument 1 (row_id) is {}, expected BIGINT",
+                    ids.array().data_type()
+                ),
+            )
+        })?;
+        Ok((array, matches!(ids, Operand::Scalar(_))))
+    }
+}
+
 /// Checks one group's arguments (`rows` rows each) for `vector_topk`:
 /// - `k` (argument 4, BIGINT) must be positive and the same in every row; NULL is an error;
 /// - the query (argument 3) is usually a constant; when it is a column, its first non-NULL
@@ -589,58 +732,128 @@ pub struct TopKGroup {
 /// Every error is [`crate::RuntimeError::InvalidArgument`] (22U20). An empty group is fine (and
 /// selects nothing).
 pub fn top_k_group(rows: usize, args: &[ArrayRef]) -> Result<TopKGroup> {
-    let f = VECTOR_TOPK;
-    let [ids, embeddings, query, k] = args else {
-        return Err(invalid_argument(
-            f,
-            format!(
-                "takes 4 arguments (row_id, emb, query, k), got {}",
-                args.len()
-            ),
-        ));
-    };
-    for (i, a) in args.iter().enumerate() {
-        check_rows(f, i + 1, &Operand::Column(std::sync::Arc::clone(a)), rows)?;
-    }
-    let ids = ids.as_primitive_opt::<Int64Type>().ok_or_else(|| {
-        invalid_argument(
-            f,
-            format!(
-                "argument 1 (row_id) is {}, expected BIGINT",
-                ids.data_type()
-            ),
-        )
-    })?;
-    let k = group_k(k)?;
-    Vectors::new(f, 2, embeddings)?;
-    let query = group_query(query)?;
+    top_k_group_chunks(&[TopKChunk::of_columns(rows, args)])
+}
+
+/// [`top_k_group`] for a group given as chunks: the same checks over the whole group (rows
+/// numbered from the group's first), then the ids and embeddings joined into one column each
+/// (for a GPU, which scores the whole group at once).
+pub fn top_k_group_chunks(chunks: &[TopKChunk]) -> Result<TopKGroup> {
+    let (k, query) = check_group(chunks)?;
+    let ids = joined(chunks, 0, DataType::Int64)?;
+    let ids = ids
+        .as_primitive_opt::<Int64Type>()
+        .ok_or_else(|| {
+            invalid_argument(
+                VECTOR_TOPK,
+                format!(
+                    "argument 1 (row_id) is {}, expected BIGINT",
+                    ids.data_type()
+                ),
+            )
+        })?
+        .clone();
+    let embeddings = Operand::Column(joined(chunks, 1, DataType::Null)?);
     Ok(TopKGroup {
-        ids: ids.clone(),
-        embeddings: Operand::Column(std::sync::Arc::clone(embeddings)),
+        ids,
+        embeddings,
         query,
         k,
     })
 }
 
-/// The group's `k`: positive, non-NULL, the same in every row (0 for an empty group).
-fn group_k(k: &ArrayRef) -> Result<usize> {
-    let f = VECTOR_TOPK;
-    let k = k.as_primitive_opt::<Int64Type>().ok_or_else(|| {
+/// Argument `index` of every chunk as one column (scalars repeated over their chunk's rows);
+/// an empty column of `empty` when there are no chunks.
+fn joined(chunks: &[TopKChunk], index: usize, empty: DataType) -> Result<ArrayRef> {
+    let fail = |e: arrow::error::ArrowError| {
         invalid_argument(
-            f,
-            format!("argument 4 (k) is {}, expected BIGINT", k.data_type()),
+            VECTOR_TOPK,
+            format!(
+                "argument {} cannot be joined over the group: {e}",
+                index + 1
+            ),
         )
-    })?;
-    if k.null_count() > 0 {
+    };
+    let mut parts = Vec::with_capacity(chunks.len());
+    for chunk in chunks {
+        let Some(operand) = chunk.args.get(index) else {
+            return Err(chunk.arguments().err().unwrap_or_else(|| {
+                invalid_argument(VECTOR_TOPK, "an argument is missing in a chunk")
+            }));
+        };
+        parts.push(match operand {
+            Operand::Column(a) => std::sync::Arc::clone(a),
+            Operand::Scalar(a) => {
+                let zeros = UInt32Array::from(vec![0u32; chunk.rows]);
+                arrow::compute::take(a.as_ref(), &zeros, None).map_err(fail)?
+            }
+        });
+    }
+    match parts.as_slice() {
+        [] => Ok(new_empty_array(&empty)),
+        [one] => Ok(std::sync::Arc::clone(one)),
+        _ => {
+            let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+            arrow::compute::concat(&refs).map_err(fail)
+        }
+    }
+}
+
+/// The checks of [`top_k_group`] over every chunk of a group, in its order: row counts and the
+/// id type, `k`, the embeddings' type, the query. Returns `k` and the query.
+fn check_group(chunks: &[TopKChunk]) -> Result<(usize, Option<Operand>)> {
+    let f = VECTOR_TOPK;
+    for chunk in chunks {
+        for (i, a) in chunk.arguments()?.into_iter().enumerate() {
+            check_rows(f, i + 1, a, chunk.rows)?;
+        }
+        chunk.ids()?;
+    }
+    let k = group_k(chunks)?;
+    for chunk in chunks {
+        let [_, emb, _, _] = chunk.arguments()?;
+        Vectors::new(f, 2, emb.array())?;
+    }
+    let query = group_query(chunks)?;
+    Ok((k, query))
+}
+
+/// The group's `k`: positive, non-NULL, the same in every row (0 for an empty group).
+fn group_k(chunks: &[TopKChunk]) -> Result<usize> {
+    let f = VECTOR_TOPK;
+    let mut values: Vec<&[i64]> = Vec::with_capacity(chunks.len());
+    let mut has_null = false;
+    for chunk in chunks {
+        let [.., k] = chunk.arguments()?;
+        let array = k.array().as_primitive_opt::<Int64Type>().ok_or_else(|| {
+            invalid_argument(
+                f,
+                format!(
+                    "argument 4 (k) is {}, expected BIGINT",
+                    k.array().data_type()
+                ),
+            )
+        })?;
+        // A scalar stands for each of the chunk's rows; one of them is enough here.
+        let rows = match k {
+            Operand::Column(_) => chunk.rows,
+            Operand::Scalar(_) => chunk.rows.min(1),
+        };
+        let rows = rows.min(array.len());
+        has_null |= (0..rows).any(|i| array.is_null(i));
+        values.push(&array.values()[..rows]);
+    }
+    if has_null {
         return Err(invalid_argument(
             f,
             "k is NULL; pass a positive number of rows to keep",
         ));
     }
-    let Some(&first) = k.values().first() else {
+    let mut all = values.iter().flat_map(|v| v.iter().copied());
+    let Some(first) = all.next() else {
         return Ok(0);
     };
-    if let Some(&other) = k.values().iter().find(|&&v| v != first) {
+    if let Some(other) = all.find(|&v| v != first) {
         return Err(invalid_argument(
             f,
             format!("k must be the same in every row of a group, got {first} and {other}"),
@@ -657,82 +870,123 @@ fn group_k(k: &ArrayRef) -> Result<usize> {
 
 /// The group's query vector as a one-row scalar: its first non-NULL value, the same in every
 /// non-NULL row; `None` when every row is NULL.
-fn group_query(query: &ArrayRef) -> Result<Option<Operand>> {
+fn group_query(chunks: &[TopKChunk]) -> Result<Option<Operand>> {
     let f = VECTOR_TOPK;
-    let vectors = Vectors::new(f, 3, query)?;
-    let Some(first) = (0..query.len()).find(|&i| !vectors.is_null(i)) else {
-        return Ok(None);
-    };
-    let differs = match vectors.elements {
-        Elements::F32(v) => differing_row(&vectors, v, first, query.len()),
-        Elements::F64(v) => differing_row(&vectors, v, first, query.len()),
-    };
-    if let Some(other) = differs {
-        return Err(invalid_argument(
-            f,
-            format!(
-                "the query vector (argument 3) differs between rows {} and {} of a group; \
-                 pass one query per group (usually a constant)",
-                first + 1,
-                other + 1
-            ),
-        ));
+    let mut views = Vec::with_capacity(chunks.len());
+    for chunk in chunks {
+        let [_, _, query, _] = chunk.arguments()?;
+        views.push((Vectors::new(f, 3, query.array())?, query));
     }
-    Ok(Some(Operand::Scalar(query.slice(first, 1))))
-}
-
-/// The first non-NULL row of `rows` after `first` whose vector differs from row `first`'s (NaN
-/// equals NaN).
-fn differing_row<T: Element>(
-    vectors: &Vectors<'_>,
-    values: &[T],
-    first: usize,
-    rows: usize,
-) -> Option<usize> {
-    let reference = vectors.range(first);
-    let expected = values.get(reference.clone());
-    let same = |r: Range<usize>| {
-        if r.len() != reference.len() {
-            return false;
-        }
-        if let ElementNulls::Some(n) = vectors.element_nulls {
-            let nulls_differ =
-                (0..r.len()).any(|i| n.is_null(reference.start + i) != n.is_null(r.start + i));
-            if nulls_differ {
-                return false;
+    // The first non-NULL value: (chunk, index in its array, row in the group).
+    let mut first: Option<(usize, usize, usize)> = None;
+    let mut offset = 0;
+    for (c, (chunk, (vectors, query))) in chunks.iter().zip(&views).enumerate() {
+        // A scalar holds the same value for each of its chunk's rows: its first row decides.
+        let rows = match query {
+            Operand::Column(_) => chunk.rows,
+            Operand::Scalar(_) => chunk.rows.min(1),
+        };
+        for row in 0..rows {
+            if vectors.is_null(row) {
+                continue;
+            }
+            match first {
+                None => first = Some((c, row, offset + row)),
+                Some((fc, fi, first_row)) => {
+                    if !same_vector(&views[fc].0, fi, vectors, row) {
+                        return Err(invalid_argument(
+                            f,
+                            format!(
+                                "the query vector (argument 3) differs between rows {} and {} \
+                                 of a group; pass one query per group (usually a constant)",
+                                first_row + 1,
+                                offset + row + 1
+                            ),
+                        ));
+                    }
+                }
             }
         }
-        match (expected, values.get(r)) {
-            (Some(p), Some(q)) => p.iter().zip(q).all(|(a, b)| {
-                let (a, b) = (a.widen(), b.widen());
-                a == b || (a.is_nan() && b.is_nan())
-            }),
-            // Only a list of NULL elements has no values: its length decides.
-            _ => true,
-        }
-    };
-    (first + 1..rows).find(|&i| !vectors.is_null(i) && !same(vectors.range(i)))
+        offset += chunk.rows;
+    }
+    Ok(first.map(|(c, i, _)| Operand::Scalar(views[c].1.array().slice(i, 1))))
+}
+
+/// Whether row `i` of `a` and row `j` of `b` (neither NULL) hold the same vector: the same
+/// length, NULL elements in the same places, the same values (NaN equals NaN).
+fn same_vector(a: &Vectors<'_>, i: usize, b: &Vectors<'_>, j: usize) -> bool {
+    let (ra, rb) = (a.range(i), b.range(j));
+    if ra.len() != rb.len() {
+        return false;
+    }
+    let checks_nulls = !matches!(
+        (a.element_nulls, b.element_nulls),
+        (ElementNulls::None, ElementNulls::None) | (ElementNulls::All, ElementNulls::All)
+    );
+    if checks_nulls
+        && (0..ra.len()).any(|e| a.element_is_null(ra.start + e) != b.element_is_null(rb.start + e))
+    {
+        return false;
+    }
+    match (a.elements, b.elements) {
+        (Elements::F32(p), Elements::F32(q)) => same_values(p.get(ra), q.get(rb)),
+        (Elements::F32(p), Elements::F64(q)) => same_values(p.get(ra), q.get(rb)),
+        (Elements::F64(p), Elements::F32(q)) => same_values(p.get(ra), q.get(rb)),
+        (Elements::F64(p), Elements::F64(q)) => same_values(p.get(ra), q.get(rb)),
+    }
+}
+
+/// Equal element values (NaN equals NaN); a side without values (a list of NULL elements) is
+/// decided by its length alone.
+fn same_values<A: Element, B: Element>(p: Option<&[A]>, q: Option<&[B]>) -> bool {
+    match (p, q) {
+        (Some(p), Some(q)) => p.iter().zip(q).all(|(a, b)| {
+            let (a, b) = (a.widen(), b.widen());
+            a == b || (a.is_nan() && b.is_nan())
+        }),
+        _ => true,
+    }
 }
 
 /// `vector_topk` on the CPU for one group: cosine similarity of each row's embedding to the
 /// group's query, then [`top_k`]. Returns the emitted `(row_id, score)` columns.
 pub fn vector_topk(rows: usize, args: &[ArrayRef]) -> Result<(Int64Array, Float64Array)> {
-    let group = top_k_group(rows, args)?;
-    let Some(query) = &group.query else {
-        return Ok((
-            Int64Array::from(Vec::<i64>::new()),
-            Float64Array::from(Vec::<f64>::new()),
-        ));
+    vector_topk_chunks(&[TopKChunk::of_columns(rows, args)])
+}
+
+/// [`vector_topk`] for a group given as chunks, without joining them: each chunk is scored and
+/// its best rows kept, so beyond the chunks it holds the scores of one chunk and O(k) rows. The
+/// result (ties included) and the errors are those of [`vector_topk`] over the joined group.
+pub fn vector_topk_chunks(chunks: &[TopKChunk]) -> Result<(Int64Array, Float64Array)> {
+    let (k, query) = check_group(chunks)?;
+    let mut best = Best::new(k);
+    let Some(query) = &query else {
+        return Ok(best.finish());
     };
-    let scores = similarity(
-        VECTOR_TOPK,
-        [2, 3],
-        VectorOp::Cosine,
-        rows,
-        &group.embeddings,
-        query,
-    )?;
-    Ok(top_k(&group.ids, &scores, group.k))
+    let mut offset = 0;
+    for chunk in chunks {
+        let [_, emb, _, _] = chunk.arguments()?;
+        let scores = similarity(
+            VECTOR_TOPK,
+            [2, 3],
+            VectorOp::Cosine,
+            chunk.rows,
+            emb,
+            query,
+            offset,
+        )?;
+        let (ids, scalar_ids) = chunk.ids()?;
+        best.offer(
+            &scores,
+            |i| {
+                let i = if scalar_ids { 0 } else { i };
+                ids.is_valid(i).then(|| ids.value(i))
+            },
+            offset,
+        );
+        offset += chunk.rows;
+    }
+    Ok(best.finish())
 }
 
 #[cfg(test)]
@@ -1239,5 +1493,122 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("takes 4 arguments"), "{e}");
+    }
+
+    /// Splits the columns of a group into chunks at `cuts`, with query and k as scalars where
+    /// `scalars` says so.
+    fn chunked(args: &[ArrayRef], cuts: &[usize], scalars: bool) -> Vec<TopKChunk> {
+        let rows = args[0].len();
+        let mut bounds = vec![0];
+        bounds.extend(cuts.iter().copied().filter(|&c| c > 0 && c < rows));
+        bounds.push(rows);
+        bounds
+            .windows(2)
+            .map(|w| {
+                let (start, len) = (w[0], w[1] - w[0]);
+                let args = args
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| {
+                        if scalars && i >= 2 {
+                            Operand::Scalar(a.slice(start, 1))
+                        } else {
+                            Operand::Column(a.slice(start, len))
+                        }
+                    })
+                    .collect();
+                TopKChunk { rows: len, args }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn vector_topk_over_chunks_equals_the_joined_group() {
+        // 3000 rows: repeated embeddings (ties), NULL ids, NULL and zero vectors.
+        let n = 3000usize;
+        let emb: Rows = (0..n)
+            .map(|i| match i % 50 {
+                7 => None,
+                8 => some(&[0.0, 0.0, 0.0]),
+                _ => some(&[(i % 13) as f64, ((i * 7) % 11) as f64 - 5.0, 1.0]),
+            })
+            .collect();
+        let ids: Vec<Option<i64>> = (0..n)
+            .map(|i| (i % 97 != 3).then_some(((i * 7919) % 1000) as i64))
+            .collect();
+        let q = some(&[1.0, 0.5, -0.25]);
+        for k in [1, 3, 10, 600, 5000] {
+            let args: Vec<ArrayRef> = vec![
+                Arc::new(Int64Array::from(ids.clone())),
+                Arc::new(list(emb.clone())),
+                Arc::new(list(vec![q.clone(); n])),
+                Arc::new(Int64Array::from(vec![k; n])),
+            ];
+            let joined = vector_topk(n, &args).unwrap();
+            for (cuts, scalars) in [
+                (vec![], true),
+                (vec![1, 2, 1500], true),
+                (vec![100, 1124, 2048, 2999], false),
+                ((1..n).step_by(7).collect::<Vec<_>>(), true),
+            ] {
+                let chunks = chunked(&args, &cuts, scalars);
+                assert_eq!(vector_topk_chunks(&chunks).unwrap(), joined, "k {k}");
+                let group = top_k_group_chunks(&chunks).unwrap();
+                assert_eq!(group.k, k as usize);
+                assert_eq!(group.ids.len(), n);
+                assert_eq!(group.embeddings.array().len(), n);
+                assert!(matches!(group.query, Some(Operand::Scalar(ref a)) if a.len() == 1));
+            }
+        }
+        assert_eq!(vector_topk_chunks(&[]).unwrap().0.len(), 0);
+        assert_eq!(top_k_group_chunks(&[]).unwrap().k, 0);
+    }
+
+    #[test]
+    fn vector_topk_chunk_errors_number_rows_in_the_group() {
+        let emb = vec![some(&[1.0, 0.0]); 6];
+        let q = some(&[1.0, 0.0]);
+        let args = |query: Rows, k: Vec<Option<i64>>| {
+            topk_args(vec![1, 2, 3, 4, 5, 6], emb.clone(), query, k)
+        };
+        let err = |args: &[ArrayRef], scalars: bool| {
+            vector_topk_chunks(&chunked(args, &[2, 4], scalars))
+                .unwrap_err()
+                .to_string()
+        };
+        let mut query = vec![q.clone(); 6];
+        query[4] = some(&[0.0, 1.0]);
+        let e = err(&args(query, vec![Some(1); 6]), false);
+        assert!(e.contains("differs between rows 1 and 5 of a group"), "{e}");
+        let mut query = vec![None, None, q.clone(), q.clone(), some(&[0.0, 1.0]), None];
+        let e = err(&args(query.clone(), vec![Some(1); 6]), true);
+        assert!(e.contains("differs between rows 3 and 5 of a group"), "{e}");
+        query[4] = q.clone();
+        assert_eq!(
+            vector_topk_chunks(&chunked(&args(query, vec![Some(1); 6]), &[2, 4], true))
+                .unwrap()
+                .0,
+            Int64Array::from(vec![1])
+        );
+        let mut k = vec![Some(2); 6];
+        k[4] = Some(3);
+        let e = err(&args(vec![q.clone(); 6], k.clone()), true);
+        assert!(
+            e.contains("same in every row of a group, got 2 and 3"),
+            "{e}"
+        );
+        k[5] = None;
+        let e = err(&args(vec![q.clone(); 6], k), false);
+        assert!(e.contains("k is NULL"), "{e}");
+        let mut emb = emb.clone();
+        emb[3] = some(&[1.0]);
+        let e = err(
+            &topk_args(vec![1; 6], emb, vec![q.clone(); 6], vec![Some(1); 6]),
+            true,
+        );
+        assert!(
+            e.ends_with("vectors of different lengths (1 and 2) in row 4 of the batch"),
+            "{e}"
+        );
     }
 }
