@@ -31,12 +31,14 @@ for line in sys.stdin:
 }
 
 echo "gpu-verify: building (release)"
-cargo build --release -p accelsql-cli
+# One cargo invocation, so that the three share one set of dependency features (and builds).
+cargo build --release -p accelsql-cli -p accelsql-udf-runtime -p accelsql-benchmarks \
+  --bin accelsql --test gpu_differential --bench gpu_builtins --message-format=json-render-diagnostics \
+  > "$pack/build.json"
 cli=target/release/accelsql
-diff_bin=$(cargo test --release -p accelsql-udf-runtime --test gpu_differential --no-run \
-  --message-format=json | executable test gpu_differential)
-bench_bin=$(cargo bench -p accelsql-benchmarks --bench gpu_builtins --no-run \
-  --message-format=json | executable bench gpu_builtins)
+diff_bin=$(executable test gpu_differential < "$pack/build.json")
+bench_bin=$(executable bench gpu_builtins < "$pack/build.json")
+rm "$pack/build.json"
 for f in "$cli" "$diff_bin" "$bench_bin"; do
   if [ ! -x "$f" ]; then
     echo "gpu-verify: ERROR: no executable at '$f'" >&2

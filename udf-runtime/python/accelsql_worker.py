@@ -26,6 +26,7 @@ _I32 = struct.Struct("<i")
 _U64 = struct.Struct("<Q")
 
 F_INIT, F_READY, F_RUN, F_RESULT, F_FINISH, F_DONE, F_ERROR, F_HELLO = 1, 2, 3, 4, 5, 6, 7, 8
+F_IMPORT, F_SCRIPT = 9, 10
 E_EXCEPTION, E_BAD_OUTPUT = 1, 2
 
 W_BOOL, W_I64, W_F64, W_I128, W_UTF8, W_DATE32, W_TS_US = 1, 2, 3, 4, 5, 6, 7
@@ -223,9 +224,47 @@ class Exa(object):
 
     def __init__(self, meta):
         self.meta = meta
+        self._modules = {}  # qualified name -> module, one per instance
+        self._asked = {}  # name as asked -> module
 
     def import_script(self, name):
-        raise NotImplementedError("exa.import_script(%r): importing other scripts is not supported by accelsql yet" % (name,))
+        """The module of another script (`schema.name`, or a plain name as SQL resolves it):
+        its code runs once per instance, at the first import; later imports return the same
+        module. The imported code sees `exa` too."""
+        if not isinstance(name, str):
+            raise TypeError("exa.import_script(name): name must be a str, not %s" % type(name).__name__)
+        module = self._asked.get(name)
+        if module is not None:
+            return module
+        ch = _CHANNEL
+        if ch is None:
+            raise ImportError("exa.import_script(%r): no engine to ask" % (name,))
+        ch.write(F_IMPORT, [_s(name)])
+        kind, payload = ch.read()
+        if kind != F_SCRIPT:
+            raise _ProtocolError("expected SCRIPT, got frame %d" % kind)
+        r = _Reader(payload)
+        if r.u8() != 1:
+            raise ImportError("exa.import_script(%r): %s" % (name, r.str()))
+        qualified = r.str()
+        code = r.str()
+        module = self._modules.get(qualified)
+        if module is None:
+            import types
+
+            module = types.ModuleType(qualified)
+            module.__file__ = "<script %s>" % qualified
+            module.__dict__["exa"] = self
+            # Registered before its code runs, so that scripts importing each other get the
+            # module being made rather than a second copy.
+            self._modules[qualified] = module
+            try:
+                exec(compile(code, module.__file__, "exec"), module.__dict__)
+            except BaseException:
+                del self._modules[qualified]
+                raise
+        self._asked[name] = module
+        return module
 
     def get_connection(self, name):
         raise NotImplementedError("exa.get_connection(%r): connections are not supported by accelsql yet" % (name,))
@@ -1119,6 +1158,8 @@ class _State(object):
 
 
 _STATE = None
+# The protocol channel, for exa.import_script (set by main()).
+_CHANNEL = None
 
 
 def _read_init(payload):
@@ -1254,7 +1295,7 @@ def _encode_result(st, nrows, out):
 
 
 def main():
-    global _STATE
+    global _STATE, _CHANNEL
     # fd 0 is the protocol socket: keep a private, non-inheritable copy, then point fd 0 at
     # /dev/null and fd 1 at stderr so that input() and print() of the script cannot touch it.
     proto = os.dup(0)
@@ -1270,6 +1311,7 @@ def main():
         pass
     _forget_worker_dir()
     ch = _Channel(proto)
+    _CHANNEL = ch
     impl = sys.implementation.name
     ch.write(F_HELLO, [_s("%s %s (%s)" % (impl, sys.version.split()[0], sys.executable))])
     try:

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use accelsql_gpu_scheduler::Inventory;
 use accelsql_udf_runtime::script::{
-    ColumnSpec, PythonWorker, ScriptInputType, ScriptOutput, ScriptSpec, SqlType, WorkerContext,
-    find_python3,
+    ColumnSpec, PythonWorker, ScriptImports, ScriptInputType, ScriptOutput, ScriptSpec, SqlType,
+    WorkerContext, find_python3,
 };
 use accelsql_udf_runtime::{PythonExceptionInfo, RuntimeError};
 use arrow::array::{
@@ -63,6 +63,7 @@ fn spec(
         output,
         body: body.into(),
         env: vec![],
+        imports: ScriptImports::none(),
     })
 }
 

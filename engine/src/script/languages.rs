@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-use accelsql_udf_runtime::script::find_python3;
+use accelsql_udf_runtime::script::{ScriptImports, find_python3};
 use datafusion::prelude::SessionContext;
 
 use super::catalog::{ScriptCatalog, ScriptEntry, StoredOutput};
 use super::ddl::{DdlOutput, ScriptDdl, parse};
 use super::dynamic::rewrite_dynamic_emits;
-use super::names::{owns_plain_name, qualified_function};
+use super::names::{owns_plain_name, qualified_function, script_imports};
 use super::options::take_options;
 use super::udf::{ScriptUdf, script_spec, script_udf, script_udf_named};
 use crate::EngineError;
@@ -196,7 +196,7 @@ impl SessionScripts {
                 if check.output == StoredOutput::DynamicEmits {
                     check.output = StoredOutput::Emits(vec![("c".into(), "INTEGER".into())]);
                 }
-                script_spec(&check, PathBuf::new())?;
+                script_spec(&check, PathBuf::new(), ScriptImports::none())?;
                 script_udf(&check, PathBuf::new(), self.session_id)?;
                 catalog.create(entry, create.or_replace)
             }
@@ -220,6 +220,7 @@ impl SessionScripts {
             ctx.deregister_udaf(&name);
         }
         let entries = catalog.entries();
+        let imports = script_imports(entries.clone());
         for entry in &entries {
             if entry.output == StoredOutput::DynamicEmits {
                 // Registered per call site (see `rewrite_dynamic`).
@@ -232,7 +233,13 @@ impl SessionScripts {
             for function in functions {
                 // Registered even when its language cannot run here, so that a call says why.
                 let interpreter = self.interpreter(&entry.language);
-                match script_udf_named(entry, &function, interpreter, self.session_id) {
+                match script_udf_named(
+                    entry,
+                    &function,
+                    interpreter,
+                    self.session_id,
+                    imports.clone(),
+                ) {
                     Ok(udf) => {
                         register(ctx, udf);
                         synced.1.push(function);
@@ -292,6 +299,7 @@ impl SessionScripts {
                 &call.function,
                 Ok(interpreter),
                 self.session_id,
+                script_imports(all.clone()),
             )?);
         }
         Ok((rewritten, udfs))

@@ -15,6 +15,8 @@ use datafusion::sql::sqlparser::ast::{
     Expr as SqlExpr, Function, Ident, ObjectName, ObjectNamePart, VisitMut, VisitorMut,
 };
 
+use accelsql_udf_runtime::script::{ImportedScript, ScriptImports};
+
 use super::catalog::{ScriptEntry, StoredOutput};
 use super::languages::DEFAULT_SCHEMA;
 use crate::EngineError;
@@ -156,6 +158,86 @@ impl VisitorMut for Resolver<'_> {
     }
 }
 
+/// Splits a script name as `exa.import_script` gets it (`name`, `schema.name`, parts optionally
+/// `"quoted"`) into (schema, name), folded as SQL folds identifiers.
+fn split_script_name(text: &str) -> Result<(Option<String>, String), String> {
+    let bad = || format!("{text:?} is not a script name (name or schema.name)");
+    let mut parts = Vec::new();
+    let mut chars = text.trim().chars().peekable();
+    loop {
+        let mut part = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('"') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        part.push('"');
+                    }
+                    Some('"') => break,
+                    Some(c) => part.push(c),
+                    None => return Err(bad()),
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| *c != '.') {
+                part.push(c);
+            }
+            part = part.trim().to_ascii_lowercase();
+        }
+        if part.is_empty() {
+            return Err(bad());
+        }
+        parts.push(part);
+        match chars.next() {
+            None => break,
+            Some('.') => {}
+            Some(_) => return Err(bad()),
+        }
+    }
+    match <[String; 2]>::try_from(parts) {
+        Ok([schema, name]) => Ok((Some(schema), name)),
+        Err(parts) => match <[String; 1]>::try_from(parts) {
+            Ok([name]) => Ok((None, name)),
+            Err(_) => Err(bad()),
+        },
+    }
+}
+
+/// What `exa.import_script(name)` finds among `entries`: the script `schema.name` names, or the
+/// one a plain `name` calls in SQL.
+pub(crate) fn script_imports(entries: Vec<Arc<ScriptEntry>>) -> ScriptImports {
+    ScriptImports::new(move |text| {
+        let (schema, name) = split_script_name(text)?;
+        let found: Vec<&ScriptEntry> = match &schema {
+            Some(schema) => entries
+                .iter()
+                .filter(|e| &e.schema == schema && e.name == name)
+                .map(Arc::as_ref)
+                .collect(),
+            None => plain_candidates(&name, &entries),
+        };
+        match found.as_slice() {
+            [entry] => Ok(ImportedScript {
+                qualified_name: qualified_function(&entry.schema, &entry.name),
+                code: entry.code.clone(),
+            }),
+            [] => Err(format!(
+                "script {} does not exist",
+                qualified_function(schema.as_deref().unwrap_or(DEFAULT_SCHEMA), &name)
+            )),
+            several => Err(format!(
+                "script name {name} is ambiguous: scripts {} exist; name its schema",
+                several
+                    .iter()
+                    .map(|e| qualified_function(&e.schema, &e.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use datafusion::sql::parser::DFParserBuilder;
@@ -208,6 +290,38 @@ mod tests {
                 .contains("script t.f does not exist; scripts named f: public.f, s.f"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn imports_find_scripts_as_sql_names_them() {
+        let entries = vec![
+            entry("public", "f"),
+            entry("lib", "f"),
+            entry("Lib", "Util"),
+            entry("a", "g"),
+            entry("b", "g"),
+        ];
+        let imports = script_imports(entries);
+        let name = |text: &str| imports.find(text).map(|s| s.qualified_name);
+        assert_eq!(name("F").unwrap(), "public.f");
+        assert_eq!(name(" LIB.F ").unwrap(), "lib.f");
+        assert_eq!(name("\"Lib\".\"Util\"").unwrap(), "Lib.Util");
+        assert_eq!(
+            name("lib.util").unwrap_err(),
+            "script lib.util does not exist"
+        );
+        assert_eq!(name("h").unwrap_err(), "script public.h does not exist");
+        assert!(
+            name("g")
+                .unwrap_err()
+                .contains("ambiguous: scripts a.g, b.g exist")
+        );
+        for bad in ["", "a.", ".a", "a.b.c", "\"open", "\"a\"x"] {
+            assert!(
+                name(bad).unwrap_err().contains("is not a script name"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

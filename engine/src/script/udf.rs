@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use accelsql_udf_runtime::script::{
-    ColumnSpec, PythonWorker, ScriptInputType, ScriptOutput, ScriptSpec, SqlType, WorkerContext,
+    ColumnSpec, PythonWorker, ScriptImports, ScriptInputType, ScriptOutput, ScriptSpec, SqlType,
+    WorkerContext,
 };
 use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
 use datafusion::arrow::array::ArrayRef;
@@ -31,7 +32,11 @@ fn definition_error(entry: &ScriptEntry, message: impl std::fmt::Display) -> Eng
 }
 
 /// The runtime's view of `entry`: types parsed, interpreter chosen.
-pub(crate) fn script_spec(entry: &ScriptEntry, interpreter: PathBuf) -> crate::Result<ScriptSpec> {
+pub(crate) fn script_spec(
+    entry: &ScriptEntry,
+    interpreter: PathBuf,
+    imports: ScriptImports,
+) -> crate::Result<ScriptSpec> {
     let parse = |ty: &str| SqlType::parse(ty).map_err(|e| definition_error(entry, e));
     let columns = |cols: &[(String, String)]| {
         cols.iter()
@@ -62,6 +67,7 @@ pub(crate) fn script_spec(entry: &ScriptEntry, interpreter: PathBuf) -> crate::R
         output,
         body: entry.code.clone(),
         env: entry.env.clone(),
+        imports,
     })
 }
 
@@ -71,10 +77,17 @@ pub(crate) fn script_udf(
     interpreter: PathBuf,
     session_id: u64,
 ) -> crate::Result<ScriptUdf> {
-    script_udf_named(entry, &entry.name, Ok(interpreter), session_id)
+    script_udf_named(
+        entry,
+        &entry.name,
+        Ok(interpreter),
+        session_id,
+        ScriptImports::none(),
+    )
 }
 
-/// Like [`script_udf`], registered under `function` (a call site's own name for `EMITS (...)`).
+/// Like [`script_udf`], registered under `function` (a call site's own name for `EMITS (...)`,
+/// or `schema.name`), with `imports` behind its `exa.import_script`.
 ///
 /// With `Err(why)` for the interpreter (its language alias cannot run in this session), every
 /// call fails with `why`.
@@ -83,12 +96,13 @@ pub(crate) fn script_udf_named(
     function: &str,
     interpreter: Result<PathBuf, String>,
     session_id: u64,
+    imports: ScriptImports,
 ) -> crate::Result<ScriptUdf> {
     let (interpreter, unavailable) = match interpreter {
         Ok(path) => (path, None),
         Err(why) => (PathBuf::new(), Some(why)),
     };
-    let spec = Arc::new(script_spec(entry, interpreter)?);
+    let spec = Arc::new(script_spec(entry, interpreter, imports)?);
     let request = match &entry.accelerator {
         Some(text) => AcceleratorRequest::parse(text)?,
         None => AcceleratorRequest::None,

@@ -474,8 +474,8 @@ mod tests {
 
     use super::super::worker::worker_env;
     use super::super::{
-        PythonWorker, ScriptInputType, ScriptOutput, ScriptSpec, SqlType, WorkerContext,
-        find_python3,
+        PythonWorker, ScriptImports, ScriptInputType, ScriptOutput, ScriptSpec, SqlType,
+        WorkerContext, find_python3,
     };
     use super::*;
 
@@ -497,6 +497,7 @@ mod tests {
             output: ScriptOutput::Returns(returns),
             body: body.into(),
             env,
+            imports: ScriptImports::none(),
         })
     }
 

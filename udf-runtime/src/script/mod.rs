@@ -37,6 +37,9 @@ mod wire;
 mod worker;
 
 pub use interpreter::{MIN_PYTHON, PythonVersion, find_python3};
-pub use spec::{ColumnSpec, ScriptInputType, ScriptOutput, ScriptSpec, WorkerContext};
+pub use spec::{
+    ColumnSpec, ImportedScript, ScriptImports, ScriptInputType, ScriptOutput, ScriptSpec,
+    WorkerContext,
+};
 pub use sql_type::SqlType;
 pub use worker::PythonWorker;

@@ -1,6 +1,7 @@
 //! What a script is (its signature, body and language) and where one instance of it runs.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use arrow::datatypes::DataType;
 
@@ -68,6 +69,71 @@ pub struct ScriptSpec {
     pub body: String,
     /// `%env NAME=VALUE;` settings, given to the worker process.
     pub env: Vec<(String, String)>,
+    /// How `exa.import_script(name)` finds the code of other scripts.
+    pub imports: ScriptImports,
+}
+
+/// A found script for `exa.import_script`: its qualified name and its code (option lines
+/// blanked, as in [`ScriptSpec::body`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportedScript {
+    /// `schema.name`: the imported module's name, and how tracebacks name its file.
+    pub qualified_name: String,
+    /// The code the module runs.
+    pub code: String,
+}
+
+/// The lookup behind `exa.import_script(name)`: the name as the script wrote it in, the script
+/// or why there is none out. Without one ([`ScriptImports::none`]) every import fails.
+#[derive(Clone, Default)]
+pub struct ScriptImports(Option<Arc<ImportLookup>>);
+
+/// The function behind [`ScriptImports`].
+type ImportLookup = dyn Fn(&str) -> Result<ImportedScript, String> + Send + Sync;
+
+impl ScriptImports {
+    /// No other scripts can be imported.
+    pub fn none() -> Self {
+        Self(None)
+    }
+
+    /// Imports found by `lookup`.
+    pub fn new(
+        lookup: impl Fn(&str) -> Result<ImportedScript, String> + Send + Sync + 'static,
+    ) -> Self {
+        Self(Some(Arc::new(lookup)))
+    }
+
+    /// The script `name` names, or why there is none.
+    pub fn find(&self, name: &str) -> Result<ImportedScript, String> {
+        match &self.0 {
+            Some(lookup) => lookup(name),
+            None => Err(format!(
+                "script {name} cannot be imported here (no script catalog)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Debug for ScriptImports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "ScriptImports(catalog)"
+        } else {
+            "ScriptImports(none)"
+        })
+    }
+}
+
+/// Two lookups are equal when they are the same one.
+impl PartialEq for ScriptImports {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
 }
 
 impl ScriptSpec {

@@ -14,6 +14,14 @@
 //! worker → engine  ERROR   u8 kind, … (instead of READY, RESULT or DONE)
 //! ```
 //!
+//! While the engine waits for READY, RESULT or DONE, the worker may ask for another script's
+//! code (`exa.import_script`) any number of times, each answered before it goes on:
+//!
+//! ```text
+//! worker → engine  IMPORT  str name
+//! engine → worker  SCRIPT  u8 1, str qualified name, str code  |  u8 0, str why not
+//! ```
+//!
 //! Integers are little-endian; `str` is `u32 length | UTF-8`. A column is `u8 wire type | u8
 //! has_nulls | [rows bytes: 1 = valid, 0 = NULL] | values`, the values in one block per column:
 //! Boolean 1 byte each, Int64 / Timestamp(µs) 8, Float64 8, Decimal128 16, Date32 4, Utf8 as
@@ -30,7 +38,9 @@ use arrow::datatypes::{
     TimestampMicrosecondType,
 };
 
-use super::{ColumnSpec, ScriptInputType, ScriptOutput, ScriptSpec, SqlType, WorkerContext};
+use super::{
+    ColumnSpec, ImportedScript, ScriptInputType, ScriptOutput, ScriptSpec, SqlType, WorkerContext,
+};
 
 /// Bytes of a frame header: u64 length, u8 kind.
 pub(crate) const FRAME_HEADER_LEN: usize = 9;
@@ -45,6 +55,11 @@ pub(crate) const F_FINISH: u8 = 5;
 pub(crate) const F_DONE: u8 = 6;
 pub(crate) const F_ERROR: u8 = 7;
 pub(crate) const F_HELLO: u8 = 8;
+/// Worker → engine, during INIT, RUN or FINISH: `str name` of `exa.import_script(name)`.
+pub(crate) const F_IMPORT: u8 = 9;
+/// Engine → worker, the answer to IMPORT: `u8 1, str qualified name, str code`, or `u8 0, str
+/// why not`.
+pub(crate) const F_SCRIPT: u8 = 10;
 
 const E_EXCEPTION: u8 = 1;
 const E_BAD_OUTPUT: u8 = 2;
@@ -408,6 +423,33 @@ pub(crate) enum WorkerError {
         /// 0-based row of the run's output.
         row: u64,
     },
+}
+
+/// The name in an IMPORT frame.
+pub(crate) fn decode_import(payload: &[u8]) -> Result<String, String> {
+    let mut r = Reader::new(payload);
+    let name = r.str()?;
+    if !r.is_done() {
+        return Err("IMPORT frame has trailing bytes".into());
+    }
+    Ok(name)
+}
+
+/// The SCRIPT frame answering an IMPORT.
+pub(crate) fn encode_script(found: &Result<ImportedScript, String>) -> Vec<u8> {
+    let mut w = Writer::default();
+    match found {
+        Ok(script) => {
+            w.u8(1);
+            w.str(&script.qualified_name);
+            w.str(&script.code);
+        }
+        Err(why) => {
+            w.u8(0);
+            w.str(why);
+        }
+    }
+    w.buf
 }
 
 pub(crate) fn decode_error(payload: &[u8]) -> Result<WorkerError, String> {

@@ -49,6 +49,7 @@ const STDERR_SETTLE: Duration = Duration::from_millis(500);
 ///     inputs: Some(vec![ColumnSpec::new("x", SqlType::Double)]),
 ///     output: ScriptOutput::Returns(SqlType::Double),
 ///     body: "def run(ctx):\n    return ctx.x * 2\n".into(), env: vec![],
+///     imports: ScriptImports::none(),
 /// });
 /// let mut w = PythonWorker::start(spec, WorkerContext::default(), &[DataType::Float64], None)?;
 /// let x: ArrayRef = Arc::new(Float64Array::from(vec![1.0, 2.5]));
@@ -303,9 +304,20 @@ impl PythonWorker {
         phase: &str,
     ) -> Result<(u8, Vec<u8>)> {
         let process = self.process_mut()?;
-        let answer = process
+        let mut answer = process
             .send(kind, payload, deadline)
             .and_then(|()| process.recv(deadline));
+        // `exa.import_script` asks for other scripts' code before it answers.
+        while let Ok((wire::F_IMPORT, request)) = &answer {
+            let found = wire::decode_import(request)
+                .map_err(|e| format!("bad IMPORT frame: {e}"))
+                .and_then(|name| self.spec.imports.find(&name));
+            let reply = wire::encode_script(&found);
+            let process = self.process_mut()?;
+            answer = process
+                .send(wire::F_SCRIPT, &reply, deadline)
+                .and_then(|()| process.recv(deadline));
+        }
         match answer {
             Ok((wire::F_ERROR, payload)) => Err(self.worker_error(&payload)),
             Ok(answer) => Ok(answer),
@@ -563,10 +575,16 @@ fn resolve_inputs(
 mod tests {
     use arrow::array::{AsArray, Float64Array};
 
-    use super::super::{ScriptInputType, ScriptOutput, find_python3};
+    use super::super::{
+        ImportedScript, ScriptImports, ScriptInputType, ScriptOutput, find_python3,
+    };
     use super::*;
 
     fn start(body: &str) -> PythonWorker {
+        start_importing(body, ScriptImports::none())
+    }
+
+    fn start_importing(body: &str, imports: ScriptImports) -> PythonWorker {
         let spec = Arc::new(ScriptSpec {
             schema: "S".into(),
             name: "F".into(),
@@ -577,6 +595,7 @@ mod tests {
             output: ScriptOutput::Returns(SqlType::Varchar(200)),
             body: body.into(),
             env: vec![],
+            imports,
         });
         PythonWorker::start(spec, WorkerContext::default(), &[DataType::Float64], None).unwrap()
     }
@@ -621,5 +640,50 @@ mod tests {
             );
             assert!(!text.contains("Did you mean"), "{text}");
         }
+    }
+
+    /// `exa.import_script` asks the engine for the code, in module-level code and in run(); the
+    /// module is made once per instance, sees `exa` too, and a missing script is an ImportError
+    /// with the engine's reason.
+    #[test]
+    fn scripts_import_other_scripts_through_the_engine() {
+        let asked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let log = Arc::clone(&asked);
+        let imports = ScriptImports::new(move |name| {
+            log.lock().unwrap().push(name.to_string());
+            match name {
+                "lib" | "s.lib" => Ok(ImportedScript {
+                    qualified_name: "s.lib".into(),
+                    code: "LOADS = []\nLOADS.append(1)\ndef twice(x):\n    return 2 * x\nNAME = exa.meta.script_name\n".into(),
+                }),
+                other => Err(format!("script {other} does not exist")),
+            }
+        });
+        let body = "lib = exa.import_script('lib')\n\
+                    def run(ctx):\n    again = exa.import_script('s.lib')\n    \
+                    return '%s %s %s %s' % (lib.twice(ctx.x), again is lib, len(lib.LOADS), lib.NAME)\n";
+        let mut w = start_importing(body, imports.clone());
+        assert_eq!(run(&mut w).unwrap(), ["3.0 True 1 F", "5.0 True 1 F"]);
+        w.finish().unwrap();
+        // Each name is asked for once per instance.
+        assert_eq!(*asked.lock().unwrap(), ["lib", "s.lib"]);
+
+        let mut w = start_importing(
+            "def run(ctx):\n    return exa.import_script('nope').x\n",
+            imports,
+        );
+        let text = run(&mut w).unwrap_err().to_string();
+        assert!(
+            text.contains("ImportError: exa.import_script('nope'): script nope does not exist"),
+            "{text}"
+        );
+        // Without a catalog, every import fails with the reason.
+        let mut w =
+            start("import_me = exa.import_script\ndef run(ctx):\n    return import_me('a').x\n");
+        let text = run(&mut w).unwrap_err().to_string();
+        assert!(
+            text.contains("cannot be imported here (no script catalog)"),
+            "{text}"
+        );
     }
 }
