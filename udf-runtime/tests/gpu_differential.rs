@@ -936,7 +936,7 @@ fn modules_are_compiled_once_per_device_and_cached_on_disk() {
     // Same device object for the same UUID; the same module object on a second request.
     assert!(Arc::ptr_eq(&gpu, &GpuDevice::open(&device).unwrap()));
     let dir = std::env::temp_dir().join(format!("accelsql-gpu-test-cache-{}", std::process::id()));
-    let cache = gpu::PtxDiskCache::new(&dir);
+    let cache = gpu::KernelDiskCache::new(&dir);
     let source = KernelSource::new(
         "test_cached",
         format!(
@@ -949,8 +949,25 @@ fn modules_are_compiled_once_per_device_and_cached_on_disk() {
     let second = gpu.module(&source).unwrap();
     gpu::set_kernel_cache_dir(None);
     assert!(Arc::ptr_eq(&first, &second));
-    let key = source.cache_key(gpu.compute_capability());
-    let ptx = cache.load(key).expect("the compiled PTX is on disk");
-    assert!(ptx.contains(".target"), "{ptx}");
+    // An H100 (or any device this NVRTC knows) gets machine code for its own architecture; only
+    // a device newer than NVRTC gets PTX.
+    let target = gpu.compile_target();
+    let key = source.cache_key(target);
+    match (
+        target,
+        cache.load(key).expect("the compiled module is on disk"),
+    ) {
+        (gpu::CompileTarget::Cubin(arch), gpu::ModuleImage::Cubin(bytes)) => {
+            assert_eq!(
+                Some(target),
+                gpu::CompileTarget::native(gpu.compute_capability())
+            );
+            assert!(bytes.starts_with(b"\x7fELF"), "sm_{arch}");
+        }
+        (gpu::CompileTarget::Ptx(_), gpu::ModuleImage::Ptx(text)) => {
+            assert!(text.contains(".target"), "{text}");
+        }
+        (target, image) => panic!("a {} image for target {target:?}", image.kind()),
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

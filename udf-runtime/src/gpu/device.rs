@@ -11,10 +11,11 @@ use cudarc::driver::sys::CUresult;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaStream, DriverError, PinnedHostSlice,
 };
-use cudarc::nvrtc::{CompileError, CompileOptions, Ptx};
+use cudarc::nvrtc::Ptx;
 
 use super::CudaLibraries;
-use super::kernel_cache::{KernelSource, PtxDiskCache, arch_name};
+use super::kernel_cache::{CompileTarget, KernelDiskCache, KernelSource, ModuleImage};
+use super::nvrtc;
 use crate::{Result, RuntimeError};
 
 /// Streams per device: chunks in flight at once, so that one chunk's copies overlap another's
@@ -34,11 +35,14 @@ pub struct GpuDevice {
     label: String,
     ordinal: usize,
     compute_capability: (i32, i32),
+    target: CompileTarget,
     ctx: Arc<CudaContext>,
     pub(crate) streams: Vec<Arc<CudaStream>>,
     modules: Mutex<HashMap<u64, Arc<CudaModule>>>,
     staging: Mutex<Vec<PinnedHostSlice<u8>>>,
     runs: Mutex<()>,
+    /// The first error that left the CUDA context unusable ([`is_sticky`]), if one did.
+    broken: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for GpuDevice {
@@ -107,6 +111,25 @@ pub fn normalize_uuid(uuid: &str) -> String {
     bare.to_ascii_lowercase()
 }
 
+/// Whether CUDA error `code` leaves the context unusable for the rest of the process (CUDA's
+/// "sticky" errors: every later call in the context fails with it, until the process restarts).
+pub(crate) fn is_sticky(code: CUresult) -> bool {
+    matches!(
+        code,
+        CUresult::CUDA_ERROR_ECC_UNCORRECTABLE
+            | CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUresult::CUDA_ERROR_LAUNCH_TIMEOUT
+            | CUresult::CUDA_ERROR_ASSERT
+            | CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUresult::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUresult::CUDA_ERROR_INVALID_PC
+            | CUresult::CUDA_ERROR_LAUNCH_FAILED
+            | CUresult::CUDA_ERROR_EXTERNAL_DEVICE
+    )
+}
+
 /// `name (description)` of a driver error, e.g. `CUDA_ERROR_OUT_OF_MEMORY (out of memory)`.
 fn describe(e: DriverError) -> String {
     let name = e
@@ -161,6 +184,7 @@ impl GpuDevice {
         let key = normalize_uuid(&info.uuid);
         let mut devices = lock(registry());
         if let Some(device) = devices.get(&key) {
+            device.check_usable()?;
             return Ok(Arc::clone(device));
         }
         // Look for the libraries before any cudarc call: cudarc panics when one is missing.
@@ -226,6 +250,8 @@ impl GpuDevice {
         let compute_capability = ctx
             .compute_capability()
             .map_err(|e| fail("reading the compute capability", e))?;
+        let target = CompileTarget::choose(compute_capability, &nvrtc::supported_archs())
+            .map_err(|m| unavailable(format!("GPU {label}: {m}")))?;
         let streams = (0..STREAMS)
             .map(|_| ctx.new_stream())
             .collect::<std::result::Result<Vec<_>, _>>()
@@ -235,11 +261,13 @@ impl GpuDevice {
             label,
             ordinal,
             compute_capability,
+            target,
             ctx,
             streams,
             modules: Mutex::new(HashMap::new()),
             staging: Mutex::new(Vec::new()),
             runs: Mutex::new(()),
+            broken: Mutex::new(None),
         })
     }
 
@@ -263,6 +291,12 @@ impl GpuDevice {
         self.compute_capability
     }
 
+    /// What this device's kernels are compiled to: CUBIN for its architecture (`sm_90` on an
+    /// H100), or PTX when NVRTC does not know the architecture (see [`CompileTarget::choose`]).
+    pub fn compile_target(&self) -> CompileTarget {
+        self.target
+    }
+
     /// The device's CUDA context (the primary context).
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
@@ -270,8 +304,16 @@ impl GpuDevice {
 
     /// The error for CUDA call `step` failing with `e`: [`RuntimeError::GpuOutOfMemory`] for
     /// `CUDA_ERROR_OUT_OF_MEMORY` (the runtime then splits the chunk), else [`RuntimeError::Gpu`].
+    ///
+    /// An error that leaves the context unusable (CUDA's sticky errors: an illegal address in a
+    /// kernel, a launch failure, …) also marks the device broken: from then on [`GpuDevice::open`] and
+    /// [`GpuDevice::run_columnar`] answer [`RuntimeError::GpuUnavailable`] (so optional calls run
+    /// on the CPU) instead of failing every later statement with the same CUDA error.
     pub fn error(&self, step: &str, e: DriverError) -> RuntimeError {
         let message = format!("{step}: {}", describe(e));
+        if is_sticky(e.0) {
+            lock(&self.broken).get_or_insert_with(|| message.clone());
+        }
         if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
             RuntimeError::GpuOutOfMemory {
                 device: self.label.clone(),
@@ -282,6 +324,19 @@ impl GpuDevice {
                 device: self.label.clone(),
                 message,
             }
+        }
+    }
+
+    /// [`RuntimeError::GpuUnavailable`] when an earlier error left the device's CUDA context
+    /// unusable (see [`GpuDevice::error`]).
+    pub(crate) fn check_usable(&self) -> Result<()> {
+        match lock(&self.broken).as_ref() {
+            None => Ok(()),
+            Some(first) => Err(unavailable(format!(
+                "GPU {} cannot be used until the process restarts: its CUDA context failed \
+                 with {first}",
+                self.label
+            ))),
         }
     }
 
@@ -308,45 +363,60 @@ impl GpuDevice {
     }
 
     /// `source` compiled for this device and loaded: compiled with NVRTC once per process and
-    /// architecture (for `--gpu-architecture=sm_XY` of the device's compute capability), kept in
-    /// memory per device, and in the on-disk cache when one is configured (see
-    /// [`super::kernel_cache`]); a cache entry that is corrupt or does not load is recompiled.
+    /// [`CompileTarget`] (CUBIN for the device's architecture, `sm_90` on an H100), kept in memory
+    /// per device, and in the on-disk cache when one is configured (see [`super::kernel_cache`]);
+    /// a cache entry that is corrupt or does not load is recompiled.
     pub fn module(&self, source: &KernelSource) -> Result<Arc<CudaModule>> {
-        let key = source.cache_key(self.compute_capability);
+        let key = source.cache_key(self.target);
         let mut modules = lock(&self.modules);
         if let Some(module) = modules.get(&key) {
             return Ok(Arc::clone(module));
         }
-        let module = self.load_module(source, key)?;
+        let module = catch_panics(
+            || self.load_module(source, key),
+            |m| {
+                self.fail(format!(
+                    "compiling or loading module {} panicked inside the CUDA library: {m}",
+                    source.name()
+                ))
+            },
+        )?;
         modules.insert(key, Arc::clone(&module));
         Ok(module)
     }
 
     fn load_module(&self, source: &KernelSource, key: u64) -> Result<Arc<CudaModule>> {
-        // PTX already built by this process (another device of the same architecture).
-        let memo = lock(ptx_memo()).get(&key).cloned();
-        if let Some(ptx) = memo
-            && let Ok(module) = self.ctx.load_module(Ptx::from_src(ptx))
+        // An image already built by this process (another device of the same architecture).
+        let memo = lock(image_memo()).get(&key).cloned();
+        if let Some(image) = memo
+            && let Ok(module) = self.ctx.load_module(loadable(&image))
         {
             return Ok(module);
         }
-        let disk = PtxDiskCache::configured();
-        if let Some(ptx) = disk.as_ref().and_then(|d| d.load(key))
-            && let Ok(module) = self.ctx.load_module(Ptx::from_src(ptx.clone()))
+        let disk = KernelDiskCache::configured();
+        if let Some(image) = disk.as_ref().and_then(|d| d.load(key))
+            && let Ok(module) = self.ctx.load_module(loadable(&image))
         {
-            lock(ptx_memo()).insert(key, ptx);
+            lock(image_memo()).insert(key, image);
             return Ok(module);
         }
-        let ptx = compile(source, self.compute_capability).map_err(|m| self.fail(m))?;
-        let module = self
-            .ctx
-            .load_module(Ptx::from_src(ptx.clone()))
-            .map_err(|e| self.error(&format!("loading module {}", source.name()), e))?;
+        let image = nvrtc::compile(source, self.target).map_err(|m| self.fail(m))?;
+        let module = self.ctx.load_module(loadable(&image)).map_err(|e| {
+            self.error(
+                &format!(
+                    "loading module {} ({} {})",
+                    source.name(),
+                    image.kind(),
+                    self.target.name()
+                ),
+                e,
+            )
+        })?;
         if let Some(disk) = &disk {
             // A cache that cannot be written only costs a compile next time.
-            let _ = disk.store(key, &ptx);
+            let _ = disk.store(key, &image);
         }
-        lock(ptx_memo()).insert(key, ptx);
+        lock(image_memo()).insert(key, image);
         Ok(module)
     }
 
@@ -440,48 +510,21 @@ impl GpuDevice {
     }
 }
 
-/// PTX compiled by this process, by cache key (shared by devices of the same architecture).
-fn ptx_memo() -> &'static Mutex<HashMap<u64, String>> {
-    static MEMO: OnceLock<Mutex<HashMap<u64, String>>> = OnceLock::new();
+/// Module images compiled by this process, by cache key (shared by devices of the same
+/// architecture).
+fn image_memo() -> &'static Mutex<HashMap<u64, ModuleImage>> {
+    static MEMO: OnceLock<Mutex<HashMap<u64, ModuleImage>>> = OnceLock::new();
     MEMO.get_or_init(Default::default)
 }
 
-/// Compiles `source` with NVRTC for compute capability `cc`; the PTX text, or what went wrong.
-fn compile(source: &KernelSource, cc: (i32, i32)) -> std::result::Result<String, String> {
-    if source.code().contains('\0') {
-        return Err(format!(
-            "the source of module {} contains a NUL byte",
-            source.name()
-        ));
+/// `image` as cudarc loads it (`cuModuleLoadData`): a CUBIN as its bytes, PTX as a
+/// NUL-terminated string (the text has no NUL byte, see [`ModuleImage`], so cudarc's
+/// conversion cannot panic).
+fn loadable(image: &ModuleImage) -> Ptx {
+    match image {
+        ModuleImage::Cubin(bytes) => Ptx::from_binary(bytes.clone()),
+        ModuleImage::Ptx(text) => Ptx::from_src(text.clone()),
     }
-    let options = CompileOptions {
-        options: source.compile_options(cc),
-        ..Default::default()
-    };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source.code(), options).map_err(|e| {
-        let why = match &e {
-            CompileError::CompileError { nvrtc, log, .. } => {
-                format!("{nvrtc:?}: {}", log.to_string_lossy().trim())
-            }
-            other => format!("{other:?}"),
-        };
-        format!(
-            "compiling module {} for {} with NVRTC failed: {why}",
-            source.name(),
-            arch_name(cc)
-        )
-    })?;
-    let bytes = ptx
-        .as_bytes()
-        .ok_or_else(|| format!("NVRTC returned no PTX for module {}", source.name()))?;
-    // The image ends with a NUL terminator; the text is everything before it.
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8(bytes[..end].to_vec()).map_err(|_| {
-        format!(
-            "NVRTC returned PTX that is not text for module {}",
-            source.name()
-        )
-    })
 }
 
 #[cfg(test)]
@@ -560,6 +603,28 @@ mod tests {
             let e = GpuDevice::open(&info).unwrap_err();
             assert_eq!(e.code(), RuntimeError::GPU_UNAVAILABLE, "{e}");
             assert!(e.to_string().contains("cannot be loaded"), "{e}");
+        }
+    }
+
+    #[test]
+    fn only_context_killing_errors_are_sticky() {
+        for code in [
+            CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+            CUresult::CUDA_ERROR_LAUNCH_FAILED,
+            CUresult::CUDA_ERROR_MISALIGNED_ADDRESS,
+        ] {
+            assert!(is_sticky(code), "{code:?}");
+        }
+        // Out of memory (the chunk is split), bad launches and bad images leave the context
+        // usable.
+        for code in [
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+            CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+            CUresult::CUDA_ERROR_NOT_FOUND,
+        ] {
+            assert!(!is_sticky(code), "{code:?}");
         }
     }
 

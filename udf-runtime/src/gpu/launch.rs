@@ -24,17 +24,21 @@ pub(crate) fn warp_per_row(device: &GpuDevice, rows: usize) -> Result<LaunchConf
 
 /// Enough blocks of [`BLOCK_THREADS`] threads for `rows` rows at `rows_per_block` per block.
 fn blocks_for(device: &GpuDevice, rows: usize, rows_per_block: usize) -> Result<LaunchConfig> {
-    let blocks = rows.div_ceil(rows_per_block).max(1);
-    // Grids may have up to 2^31 - 1 blocks in x; chunks are far smaller.
-    let blocks = u32::try_from(blocks)
-        .ok()
-        .filter(|&b| b <= i32::MAX as u32)
+    let blocks = grid_blocks(rows, rows_per_block)
         .ok_or_else(|| device.fail(format!("a chunk of {rows} rows needs too many blocks")))?;
     Ok(LaunchConfig {
         grid_dim: (blocks, 1, 1),
         block_dim: (BLOCK_THREADS, 1, 1),
         shared_mem_bytes: 0,
     })
+}
+
+/// Blocks for `rows` rows at `rows_per_block` per block: at least 1 (a grid of 0 blocks is
+/// `CUDA_ERROR_INVALID_VALUE`; the kernels skip rows past the end), and `None` beyond the
+/// 2^31 − 1 blocks a grid may have in x (chunks are far smaller).
+pub(crate) fn grid_blocks(rows: usize, rows_per_block: usize) -> Option<u32> {
+    let blocks = rows.div_ceil(rows_per_block.max(1)).max(1);
+    u32::try_from(blocks).ok().filter(|&b| b <= i32::MAX as u32)
 }
 
 /// Checks the DOUBLE arguments of a scalar built-in the way its CPU kernel does (each in order:
@@ -72,4 +76,24 @@ pub(crate) fn float64(device: &GpuDevice, function: &str, out: ArrayRef) -> Resu
 pub(crate) fn rows_arg(device: &GpuDevice, rows: usize) -> Result<i64> {
     i64::try_from(rows)
         .map_err(|_| device.fail(format!("{rows} rows do not fit a kernel argument")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids_are_never_empty_and_never_too_large() {
+        assert_eq!(grid_blocks(0, 256), Some(1));
+        assert_eq!(grid_blocks(1, 256), Some(1));
+        assert_eq!(grid_blocks(256, 256), Some(1));
+        assert_eq!(grid_blocks(257, 256), Some(2));
+        // One warp per row, 8 rows per 256-thread block.
+        assert_eq!(grid_blocks(4097, BLOCK_THREADS as usize / 32), Some(513));
+        assert_eq!(grid_blocks(5, 0), Some(5));
+        let most = i32::MAX as usize;
+        assert_eq!(grid_blocks(most, 1), Some(i32::MAX as u32));
+        assert_eq!(grid_blocks(most + 1, 1), None);
+        assert_eq!(grid_blocks(usize::MAX, 1), None);
+    }
 }

@@ -29,9 +29,11 @@
 //!    fit is [`crate::RuntimeError::GpuOutOfMemory`]; any other CUDA failure is
 //!    [`crate::RuntimeError::Gpu`]. Device memory is freed when its `CudaSlice` is dropped.
 //!
-//! Kernels are CUDA C ([`KernelSource`]), compiled with NVRTC for the device's architecture on
-//! first use, kept per device, and cached on disk when `ACCELSQL_KERNEL_CACHE_DIR` (or
-//! [`set_kernel_cache_dir`]) names a directory ([`kernel_cache`]).
+//! Kernels are CUDA C ([`KernelSource`]), compiled with NVRTC on first use to machine code
+//! (CUBIN) for the device's architecture — so no PTX JIT, and no failure where NVRTC is newer
+//! than the driver — or to PTX for a device newer than NVRTC knows ([`CompileTarget`]); kept per
+//! device, and cached on disk when `ACCELSQL_KERNEL_CACHE_DIR` (or [`set_kernel_cache_dir`])
+//! names a directory ([`kernel_cache`]).
 //!
 //! # Example, in prose
 //!
@@ -54,6 +56,7 @@ mod geo;
 mod host;
 pub mod kernel_cache;
 mod launch;
+mod nvrtc;
 mod options;
 mod pipeline;
 mod vectors;
@@ -65,7 +68,8 @@ pub use columnar::{
 pub use device::{GpuDevice, STREAMS, device_label, format_uuid, normalize_uuid};
 pub use geo::{geo_source, haversine_km};
 pub use kernel_cache::{
-    ENV_KERNEL_CACHE_DIR, KernelSource, PtxDiskCache, kernel_cache_dir, set_kernel_cache_dir,
+    CompileTarget, ENV_KERNEL_CACHE_DIR, KernelDiskCache, KernelSource, ModuleImage,
+    kernel_cache_dir, set_kernel_cache_dir,
 };
 pub use options::{black_scholes, options_source};
 pub use vectors::{vector_similarity, vectors_source};

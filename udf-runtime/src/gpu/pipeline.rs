@@ -36,7 +36,8 @@ impl GpuDevice {
     /// from the device's free memory (and [`super::with_max_chunk_bytes`]); a chunk that runs out
     /// of device memory is halved and retried, down to a single row, which then fails with
     /// [`RuntimeError::GpuOutOfMemory`]. Any other CUDA failure is [`RuntimeError::Gpu`], as is
-    /// an output of the wrong type or length. Never panics.
+    /// an output of the wrong type or length; after a failure that left the CUDA context unusable
+    /// (see [`GpuDevice::error`]), runs answer [`RuntimeError::GpuUnavailable`]. Never panics.
     pub fn run_columnar(
         &self,
         kernel: &dyn GpuColumnarKernel,
@@ -96,9 +97,13 @@ impl GpuDevice {
         };
         let with_validity = !propagate;
 
+        self.check_usable()?;
         let _serial = self.lock_runs();
+        // Declared before `run`, so dropped after it: `Run`'s drop waits for every stream, and
+        // only then may the scalars (read by kernels on every stream, while cudarc's read event
+        // remembers only the last of them) be freed, also when the run ends in an error.
+        let scalars = upload_scalars(self, name, &ops, with_validity)?;
         let mut run = Run::new(self);
-        let scalars = run.upload_scalars(name, &ops, with_validity)?;
         let (free, _total) = self
             .context()
             .mem_get_info()
@@ -143,8 +148,8 @@ impl GpuDevice {
             }
         }
         run.drain(&mut output)?;
-        drop(scalars);
         drop(run);
+        drop(scalars);
         output.finish(input_nulls).map_err(|e| self.relabel(e))
     }
 
@@ -189,7 +194,11 @@ impl Drop for Run<'_> {
     fn drop(&mut self) {
         let mut idle = true;
         for stream in &self.device.streams {
-            idle &= stream.synchronize().is_ok();
+            if let Err(e) = stream.synchronize() {
+                idle = false;
+                // Only for its side effect: a sticky error marks the device broken.
+                let _ = self.device.error("waiting for the device", e);
+            }
         }
         self.in_flight.clear();
         for buffer in self.staging.drain(..).flatten() {
@@ -211,6 +220,12 @@ fn region<'b>(device: &GpuDevice, buf: &'b [u8], region: Region) -> Result<&'b [
 }
 
 /// Allocates device memory for `bytes` and enqueues their copy on `stream`.
+///
+/// `bytes` is usually a region of a pinned staging buffer, passed as a plain slice: the driver
+/// sees that the address is page-locked, so the copy is a true asynchronous DMA, but cudarc
+/// records no event for a plain slice. Nothing may rewrite the region until `stream` has been
+/// synchronized (see `Run`). cudarc copies `bytes.len()` bytes and asserts that the destination
+/// is at least that long.
 fn upload(device: &GpuDevice, stream: &Arc<CudaStream>, bytes: &[u8]) -> Result<CudaSlice<u8>> {
     // SAFETY: the memory is uninitialised; the copy enqueued right after fills every byte of it
     // before anything on this stream reads it (an empty region gets one byte nobody reads).
@@ -253,6 +268,32 @@ fn upload_array(
     })
 }
 
+/// Uploads a run's scalars once (on the first stream; kernels on the other streams wait for the
+/// copies through cudarc's write events); `None` for the other operands.
+fn upload_scalars(
+    device: &GpuDevice,
+    name: &str,
+    ops: &[HostOperand],
+    with_validity: bool,
+) -> Result<Vec<Option<DeviceArray>>> {
+    if !ops.iter().any(|o| o.scalar && !o.all_null()) {
+        return Ok(ops.iter().map(|_| None).collect());
+    }
+    let layout = ChunkLayout::new(name, ops, 0..1, true, with_validity, 0)?;
+    let mut buf = vec![0u8; layout.total];
+    layout.fill(ops, &mut buf);
+    let stream = &device.streams[0];
+    // From pageable memory, `cuMemcpyHtoDAsync` has copied `buf` into a driver staging buffer
+    // when it returns, so `buf` may be dropped right after.
+    ops.iter()
+        .zip(&layout.columns)
+        .map(|(op, regions)| match regions {
+            Some(r) => upload_array(device, stream, op, r, 1, &buf).map(Some),
+            None => Ok(None),
+        })
+        .collect()
+}
+
 impl<'d> Run<'d> {
     fn new(device: &'d GpuDevice) -> Self {
         Self {
@@ -260,30 +301,6 @@ impl<'d> Run<'d> {
             staging: (0..STREAMS).map(|_| None).collect(),
             in_flight: VecDeque::with_capacity(STREAMS),
         }
-    }
-
-    /// Uploads the run's scalars once (on the first stream); `None` for the other operands.
-    fn upload_scalars(
-        &mut self,
-        name: &str,
-        ops: &[HostOperand],
-        with_validity: bool,
-    ) -> Result<Vec<Option<DeviceArray>>> {
-        if !ops.iter().any(|o| o.scalar && !o.all_null()) {
-            return Ok(ops.iter().map(|_| None).collect());
-        }
-        let layout = ChunkLayout::new(name, ops, 0..1, true, with_validity, 0)?;
-        let mut buf = vec![0u8; layout.total];
-        layout.fill(ops, &mut buf);
-        let stream = &self.device.streams[0];
-        // From pageable memory, the copy has taken what it needs from `buf` when it returns.
-        ops.iter()
-            .zip(&layout.columns)
-            .map(|(op, regions)| match regions {
-                Some(r) => upload_array(self.device, stream, op, r, 1, &buf).map(Some),
-                None => Ok(None),
-            })
-            .collect()
     }
 
     /// Stages, uploads and computes rows `rows` on stream `slot`, and enqueues the copy of the
@@ -355,6 +372,18 @@ impl<'d> Run<'d> {
         let values_dst = values_dst
             .get_mut(..layout.out_values.len)
             .ok_or_else(|| device.fail("the output region lies outside the staging buffer"))?;
+        // cudarc's `memcpy_dtoh` copies as many bytes as the *destination* holds (and panics when
+        // the source is shorter), so both must be exactly the same size: `check_output` made
+        // sure of it, checked again here because a mismatch would read past a device buffer.
+        let same_size = values_dst.len() == output.values().len()
+            && output
+                .validity()
+                .is_none_or(|v| v.len() == layout.out_validity.len);
+        if !same_size {
+            return Err(device.fail(format!(
+                "{name}: the output buffers do not match the {n}-row staging regions"
+            )));
+        }
         stream
             .memcpy_dtoh(output.values(), values_dst)
             .map_err(|e| device.error("copying the output back", e))?;
