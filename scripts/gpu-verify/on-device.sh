@@ -27,6 +27,12 @@ step() {
   printf '%-16s rc=%-4s %4ss\n' "$name" "$rc" "$((SECONDS - started))" | tee -a "$summary"
 }
 
+# NVRTC may live outside the loader's path (a CUDA toolkit, or a pip wheel of torch).
+extra=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu \
+  "$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)/nvidia" \
+  -name 'libnvrtc.so*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
+export LD_LIBRARY_PATH="${extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" | tee -a "$summary"
 facts() {
   echo "commit: $(cat "$here/COMMIT" 2>/dev/null)"
   nvidia-smi || echo "nvidia-smi: not found or failed"
@@ -35,11 +41,31 @@ facts() {
   echo "--- libraries (files)"
   find / -xdev \( -name 'libcuda.so*' -o -name 'libnvrtc.so*' -o -name 'libnvrtc-builtins.so*' \
     -o -name 'libnvidia-ml.so*' \) 2>/dev/null | sort | head -40
+  echo "--- NVRTC as the loader finds it (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
+  python3 - <<'PY' || true
+import ctypes
+for name in ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"):
+    try:
+        lib = ctypes.CDLL(name)
+    except OSError:
+        continue
+    major, minor, n = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+    lib.nvrtcGetNumSupportedArchs(ctypes.byref(n))
+    archs = (ctypes.c_int * n.value)()
+    lib.nvrtcGetSupportedArchs(archs)
+    print(name, "version %d.%d" % (major.value, minor.value), "archs", list(archs))
+    break
+else:
+    print("libnvrtc: not loadable by name")
+PY
   echo "--- python3: $(command -v python3)"
   python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())' \
     || echo "torch: not importable"
 }
-step facts 120 facts
+export -f facts
+export here
+step facts 120 bash -c facts
 
 # Decompress (xz, or Python's lzma where the xz tool is absent).
 for name in accelsql gpu_differential gpu_builtins; do
@@ -52,12 +78,6 @@ for name in accelsql gpu_differential gpu_builtins; do
   chmod +x "$bin/$name"
 done
 
-# NVRTC may live outside the loader's path (a CUDA toolkit, or a pip wheel of torch).
-extra=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu \
-  "$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)/nvidia" \
-  -name 'libnvrtc.so*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
-export LD_LIBRARY_PATH="${extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" | tee -a "$summary"
 export ACCELSQL_KERNEL_CACHE_DIR="$out/kernel-cache"
 
 step gpu-status 60 sh -c "'$bin/accelsql' gpu status && '$bin/accelsql' gpu status --json"
