@@ -4,10 +4,10 @@
 SELECT param_name, param_value FROM exa_metadata WHERE param_name LIKE 'accelerator%';
 SELECT * FROM accelsql.gpu_devices;
 
--- 200K embeddings of 128 FLOATs, and 1M rows of coordinates and option inputs.
+-- 20K embeddings of 128 FLOATs, and 1M rows of coordinates and option inputs.
 CREATE TABLE emb AS
   SELECT id, array_agg(CAST(random() - 0.5 AS FLOAT) ORDER BY j) AS emb
-  FROM (SELECT a.value AS id, b.value AS j FROM generate_series(1, 200000) a, generate_series(1, 128) b)
+  FROM (SELECT a.value AS id, b.value AS j FROM generate_series(1, 20000) a, generate_series(1, 128) b)
   GROUP BY id;
 CREATE TABLE pts AS
   SELECT value AS id, random() * 180 - 90 AS lat1, random() * 360 - 180 AS lon1,

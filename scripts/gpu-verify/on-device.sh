@@ -83,7 +83,7 @@ export ACCELSQL_KERNEL_CACHE_DIR="$out/kernel-cache"
 step gpu-status 60 sh -c "'$bin/accelsql' gpu status && '$bin/accelsql' gpu status --json"
 step differential 300 env ACCELSQL_REQUIRE_GPU=1 "$bin/gpu_differential" --nocapture
 step benchmark 400 "$bin/gpu_builtins" --json "$out/gpu_builtins.json"
-step sql-builtins 120 "$bin/accelsql" --timing -f "$here/checks.sql"
+step sql-builtins 240 "$bin/accelsql" --timing -f "$here/checks.sql"
 python=$(command -v python3)
 sed "s|@PYTHON3@|$python|" "$here/torch_probe.sql" > "$out/torch_probe.sql"
 step torch-probe 180 "$bin/accelsql" -f "$out/torch_probe.sql"
