@@ -3,7 +3,7 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use accelsql_gpu_scheduler::DeviceInfo;
@@ -125,12 +125,19 @@ impl ProcessRegistry {
     }
 }
 
+/// The free slots of a pool, and how many callers wait for one.
+#[derive(Debug)]
+struct FreeSlots {
+    ids: Vec<usize>,
+    waiting: usize,
+}
+
 /// A fixed set of instance slots for one UDF call. Each invocation borrows a free slot for its
 /// duration, so no more than `size` instances run at once; slot `i` of a GPU call is pinned to
 /// device `i mod n` of the lease (four instances on two GPUs see devices 0, 1, 0, 1).
 #[derive(Debug)]
 pub struct InstancePool {
-    free: Mutex<Vec<usize>>,
+    free: Mutex<FreeSlots>,
     returned: Condvar,
     devices: Vec<DeviceInfo>,
     node_id: usize,
@@ -153,7 +160,10 @@ impl InstancePool {
     ) -> Self {
         let size = size.max(1);
         Self {
-            free: Mutex::new((0..size).rev().collect()),
+            free: Mutex::new(FreeSlots {
+                ids: (0..size).rev().collect(),
+                waiting: 0,
+            }),
             returned: Condvar::new(),
             devices,
             node_id,
@@ -174,11 +184,11 @@ impl InstancePool {
         let id = id % self.size().max(1);
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if let Some(at) = free.iter().position(|&f| f == id) {
-                free.remove(at);
+            if let Some(at) = free.ids.iter().position(|&f| f == id) {
+                free.ids.remove(at);
                 return self.slot(id);
             }
-            free = self.returned.wait(free).unwrap_or_else(|e| e.into_inner());
+            free = self.wait(free);
         }
     }
 
@@ -204,11 +214,19 @@ impl InstancePool {
     pub fn checkout(&self) -> InstanceSlot<'_> {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if let Some(id) = free.pop() {
+            if let Some(id) = free.ids.pop() {
                 return self.slot(id);
             }
-            free = self.returned.wait(free).unwrap_or_else(|e| e.into_inner());
+            free = self.wait(free);
         }
+    }
+
+    /// Waits for a slot to come back, counted as a waiter so that returns wake it.
+    fn wait<'a>(&self, mut free: MutexGuard<'a, FreeSlots>) -> MutexGuard<'a, FreeSlots> {
+        free.waiting += 1;
+        let mut free = self.returned.wait(free).unwrap_or_else(|e| e.into_inner());
+        free.waiting -= 1;
+        free
     }
 }
 
@@ -229,10 +247,14 @@ impl InstanceSlot<'_> {
 impl Drop for InstanceSlot<'_> {
     fn drop(&mut self) {
         let mut free = self.pool.free.lock().unwrap_or_else(|e| e.into_inner());
-        free.push(self.context.instance_id);
+        free.ids.push(self.context.instance_id);
+        let waiting = free.waiting > 0;
         drop(free);
-        // Waiters may want different slots: wake them all to look.
-        self.pool.returned.notify_all();
+        // Waiters may want different slots: wake them all to look. Without waiters, no wake-up
+        // (a notify is a system call, and this runs once per batch).
+        if waiting {
+            self.pool.returned.notify_all();
+        }
     }
 }
 
