@@ -16,7 +16,7 @@ use cudarc::driver::{CudaStream, PushKernelArg};
 use super::launch::{float64, rows_arg, warp_per_row};
 use super::{DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, GpuDevice, KernelSource};
 use crate::Result;
-use crate::kernels::vectors::VectorOp;
+use crate::kernels::vectors::{VectorOp, Vectors};
 use crate::kernels::{Operand, check_rows, invalid_argument};
 
 /// The CUDA source of the vector kernels.
@@ -52,93 +52,22 @@ pub fn vector_similarity(
     float64(&gpu, function, out)
 }
 
-/// Where row `i`'s vector lies in an argument's elements.
-#[derive(Debug, Clone, Copy)]
-enum Rows<'a> {
-    Fixed(usize),
-    Offsets(&'a [i32]),
-    LargeOffsets(&'a [i64]),
-}
-
-/// One vector argument, viewed (without copying) for the host-side checks.
+/// One vector argument, viewed (without copying) for the host-side checks: the CPU kernel's
+/// view, so types and layouts are read, and rejected, alike.
 #[derive(Debug)]
 struct VectorArg<'a> {
     operand: &'a Operand,
     scalar: bool,
-    /// `None` for a `Null`-typed argument (every row NULL).
-    list: Option<ListView<'a>>,
-}
-
-#[derive(Debug)]
-struct ListView<'a> {
-    rows: Rows<'a>,
-    nulls: Option<&'a NullBuffer>,
-    values: &'a ArrayRef,
+    vectors: Vectors<'a>,
 }
 
 impl<'a> VectorArg<'a> {
     /// Checks the type of argument `position` as the CPU kernel does (same messages).
     fn new(function: &str, position: usize, operand: &'a Operand) -> Result<Self> {
-        let array = operand.array();
-        let scalar = matches!(operand, Operand::Scalar(_));
-        let not_a_vector = |other: &DataType| {
-            invalid_argument(
-                function,
-                format!(
-                    "argument {position} is {other}; expected a vector (an array of FLOAT or DOUBLE)"
-                ),
-            )
-        };
-        let (rows, values) = match array.data_type() {
-            DataType::Null => {
-                return Ok(Self {
-                    operand,
-                    scalar,
-                    list: None,
-                });
-            }
-            DataType::List(_) => {
-                let list = array
-                    .as_list_opt::<i32>()
-                    .ok_or_else(|| not_a_vector(array.data_type()))?;
-                (Rows::Offsets(list.value_offsets()), list.values())
-            }
-            DataType::LargeList(_) => {
-                let list = array
-                    .as_list_opt::<i64>()
-                    .ok_or_else(|| not_a_vector(array.data_type()))?;
-                (Rows::LargeOffsets(list.value_offsets()), list.values())
-            }
-            DataType::FixedSizeList(_, size) => {
-                let list = array
-                    .as_fixed_size_list_opt()
-                    .ok_or_else(|| not_a_vector(array.data_type()))?;
-                (
-                    Rows::Fixed(usize::try_from(*size).unwrap_or(0)),
-                    list.values(),
-                )
-            }
-            other => return Err(not_a_vector(other)),
-        };
-        match values.data_type() {
-            DataType::Float32 | DataType::Float64 | DataType::Null => {}
-            other => {
-                return Err(invalid_argument(
-                    function,
-                    format!(
-                        "argument {position} is a vector of {other}; expected FLOAT or DOUBLE elements"
-                    ),
-                ));
-            }
-        }
         Ok(Self {
             operand,
-            scalar,
-            list: Some(ListView {
-                rows,
-                nulls: array.nulls(),
-                values,
-            }),
+            scalar: matches!(operand, Operand::Scalar(_)),
+            vectors: Vectors::new(function, position, operand.array())?,
         })
     }
 
@@ -147,80 +76,38 @@ impl<'a> VectorArg<'a> {
         if self.scalar { 0 } else { row }
     }
 
-    /// Whether vector `i` is NULL.
-    fn is_null(&self, i: usize) -> bool {
-        match &self.list {
-            None => true,
-            Some(l) => l.nulls.is_some_and(|n| n.is_null(i)),
-        }
-    }
-
-    /// The elements of vector `i`.
-    fn range(&self, i: usize) -> std::ops::Range<usize> {
-        let at = |o: Option<i64>| o.and_then(|o| usize::try_from(o).ok()).unwrap_or(0);
-        match self.list.as_ref().map(|l| l.rows) {
-            None => 0..0,
-            Some(Rows::Fixed(size)) => i * size..(i + 1) * size,
-            Some(Rows::Offsets(o)) => {
-                at(o.get(i).map(|&v| i64::from(v)))..at(o.get(i + 1).map(|&v| i64::from(v)))
-            }
-            Some(Rows::LargeOffsets(o)) => at(o.get(i).copied())..at(o.get(i + 1).copied()),
-        }
-    }
-
     /// The length every vector has, when that is known without looking at rows.
     fn uniform_len(&self) -> Option<usize> {
-        match self.list.as_ref()?.rows {
-            Rows::Fixed(size) => Some(size),
-            _ if self.scalar => Some(self.range(0).len()),
-            _ => None,
-        }
+        self.vectors.fixed_len().or_else(|| {
+            (self.scalar && self.vectors.values().is_some()).then(|| self.vectors.range(0).len())
+        })
     }
 
     /// Whether vector `i` has a NULL element.
     fn has_null_element(&self, i: usize) -> bool {
-        let Some(list) = &self.list else {
-            return false;
-        };
-        let range = self.range(i);
-        if range.is_empty() {
-            return false;
-        }
-        if *list.values.data_type() == DataType::Null {
-            return true;
-        }
-        match list.values.nulls() {
-            Some(n) if n.null_count() > 0 && range.end <= n.len() => {
-                let valid = n
-                    .buffer()
-                    .count_set_bits_offset(n.offset() + range.start, range.len());
-                valid != range.len()
-            }
-            _ => false,
-        }
+        self.vectors.has_null_element(&self.vectors.range(i))
     }
 
     /// The operand as the device gets it: vectors with a NULL element made NULL rows, and a list
     /// of `Null` elements given DOUBLE elements (all of them NULL, so only its empty vectors,
     /// whose sums are empty, keep a value).
     fn prepared(&self, function: &str) -> Result<Operand> {
-        let Some(list) = &self.list else {
+        let Some(list_values) = self.vectors.values() else {
             return Ok(self.operand.clone());
         };
-        let null_elements = *list.values.data_type() == DataType::Null;
-        if !null_elements && list.values.null_count() == 0 {
+        if !self.vectors.may_have_null_elements() {
             return Ok(self.operand.clone());
         }
         let array = self.operand.array();
         let mut valid = BooleanBufferBuilder::new(array.len());
         for i in 0..array.len() {
-            valid.append(!self.is_null(i) && !self.has_null_element(i));
+            valid.append(!self.vectors.is_null(i) && !self.has_null_element(i));
         }
         let nulls = NullBuffer::new(valid.finish());
-        let values: ArrayRef = if null_elements {
-            Arc::new(Float64Array::from(vec![0.0; list.values.len()]))
+        let values: ArrayRef = if *list_values.data_type() == DataType::Null {
+            Arc::new(Float64Array::from(vec![0.0; list_values.len()]))
         } else {
-            Arc::clone(list.values)
+            Arc::clone(list_values)
         };
         let rebuilt = rebuild(array, values, nulls)
             .map_err(|e| invalid_argument(function, format!("a malformed vector argument: {e}")))?;
@@ -291,10 +178,10 @@ fn check_lengths(function: &str, rows: usize, a: &VectorArg<'_>, b: &VectorArg<'
     };
     for row in 0..checked {
         let (ia, ib) = (a.index(row), b.index(row));
-        if a.is_null(ia) || b.is_null(ib) {
+        if a.vectors.is_null(ia) || b.vectors.is_null(ib) {
             continue;
         }
-        let (la, lb) = (a.range(ia).len(), b.range(ib).len());
+        let (la, lb) = (a.vectors.range(ia).len(), b.vectors.range(ib).len());
         if la != lb {
             return Err(invalid_argument(
                 function,

@@ -182,11 +182,14 @@ enum ElementNulls<'a> {
     All,
 }
 
-/// One argument's vectors, viewed without copying.
+/// One argument's vectors, viewed without copying (also the GPU path's host-side view, so that
+/// both check arguments alike).
 #[derive(Debug)]
-struct Vectors<'a> {
+pub(crate) struct Vectors<'a> {
     layout: Layout<'a>,
     elements: Elements<'a>,
+    /// The list's flat values (`None` for a `Null`-typed argument).
+    values: Option<&'a ArrayRef>,
     nulls: Option<&'a NullBuffer>,
     element_nulls: ElementNulls<'a>,
 }
@@ -194,12 +197,13 @@ struct Vectors<'a> {
 impl<'a> Vectors<'a> {
     /// Views `array`, argument `position` of `function`; an array that is not a list of FLOAT or
     /// DOUBLE is an invalid argument.
-    fn new(function: &str, position: usize, array: &'a ArrayRef) -> Result<Self> {
+    pub(crate) fn new(function: &str, position: usize, array: &'a ArrayRef) -> Result<Self> {
         let (layout, values, nulls) = match array.data_type() {
             DataType::Null => {
                 return Ok(Self {
                     layout: Layout::AllNull,
                     elements: Elements::F64(&[]),
+                    values: None,
                     nulls: None,
                     element_nulls: ElementNulls::None,
                 });
@@ -254,14 +258,33 @@ impl<'a> Vectors<'a> {
         Ok(Self {
             layout,
             elements,
+            values: Some(values),
             nulls,
             element_nulls,
         })
     }
 
+    /// The list's flat values (`None` for a `Null`-typed argument).
+    pub(crate) fn values(&self) -> Option<&'a ArrayRef> {
+        self.values
+    }
+
+    /// The length of every vector of a `FixedSizeList`.
+    pub(crate) fn fixed_len(&self) -> Option<usize> {
+        match self.layout {
+            Layout::Fixed(size) => Some(size),
+            _ => None,
+        }
+    }
+
+    /// Whether some element may be NULL (its elements have NULLs, or are of type `Null`).
+    pub(crate) fn may_have_null_elements(&self) -> bool {
+        !matches!(self.element_nulls, ElementNulls::None)
+    }
+
     /// Whether row `i` is NULL.
     #[inline]
-    fn is_null(&self, i: usize) -> bool {
+    pub(crate) fn is_null(&self, i: usize) -> bool {
         matches!(self.layout, Layout::AllNull) || self.nulls.is_some_and(|n| n.is_null(i))
     }
 
@@ -277,7 +300,7 @@ impl<'a> Vectors<'a> {
 
     /// Where row `i`'s (non-NULL) vector lies in the elements.
     #[inline]
-    fn range(&self, i: usize) -> Range<usize> {
+    pub(crate) fn range(&self, i: usize) -> Range<usize> {
         match self.layout {
             Layout::Fixed(size) => i * size..(i + 1) * size,
             Layout::Offsets(o) => o[i] as usize..o[i + 1] as usize,
@@ -288,7 +311,7 @@ impl<'a> Vectors<'a> {
 
     /// Whether an element in `range` is NULL.
     #[inline]
-    fn has_null_element(&self, range: &Range<usize>) -> bool {
+    pub(crate) fn has_null_element(&self, range: &Range<usize>) -> bool {
         match self.element_nulls {
             ElementNulls::None => false,
             ElementNulls::All => !range.is_empty(),
