@@ -7,7 +7,7 @@ use arrow::array::Float64Array;
 use arrow::datatypes::DataType;
 use cudarc::driver::{CudaStream, PushKernelArg};
 
-use super::launch::{check_doubles, float64, rows_arg, thread_per_row};
+use super::launch::{arguments, check_doubles, float64, rows_arg, thread_per_row};
 use super::{DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, GpuDevice, KernelSource};
 use crate::Result;
 use crate::kernels::Operand;
@@ -53,9 +53,7 @@ impl GpuColumnarKernel for Haversine {
         rows: usize,
         args: &[DeviceOperand<'_>],
     ) -> Result<DeviceColumn> {
-        let [lat1, lon1, lat2, lon2] = args else {
-            return Err(device.fail(format!("{FUNCTION} takes 4 arguments, got {}", args.len())));
-        };
+        let [lat1, lon1, lat2, lon2] = arguments(device, FUNCTION, args)?;
         let function = device.function(&geo_source(), "haversine_km")?;
         let cfg = thread_per_row(device, rows)?;
         let n = rows_arg(device, rows)?;

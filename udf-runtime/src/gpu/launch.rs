@@ -5,7 +5,7 @@ use arrow::array::{ArrayRef, AsArray, Float64Array};
 use arrow::datatypes::{DataType, Float64Type};
 use cudarc::driver::LaunchConfig;
 
-use super::GpuDevice;
+use super::{DeviceOperand, GpuDevice};
 use crate::Result;
 use crate::kernels::{Operand, check_rows, invalid_argument};
 
@@ -70,6 +70,20 @@ pub(crate) fn float64(device: &GpuDevice, function: &str, out: ArrayRef) -> Resu
                 out.data_type()
             ))
         })
+}
+
+/// A kernel's `N` arguments, or the error that `function` got another number of them.
+pub(crate) fn arguments<'o, 'a, const N: usize>(
+    device: &GpuDevice,
+    function: &str,
+    args: &'o [DeviceOperand<'a>],
+) -> Result<&'o [DeviceOperand<'a>; N]> {
+    args.try_into().map_err(|_| {
+        device.fail(format!(
+            "{function} takes {N} arguments, got {}",
+            args.len()
+        ))
+    })
 }
 
 /// `rows` as the `long long` a kernel takes.

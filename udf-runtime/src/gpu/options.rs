@@ -8,7 +8,7 @@ use arrow::array::Float64Array;
 use arrow::datatypes::DataType;
 use cudarc::driver::{CudaStream, PushKernelArg};
 
-use super::launch::{check_doubles, float64, rows_arg, thread_per_row};
+use super::launch::{arguments, check_doubles, float64, rows_arg, thread_per_row};
 use super::{DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, GpuDevice, KernelSource};
 use crate::Result;
 use crate::kernels::Operand;
@@ -58,13 +58,7 @@ impl GpuColumnarKernel for BlackScholes {
         rows: usize,
         args: &[DeviceOperand<'_>],
     ) -> Result<DeviceColumn> {
-        let [spot, strike, years, rate, volatility] = args else {
-            return Err(device.fail(format!(
-                "{} takes 5 arguments, got {}",
-                self.name(),
-                args.len()
-            )));
-        };
+        let [spot, strike, years, rate, volatility] = arguments(device, self.name(), args)?;
         let function = device.function(&options_source(), "black_scholes")?;
         let cfg = thread_per_row(device, rows)?;
         let n = rows_arg(device, rows)?;

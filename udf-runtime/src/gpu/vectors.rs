@@ -13,7 +13,7 @@ use arrow::buffer::NullBuffer;
 use arrow::datatypes::{DataType, Field, FieldRef};
 use cudarc::driver::{CudaStream, PushKernelArg};
 
-use super::launch::{float64, rows_arg, warp_per_row};
+use super::launch::{arguments, float64, rows_arg, warp_per_row};
 use super::{DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, GpuDevice, KernelSource};
 use crate::Result;
 use crate::kernels::vectors::{VectorOp, Vectors};
@@ -226,13 +226,7 @@ impl GpuColumnarKernel for Similarity {
         rows: usize,
         args: &[DeviceOperand<'_>],
     ) -> Result<DeviceColumn> {
-        let [a, b] = args else {
-            return Err(device.fail(format!(
-                "{} takes 2 arguments, got {}",
-                self.name(),
-                args.len()
-            )));
-        };
+        let [a, b] = arguments(device, self.name(), args)?;
         let (xa, xb) = (a.array(), b.array());
         for x in [xa, xb] {
             if !matches!(x.element_type(), ElementType::F32 | ElementType::F64) {
