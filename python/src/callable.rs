@@ -190,14 +190,7 @@ impl PythonCallable {
         e: PyErr,
         row: Option<usize>,
     ) -> EngineError {
-        let exception = e
-            .get_type(py)
-            .name()
-            .map_or_else(|_| "Exception".to_string(), |n| n.to_string());
-        let message = e
-            .value(py)
-            .str()
-            .map_or_else(|_| String::new(), |s| s.to_string());
+        let (exception, message) = type_and_message(py, &e);
         let traceback = e
             .traceback(py)
             .and_then(|tb| tb.format().ok())
@@ -222,6 +215,12 @@ impl PythonCallable {
 
 /// `Type: message` of a Python exception.
 fn describe(py: Python<'_>, e: &PyErr) -> String {
+    let (kind, message) = type_and_message(py, e);
+    format!("{kind}: {message}")
+}
+
+/// A Python exception's type name and message (`Exception` and empty when they cannot be read).
+fn type_and_message(py: Python<'_>, e: &PyErr) -> (String, String) {
     let kind = e
         .get_type(py)
         .name()
@@ -230,7 +229,7 @@ fn describe(py: Python<'_>, e: &PyErr) -> String {
         .value(py)
         .str()
         .map_or_else(|_| String::new(), |s| s.to_string());
-    format!("{kind}: {message}")
+    (kind, message)
 }
 
 fn pyarrow(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
