@@ -17,15 +17,19 @@ mod options;
 mod topk;
 mod vectors;
 
+use std::sync::Arc;
+
+use accelsql_gpu_scheduler::DeviceInfo;
 use accelsql_udf_runtime::RuntimeError;
 use accelsql_udf_runtime::kernels::Operand;
 use accelsql_udf_runtime::kernels::options::OptionKind;
 use accelsql_udf_runtime::kernels::vectors::VectorOp;
+use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::common::exec_datafusion_err;
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::ColumnarValue;
 
-use crate::{EngineError, InstanceContext, Result, ScalarUdf, SetUdf};
+use crate::{EngineError, InstanceContext, Result, ScalarUdf, ScalarUdfBuilder, SetUdf};
 
 /// The built-in scalar UDFs, in registration order.
 pub(crate) fn builtin_udfs() -> Result<Vec<ScalarUdf>> {
@@ -77,6 +81,43 @@ pub(crate) fn pinned_device(
             message: "the instance is not pinned to a device".into(),
         })
     })
+}
+
+/// Gives `builder` a built-in's two implementations over `N` operands: `cpu`, and `gpu` on the
+/// device its instance is pinned to. The argument count is checked and kernel errors keep their
+/// codes.
+pub(crate) fn with_kernels<const N: usize, A>(
+    builder: ScalarUdfBuilder,
+    function: &'static str,
+    cpu: impl Fn(usize, &[Operand; N]) -> accelsql_udf_runtime::Result<A> + Send + Sync + 'static,
+    gpu: impl Fn(&DeviceInfo, usize, &[Operand; N]) -> accelsql_udf_runtime::Result<A>
+    + Send
+    + Sync
+    + 'static,
+) -> ScalarUdfBuilder
+where
+    A: Array + 'static,
+{
+    builder
+        .cpu(
+            move |_: &InstanceContext,
+                  rows: usize,
+                  args: &[ColumnarValue]|
+                  -> datafusion::error::Result<ArrayRef> {
+                let args = operands_of::<N>(function, args)?;
+                Ok(Arc::new(cpu(rows, &args).map_err(kernel_error)?))
+            },
+        )
+        .gpu(
+            move |instance: &InstanceContext,
+                  rows: usize,
+                  args: &[ColumnarValue]|
+                  -> datafusion::error::Result<ArrayRef> {
+                let args = operands_of::<N>(function, args)?;
+                let device = pinned_device(instance)?;
+                Ok(Arc::new(gpu(device, rows, &args).map_err(kernel_error)?))
+            },
+        )
 }
 
 /// A kernel's error for DataFusion, keeping its code (e.g. `[22U20] cosine_similarity: …`).

@@ -10,13 +10,11 @@ use std::sync::Arc;
 
 use accelsql_udf_runtime::gpu;
 use accelsql_udf_runtime::kernels::vectors::{self, VectorOp};
-use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::{DataType, Field};
-use datafusion::logical_expr::ColumnarValue;
 
-use super::{kernel_error, operands_of, pinned_device};
+use super::with_kernels;
 use crate::udf::ArgumentRule;
-use crate::{AcceleratorRequest, InstanceContext, Result, ScalarUdf};
+use crate::{AcceleratorRequest, Result, ScalarUdf};
 
 /// `(a VECTOR, b VECTOR)`: two vectors (see [`vector_type`]).
 pub(super) const TWO_VECTORS: ArgumentRule =
@@ -79,32 +77,17 @@ pub(super) fn vector_type(position: usize, given: &DataType) -> Result<DataType,
 /// The definition of `cosine_similarity`, `dot_product` or `l2_distance`, with CPU and GPU
 /// implementations. Result DOUBLE.
 pub(super) fn vector_function(op: VectorOp) -> Result<ScalarUdf> {
-    ScalarUdf::builder(op.name())
+    let builder = ScalarUdf::builder(op.name())
         .rule_inputs(TWO_VECTORS)
         .returns(DataType::Float64)
-        .accelerator_request(AcceleratorRequest::Preferred)
-        .cpu(
-            move |_: &InstanceContext,
-                  rows: usize,
-                  args: &[ColumnarValue]|
-                  -> datafusion::error::Result<ArrayRef> {
-                let [a, b] = operands_of::<2>(op.name(), args)?;
-                let out = vectors::vector_similarity(op, rows, &a, &b).map_err(kernel_error)?;
-                Ok(Arc::new(out))
-            },
-        )
-        .gpu(
-            move |instance: &InstanceContext,
-                  rows: usize,
-                  args: &[ColumnarValue]|
-                  -> datafusion::error::Result<ArrayRef> {
-                let [a, b] = operands_of::<2>(op.name(), args)?;
-                let device = pinned_device(instance)?;
-                let out = gpu::vector_similarity(device, op, rows, &a, &b).map_err(kernel_error)?;
-                Ok(Arc::new(out))
-            },
-        )
-        .build()
+        .accelerator_request(AcceleratorRequest::Preferred);
+    with_kernels::<2, _>(
+        builder,
+        op.name(),
+        move |rows, [a, b]| vectors::vector_similarity(op, rows, a, b),
+        move |device, rows, [a, b]| gpu::vector_similarity(device, op, rows, a, b),
+    )
+    .build()
 }
 
 #[cfg(test)]
