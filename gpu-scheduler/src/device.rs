@@ -36,6 +36,12 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
+    /// Simulated device number `index`, as `ACCELSQL_SIMULATED_GPUS` makes them: a base for
+    /// test fixtures (`DeviceInfo { simulated: false, ..DeviceInfo::simulated(0) }`).
+    pub fn simulated(index: u32) -> Self {
+        crate::inventory::simulated_device(index)
+    }
+
     /// Used device memory in bytes.
     pub fn memory_used(&self) -> u64 {
         self.memory_total.saturating_sub(self.memory_free)

@@ -690,18 +690,10 @@ fn batches_larger_than_a_chunk_agree_with_the_cpu() {
 /// A device that looks real but is not there (on a GPU machine, its UUID matches nothing).
 fn phantom_device(simulated: bool) -> DeviceInfo {
     DeviceInfo {
-        index: 7,
         uuid: "GPU-00000000-dead-beef-0000-000000000000".into(),
         name: "NVIDIA Phantom".into(),
-        pci_bus_id: None,
-        memory_total: 1 << 30,
-        memory_free: 1 << 30,
-        utilization: None,
-        memory_utilization: None,
-        processes: None,
-        temperature_c: None,
-        power_w: None,
         simulated,
+        ..DeviceInfo::simulated(7)
     }
 }
 

@@ -186,18 +186,10 @@ mod tests {
     /// A call placed on one device that is not simulated, so its GPU implementation is chosen.
     fn gpu_call(request: AcceleratorRequest) -> PlacedCall {
         let device = DeviceInfo {
-            index: 0,
             uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
             name: "test device".into(),
-            pci_bus_id: None,
-            memory_total: 1 << 30,
-            memory_free: 1 << 30,
-            utilization: None,
-            memory_utilization: None,
-            processes: None,
-            temperature_c: None,
-            power_w: None,
             simulated: false,
+            ..DeviceInfo::simulated(0)
         };
         let devices = Arc::new(LeaseDevices::new());
         devices.set(vec![device]).unwrap();

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use serde::Serialize;
 
 pub use self::nvml::NvmlInventory;
-#[cfg(test)]
 pub(crate) use self::simulated::simulated_device;
 pub use self::simulated::{SIMULATED_MEMORY, SimulatedInventory};
 

@@ -535,18 +535,12 @@ mod tests {
 
     fn device(uuid: &str, simulated: bool) -> DeviceInfo {
         DeviceInfo {
-            index: 0,
             uuid: uuid.to_string(),
             name: "NVIDIA H100 80GB HBM3".into(),
-            pci_bus_id: None,
             memory_total: 80 << 30,
             memory_free: 80 << 30,
-            utilization: None,
-            memory_utilization: None,
-            processes: None,
-            temperature_c: None,
-            power_w: None,
             simulated,
+            ..DeviceInfo::simulated(0)
         }
     }
 
