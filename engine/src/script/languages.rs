@@ -230,13 +230,13 @@ impl SessionScripts {
             if owns_plain_name(entry, &entries) {
                 functions.push(entry.name.clone());
             }
+            // Registered even when its language cannot run here, so that a call says why.
+            let interpreter = self.interpreter(&entry.language);
             for function in functions {
-                // Registered even when its language cannot run here, so that a call says why.
-                let interpreter = self.interpreter(&entry.language);
                 match script_udf_named(
                     entry,
                     &function,
-                    interpreter,
+                    interpreter.clone(),
                     self.session_id,
                     imports.clone(),
                 ) {
@@ -282,6 +282,7 @@ impl SessionScripts {
         };
         let (rewritten, calls) = rewrite_dynamic_emits(text, &find)?;
         let mut udfs = Vec::with_capacity(calls.len());
+        let imports = script_imports(all);
         for call in calls {
             let Some(entry) = dynamic
                 .iter()
@@ -299,7 +300,7 @@ impl SessionScripts {
                 &call.function,
                 Ok(interpreter),
                 self.session_id,
-                script_imports(all.clone()),
+                imports.clone(),
             )?);
         }
         Ok((rewritten, udfs))
