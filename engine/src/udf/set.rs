@@ -120,7 +120,7 @@ impl RunInput {
         let arg = |chunk: &'a RunChunk| -> datafusion::error::Result<&'a ColumnarValue> {
             chunk.args.get(i).ok_or_else(|| {
                 DataFusionError::Internal(format!(
-                    "a chunk of the run has {} arguments, another more",
+                    "a chunk of the run has {} arguments where another has more than {i}",
                     chunk.args.len()
                 ))
             })
