@@ -151,3 +151,129 @@ pub(crate) fn compile(
     }
     Ok(image)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::gpu::{geo_source, options_source, vectors_source};
+
+    /// The PTX parameter types (`u64` for pointers and `long long`, `u32` for `int`, `f64` for
+    /// `double`) of every kernel the built-ins launch, in the order their `launch_builder` calls
+    /// push arguments (`vectors.rs`, `geo.rs`, `options.rs`). A kernel whose signature drifts from
+    /// its launch would read garbage on a GPU; this catches it wherever NVRTC loads.
+    fn launched_kernels() -> Vec<(KernelSource, String, Vec<&'static str>)> {
+        let operand = ["u64", "u64", "u64", "u32"]; // values, offsets, dim, is_scalar
+        let vector_params: Vec<&str> = operand
+            .iter()
+            .chain(&operand)
+            .chain(&["u64", "u32", "u64", "u64"]) // rows, op, out, valid
+            .copied()
+            .collect();
+        let mut kernels: Vec<(KernelSource, String, Vec<&str>)> = ["f32", "f64"]
+            .iter()
+            .flat_map(|a| ["f32", "f64"].map(|b| format!("vector_similarity_{a}_{b}")))
+            .map(|name| (vectors_source(), name, vector_params.clone()))
+            .collect();
+        let mut haversine = ["u64", "u32"].repeat(4);
+        haversine.extend(["u64", "f64", "u64"]); // rows, radius, out
+        kernels.push((geo_source(), "haversine_km".into(), haversine));
+        let mut black_scholes = ["u64", "u32"].repeat(5);
+        black_scholes.extend(["u64", "u32", "u64", "u64"]); // rows, put, out, valid
+        kernels.push((options_source(), "black_scholes".into(), black_scholes));
+        kernels
+    }
+
+    /// The parameter types of `.entry name(...)` in `ptx`, or `None` without such an entry.
+    fn entry_params(ptx: &str, name: &str) -> Option<Vec<String>> {
+        let start = ptx.find(&format!(".entry {name}("))?;
+        let rest = &ptx[start..];
+        let params = &rest[rest.find('(')? + 1..rest.find(')')?];
+        Some(
+            params
+                .split(',')
+                .filter_map(|p| {
+                    // `.param .u64 .ptr .global .align 8 name_param_0` or `.param .u32 name_param_1`.
+                    let mut words = p.split_whitespace();
+                    (words.next()? == ".param").then_some(())?;
+                    Some(words.next()?.trim_start_matches('.').to_string())
+                })
+                .collect(),
+        )
+    }
+
+    fn nvrtc_or_skip(test: &str) -> bool {
+        // SAFETY: only tries to dlopen the library's candidate names.
+        if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return true;
+        }
+        eprintln!("SKIPPED (no NVRTC library; LD_LIBRARY_PATH may name one): {test}");
+        false
+    }
+
+    #[test]
+    fn builtin_kernels_compile_for_every_supported_architecture() {
+        if !nvrtc_or_skip("builtin_kernels_compile_for_every_supported_architecture") {
+            return;
+        }
+        let archs = supported_archs();
+        assert!(!archs.is_empty(), "NVRTC loads but lists no architectures");
+        let sources = [vectors_source(), geo_source(), options_source()];
+        for arch in archs {
+            let arch = u32::try_from(arch).unwrap();
+            for source in &sources {
+                let cubin = compile(source, CompileTarget::Cubin(arch)).unwrap();
+                assert!(
+                    matches!(&cubin, ModuleImage::Cubin(b) if b.starts_with(b"\x7fELF")),
+                    "{} for sm_{arch} is not an ELF image",
+                    source.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn builtin_kernel_signatures_match_their_launches() {
+        if !nvrtc_or_skip("builtin_kernel_signatures_match_their_launches") {
+            return;
+        }
+        for (source, name, expected) in launched_kernels() {
+            let image = compile(&source, CompileTarget::Ptx(90)).unwrap();
+            let ModuleImage::Ptx(ptx) = image else {
+                panic!("{name}: PTX requested, got {}", image.kind());
+            };
+            let params = entry_params(&ptx, &name)
+                .unwrap_or_else(|| panic!("no entry {name} in module {}", source.name()));
+            assert_eq!(params, expected, "parameters of {name}");
+        }
+    }
+
+    #[test]
+    fn a_compile_error_reports_the_log() {
+        if !nvrtc_or_skip("a_compile_error_reports_the_log") {
+            return;
+        }
+        let bad = KernelSource::new("broken", "extern \"C\" __global__ void k() { nope(); }");
+        let err = compile(&bad, CompileTarget::Cubin(90)).unwrap_err();
+        assert!(err.contains("compiling module broken for sm_90"), "{err}");
+        assert!(
+            err.contains("nope"),
+            "the log names the bad identifier: {err}"
+        );
+        let nul = KernelSource::new("nul", "int x;\0");
+        assert!(
+            compile(&nul, CompileTarget::Cubin(90))
+                .unwrap_err()
+                .contains("NUL byte")
+        );
+    }
+
+    #[test]
+    fn entry_params_reads_ptx_signatures() {
+        let ptx = ".visible .entry k(\n\t.param .u64 .ptr .global .align 8 k_param_0,\n\t\
+                   .param .u32 k_param_1,\n\t.param .f64 k_param_2\n)\n{\n}";
+        assert_eq!(entry_params(ptx, "k").unwrap(), ["u64", "u32", "f64"]);
+        assert_eq!(entry_params(ptx, "other"), None);
+    }
+}
