@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: prepares the Python packages the script-UDF tests use (pandas, numpy) in a
-# virtualenv under target/, puts it first on PATH (so `builtin_python3` finds it), then runs
-# `cargo test --workspace`. If the packages cannot be installed (no venv module, no network),
+# virtualenv under target/, puts it first on PATH (so `builtin_python3` finds it), adds NVIDIA's
+# NVRTC wheel to LD_LIBRARY_PATH (the kernels' compile tests), then runs `cargo test --workspace`, then the GPU tests again on the fake CUDA driver
+# (scripts/fake-cuda/test.sh). If the packages cannot be installed (no venv module, no network),
 # it says so and goes on: those tests then check the "missing package" error and print SKIPPED.
 #
 # Then the Python package (python/): it is built in the dev profile, reusing what `cargo test`
@@ -22,10 +23,24 @@ if [ ! -x "$venv/bin/python3" ] || ! "$venv/bin/python3" -c "import pandas, nump
 fi
 if [ -x "$venv/bin/python3" ]; then
   export PATH="$venv/bin:$PATH"
+  # NVIDIA's NVRTC wheel, so that the built-in kernels are compiled by the real CUDA compiler
+  # for every architecture it supports (udf-runtime gpu::nvrtc tests; SKIPPED without it).
+  nvrtc_dirs=("$venv"/lib/python3*/site-packages/nvidia/cu13/lib)
+  if [ ! -e "${nvrtc_dirs[0]}/libnvrtc.so.13" ]; then
+    "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check 'nvidia-cuda-nvrtc>=13,<14' \
+      || echo "test-all: WARNING: could not install NVRTC; the kernel compile tests will be skipped" >&2
+    nvrtc_dirs=("$venv"/lib/python3*/site-packages/nvidia/cu13/lib)
+  fi
+  if [ -e "${nvrtc_dirs[0]}/libnvrtc.so.13" ]; then
+    export LD_LIBRARY_PATH="${nvrtc_dirs[0]}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
 fi
 # Incremental artifacts only help repeated local builds; a one-shot run skips them (disk).
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 cargo test --workspace "$@"
+
+# The GPU path end to end on the fake CUDA driver (kernels run on the host; scripts/fake-cuda).
+bash scripts/fake-cuda/test.sh
 
 # The Python package, in a fresh virtualenv.
 pkg_env="$PWD/target/python-pkg-env"

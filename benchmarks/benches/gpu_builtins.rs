@@ -287,6 +287,10 @@ fn find_gpu() -> Result<DeviceInfo, String> {
         .map_err(|e| e.to_string())?;
     let mut why = String::from("NVML reports no devices");
     for d in devices {
+        if !d.is_hardware() {
+            why = format!("{} is not GPU hardware", d.label());
+            continue;
+        }
         match GpuDevice::open(&d) {
             Ok(_) => return Ok(d),
             Err(e) => why = e.to_string(),

@@ -59,7 +59,7 @@ impl Machine {
                 let real: Vec<GpuFact> = report
                     .devices
                     .iter()
-                    .filter(|d| !d.simulated)
+                    .filter(|d| d.is_hardware())
                     .map(|d| GpuFact {
                         name: d.name.clone(),
                         memory_gib: d.memory_total as f64 / (1u64 << 30) as f64,

@@ -4,6 +4,10 @@ use serde::Serialize;
 
 use crate::units::format_bytes;
 
+/// The name the test suite's fake CUDA driver (`scripts/fake-cuda`) gives its devices: they
+/// open and run kernels, on the host, so they are GPUs to the engine but never to a benchmark.
+pub const FAKE_CUDA_DEVICE_NAME: &str = "accelsql fake CUDA device";
+
 /// One GPU as the inventory reports it.
 ///
 /// Readings NVML could not provide (or a simulated device does not model) are `None`.
@@ -40,6 +44,12 @@ impl DeviceInfo {
     /// test fixtures (`DeviceInfo { simulated: false, ..DeviceInfo::simulated(0) }`).
     pub fn simulated(index: u32) -> Self {
         crate::inventory::simulated_device(index)
+    }
+
+    /// Whether this is GPU hardware: neither simulated nor a device of the fake CUDA driver
+    /// ([`FAKE_CUDA_DEVICE_NAME`]). Only hardware yields GPU figures in benchmarks.
+    pub fn is_hardware(&self) -> bool {
+        !self.simulated && self.name != FAKE_CUDA_DEVICE_NAME
     }
 
     /// Used device memory in bytes.
@@ -129,6 +139,22 @@ mod tests {
         assert_eq!(DeviceId::parse("gpu zero"), None);
         assert_eq!(DeviceId::parse(""), None);
         assert_eq!(DeviceId::parse("-2"), None);
+    }
+
+    #[test]
+    fn only_real_devices_are_hardware() {
+        let real = DeviceInfo {
+            simulated: false,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            ..simulated_device(0)
+        };
+        assert!(real.is_hardware());
+        assert!(!simulated_device(0).is_hardware());
+        let fake = DeviceInfo {
+            name: FAKE_CUDA_DEVICE_NAME.into(),
+            ..real
+        };
+        assert!(!fake.is_hardware());
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub use config::{
     ENV_CUDA_VISIBLE_DEVICES, ENV_DEVICE_LOCK_DIR, ENV_GPU_WAIT_TIMEOUT, ENV_NVML_LIBRARY,
     ENV_SIMULATED_GPUS, SchedulerConfig,
 };
-pub use device::{DeviceId, DeviceInfo};
+pub use device::{DeviceId, DeviceInfo, FAKE_CUDA_DEVICE_NAME};
 pub use error::{Result, SchedulerError};
 pub use inventory::{
     DeviceBackend, Inventory, InventoryReport, NvmlInventory, SIMULATED_MEMORY, SimulatedInventory,

@@ -37,7 +37,7 @@ impl AccelsqlEngines {
                 Ok(engine) => {
                     let report = engine.inventory().report().map_err(|e| e.to_string());
                     let real = !engine.devices().is_empty()
-                        && engine.devices().iter().all(|d| !d.simulated);
+                        && engine.devices().iter().all(|d| d.is_hardware());
                     let gpu = if real {
                         Ok(engine)
                     } else {

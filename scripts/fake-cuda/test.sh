@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs the GPU tests on the fake CUDA driver (see README.md): the CPU/GPU differential tests of
+# udf-runtime and the GPU SQL tests of the engine, with ACCELSQL_REQUIRE_GPU set so that a
+# device that fails to open fails the run instead of skipping. Kernels run on the host: this
+# checks the GPU path's logic, not a GPU. Without a C++ compiler it says SKIPPED and succeeds.
+# Arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cxx="${CXX:-c++}"
+if ! command -v "$cxx" >/dev/null 2>&1; then
+  echo "fake-cuda: SKIPPED (no C++ compiler '$cxx'; install g++ to run the GPU path on the host)" >&2
+  exit 0
+fi
+lib="$(bash scripts/fake-cuda/build.sh target/fake-cuda)"
+echo "fake-cuda: driver, NVRTC and NVML in $lib"
+export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export ACCELSQL_REQUIRE_GPU=1
+export ACCELSQL_FAKE_CUDA_BUILD_DIR="$lib/modules"
+unset ACCELSQL_SIMULATED_GPUS CUDA_VISIBLE_DEVICES
+# --workspace keeps the features of `cargo test --workspace`, so nothing is rebuilt.
+cargo test --workspace --test gpu_differential --test gpu_sql "$@"
