@@ -6,9 +6,9 @@
 // - Driver (`cu*`): the same devices (compute capability 9.0); device memory is host memory
 //   behind a guard page, counted against the device's size (so allocations beyond it fail with
 //   CUDA_ERROR_OUT_OF_MEMORY), and copies are checked against the allocations they touch
-//   (CUDA_ERROR_INVALID_VALUE, as the driver answers). Every operation runs at once, in the
-//   calling thread: streams and events are trivially ordered. A launch runs the kernel on the
-//   host (fake_launch.h); a failed launch is sticky, as on a GPU.
+//   (CUDA_ERROR_INVALID_VALUE, as the driver answers). Work enqueued on a stream runs when
+//   something waits for it (see "Streams" below), in the waiting thread. A launch runs the
+//   kernel on the host (fake_launch.h); a failed launch is sticky, as on a GPU.
 // - NVRTC (`nvrtc*`): "compiling" builds the module for the host with the C++ compiler ($CXX,
 //   else c++) and fake_kernel.h, caching the shared object by source hash; the image it returns
 //   carries the source, so a module cached on disk by accelsql still loads.
@@ -26,6 +26,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <deque>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -316,9 +318,8 @@ std::string build_module(const std::string& name, const std::string& source, std
     std::string unit = "#include \"fake_kernel.h\"\n#line 1 \"" + name + ".cu\"\n" + source +
                        "\n#include \"fake_launch.h\"\n";
     for (const auto& k : kernels) {
-        unit += "extern \"C\" int __accelsql_launch_" + k +
-                "(const accelsql_fake::Launch* l) { return accelsql_fake::launch(&" + k +
-                ", l); }\n";
+        unit += "extern \"C\" accelsql_fake::Bound* __accelsql_bind_" + k +
+                "(void** p) { return accelsql_fake::bind(&" + k + ", p); }\n";
     }
     write_file(cpp, unit);
     const int status = run(cxx + " -std=c++17 -O1 -ffp-contract=off -fPIC -shared " + include +
@@ -344,14 +345,18 @@ struct Module {
 struct Launch {
     unsigned int grid[3];
     unsigned int block[3];
-    void** params;
     char* error;
     size_t error_size;
 };
 
+struct Bound {
+    int (*run)(Bound*, const Launch*);
+    void (*drop)(Bound*);
+};
+
 struct Function {
     std::string name;
-    int (*launch)(const Launch*);
+    Bound* (*bind)(void**);
 };
 
 thread_local const char* launching = nullptr;
@@ -547,13 +552,183 @@ EXPORT CUresult cuCtxGetDevice(CUdevice* device)
     return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuCtxSynchronize() { return sticky(); }
+// ---- Streams ------------------------------------------------------------------------------
+//
+// Work enqueued on a stream runs when something waits for it (a stream or event
+// synchronization, another stream waiting on one of its events, a synchronous call), not when
+// it is enqueued: the latest schedule a GPU may choose, so that a host that reads results,
+// reuses a pinned buffer or frees memory without waiting sees stale or missing data here as it
+// could on a GPU. ACCELSQL_FAKE_CUDA_SCHEDULE chooses among legal schedules:
+// - `lazy` (the default): as above; streams run in the order the host waits for them;
+// - `reversed`: as lazy, but a wait first runs every *other* stream's work, newest stream
+//   first, so a stream that reads what another writes without waiting for it (an event) reads
+//   it before it is written;
+// - `eager`: everything runs when it is enqueued (no asynchrony at all).
 
-// Streams and events are tokens: every operation has finished when its call returns.
+namespace {
+
+struct Stream {
+    std::mutex queue_lock;
+    std::deque<std::function<void()>> ops;
+    uint64_t enqueued = 0;  // ops ever enqueued (guarded by queue_lock)
+    uint64_t executed = 0;  // ops ever run (guarded by queue_lock)
+};
+
+/// Held while ops run: one op at a time on the whole fake (a wait op runs another stream's ops
+/// under it, so one lock for all streams cannot deadlock where per-stream locks could).
+std::recursive_mutex run_lock;
+
+struct Event {
+    Stream* stream = nullptr;  // where it was last recorded
+    uint64_t mark = 0;         // the ops of `stream` before it
+};
+
+struct Streams {
+    std::mutex lock;
+    std::vector<Stream*> all;  // never freed: waits may still name a destroyed stream
+    Stream null_stream;
+};
+
+Streams& streams()
+{
+    static Streams s;
+    return s;
+}
+
+enum class Schedule { Lazy, Reversed, Eager };
+
+Schedule schedule()
+{
+    static const Schedule chosen = [] {
+        const char* e = getenv("ACCELSQL_FAKE_CUDA_SCHEDULE");
+        if (e && strcmp(e, "eager") == 0) return Schedule::Eager;
+        if (e && strcmp(e, "reversed") == 0) return Schedule::Reversed;
+        if (e && *e && strcmp(e, "lazy") != 0) {
+            fprintf(stderr, "accelsql fake CUDA: unknown ACCELSQL_FAKE_CUDA_SCHEDULE %s, using lazy\n", e);
+        }
+        return Schedule::Lazy;
+    }();
+    return chosen;
+}
+
+Stream* stream_of(void* handle)
+{
+    return handle ? static_cast<Stream*>(handle) : &streams().null_stream;
+}
+
+void run_others(Stream* s);
+
+/// Runs the ops of `s` enqueued before op number `upto` (after every other stream's, in the
+/// `reversed` schedule).
+void run_until(Stream* s, uint64_t upto)
+{
+    std::lock_guard<std::recursive_mutex> running(run_lock);
+    if (schedule() == Schedule::Reversed) run_others(s);
+    for (;;) {
+        std::function<void()> op;
+        {
+            std::lock_guard<std::mutex> guard(s->queue_lock);
+            if (s->executed >= upto || s->ops.empty()) return;
+            op = std::move(s->ops.front());
+            s->ops.pop_front();
+        }
+        op();
+        std::lock_guard<std::mutex> guard(s->queue_lock);
+        s->executed++;
+    }
+}
+
+void run_all(Stream* s)
+{
+    run_until(s, UINT64_MAX);
+}
+
+/// Runs every stream but `s`, newest first (the `reversed` schedule). A stream's work may wait
+/// for `s`'s: that runs `s` only as far as the wait needs, which any schedule must.
+void run_others(Stream* s)
+{
+    static thread_local int depth = 0;
+    if (depth > 0) return;  // inside another stream's run already: keep to plain order
+    depth++;
+    std::vector<Stream*> all;
+    {
+        std::lock_guard<std::mutex> guard(streams().lock);
+        all = streams().all;
+    }
+    all.insert(all.begin(), &streams().null_stream);
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+        if (*it == s) continue;
+        std::lock_guard<std::recursive_mutex> running(run_lock);
+        for (;;) {
+            std::function<void()> op;
+            {
+                std::lock_guard<std::mutex> guard((*it)->queue_lock);
+                if ((*it)->ops.empty()) break;
+                op = std::move((*it)->ops.front());
+                (*it)->ops.pop_front();
+            }
+            op();
+            std::lock_guard<std::mutex> guard((*it)->queue_lock);
+            (*it)->executed++;
+        }
+    }
+    depth--;
+}
+
+/// Everything enqueued anywhere (what a synchronous call, cuMemFree or cuCtxSynchronize waits for).
+void run_everything()
+{
+    std::vector<Stream*> all;
+    {
+        std::lock_guard<std::mutex> guard(streams().lock);
+        all = streams().all;
+    }
+    all.push_back(&streams().null_stream);
+    for (Stream* s : all) run_all(s);
+}
+
+void enqueue(void* handle, std::function<void()> op)
+{
+    if (schedule() == Schedule::Eager) {
+        op();
+        return;
+    }
+    Stream* s = stream_of(handle);
+    std::lock_guard<std::mutex> guard(s->queue_lock);
+    s->ops.push_back(std::move(op));
+    s->enqueued++;
+}
+
+// Pinned host allocations (cuMemHostAlloc): an asynchronous copy to or from one really is
+// asynchronous; one from or to pageable memory is not (the driver stages it before returning).
+std::mutex pinned_lock;
+std::map<uintptr_t, size_t> pinned;
+
+bool is_pinned(const void* ptr, size_t n)
+{
+    const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard<std::mutex> guard(pinned_lock);
+    auto it = pinned.upper_bound(p);
+    if (it == pinned.begin()) return false;
+    --it;
+    return p >= it->first && p - it->first <= it->second && n <= it->second - (p - it->first);
+}
+
+}  // namespace
+
+EXPORT CUresult cuCtxSynchronize()
+{
+    run_everything();
+    return sticky();
+}
+
 EXPORT CUresult cuStreamCreate(void** stream, unsigned int)
 {
     if (!stream) return CUDA_ERROR_INVALID_VALUE;
-    *stream = malloc(1);
+    auto* s = new Stream;
+    std::lock_guard<std::mutex> guard(streams().lock);
+    streams().all.push_back(s);
+    *stream = s;
     return CUDA_SUCCESS;
 }
 
@@ -564,28 +739,74 @@ EXPORT CUresult cuStreamCreateWithPriority(void** stream, unsigned int flags, in
 
 EXPORT CUresult cuStreamDestroy_v2(void* stream)
 {
-    free(stream);
+    // The stream's work still completes; its object stays for waits that name it.
+    if (stream) run_all(stream_of(stream));
     return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuStreamSynchronize(void*) { return sticky(); }
-EXPORT CUresult cuStreamQuery(void*) { return sticky(); }
-EXPORT CUresult cuStreamWaitEvent(void*, void*, unsigned int) { return sticky(); }
+EXPORT CUresult cuStreamSynchronize(void* stream)
+{
+    run_all(stream_of(stream));
+    return sticky();
+}
+
+EXPORT CUresult cuStreamQuery(void* stream)
+{
+    run_all(stream_of(stream));
+    return sticky();
+}
 
 EXPORT CUresult cuEventCreate(void** event, unsigned int)
 {
     if (!event) return CUDA_ERROR_INVALID_VALUE;
-    *event = malloc(1);
+    *event = new Event;
     return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuEventRecord(void*, void*) { return sticky(); }
-EXPORT CUresult cuEventQuery(void*) { return sticky(); }
-EXPORT CUresult cuEventSynchronize(void*) { return sticky(); }
+EXPORT CUresult cuEventRecord(void* event, void* stream)
+{
+    if (!event) return CUDA_ERROR_INVALID_HANDLE;
+    if (int e = sticky()) return e;
+    auto* ev = static_cast<Event*>(event);
+    Stream* s = stream_of(stream);
+    std::lock_guard<std::mutex> guard(s->queue_lock);
+    ev->stream = s;
+    ev->mark = s->enqueued;
+    return CUDA_SUCCESS;
+}
+
+/// Runs what `event` waits for.
+void complete(const Event* ev)
+{
+    if (ev->stream) run_until(ev->stream, ev->mark);
+}
+
+EXPORT CUresult cuEventQuery(void* event)
+{
+    if (!event) return CUDA_ERROR_INVALID_HANDLE;
+    complete(static_cast<Event*>(event));
+    return sticky();
+}
+
+EXPORT CUresult cuEventSynchronize(void* event)
+{
+    if (!event) return CUDA_ERROR_INVALID_HANDLE;
+    complete(static_cast<Event*>(event));
+    return sticky();
+}
+
+EXPORT CUresult cuStreamWaitEvent(void* stream, void* event, unsigned int)
+{
+    if (!event) return CUDA_ERROR_INVALID_HANDLE;
+    if (int e = sticky()) return e;
+    const Event at = *static_cast<Event*>(event);  // later records do not move this wait
+    enqueue(stream, [at] { complete(&at); });
+    return CUDA_SUCCESS;
+}
 
 EXPORT CUresult cuEventDestroy_v2(void* event)
 {
-    free(event);
+    delete static_cast<Event*>(event);
     return CUDA_SUCCESS;
 }
 
@@ -614,90 +835,148 @@ EXPORT CUresult cuMemAllocAsync(CUdeviceptr* ptr, size_t size, void*)
     return alloc_device(ptr, size);
 }
 
-EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) { return free_device(ptr); }
-EXPORT CUresult cuMemFreeAsync(CUdeviceptr ptr, void*) { return free_device(ptr); }
+EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr)
+{
+    run_everything();  // cuMemFree waits for the device
+    return free_device(ptr);
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr ptr, void* stream)
+{
+    if (int e = check_device_range(ptr, 1)) return e;
+    enqueue(stream, [ptr] { free_device(ptr); });
+    return CUDA_SUCCESS;
+}
 
 EXPORT CUresult cuMemHostAlloc(void** ptr, size_t size, unsigned int)
 {
     if (!ptr) return CUDA_ERROR_INVALID_VALUE;
     *ptr = malloc(size ? size : 1);
-    return *ptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (!*ptr) return CUDA_ERROR_OUT_OF_MEMORY;
+    std::lock_guard<std::mutex> guard(pinned_lock);
+    pinned[reinterpret_cast<uintptr_t>(*ptr)] = size;
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemAllocHost_v2(void** ptr, size_t size) { return cuMemHostAlloc(ptr, size, 0); }
 
 EXPORT CUresult cuMemFreeHost(void* ptr)
 {
+    run_everything();  // like cuMemFreeHost, which synchronizes
+    {
+        std::lock_guard<std::mutex> guard(pinned_lock);
+        pinned.erase(reinterpret_cast<uintptr_t>(ptr));
+    }
     free(ptr);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* stream)
+{
+    if (int e = sticky()) return e;
+    if (int e = check_device_range(dst, n)) return e;
+    if (n == 0) return CUDA_SUCCESS;
+    if (is_pinned(src, n)) {
+        // Read when the copy runs: a host that rewrites the buffer before then is caught.
+        enqueue(stream, [dst, src, n] { memcpy(reinterpret_cast<void*>(dst), src, n); });
+    } else {
+        auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                          static_cast<const char*>(src) + n);
+        enqueue(stream, [dst, staged] {
+            memcpy(reinterpret_cast<void*>(dst), staged->data(), staged->size());
+        });
+    }
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n)
 {
+    run_everything();
     if (int e = sticky()) return e;
     if (int e = check_device_range(dst, n)) return e;
     if (n) memcpy(reinterpret_cast<void*>(dst), src, n);
     return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void*)
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* stream)
 {
-    return cuMemcpyHtoD_v2(dst, src, n);
+    if (int e = sticky()) return e;
+    if (int e = check_device_range(src, n)) return e;
+    if (n == 0) return CUDA_SUCCESS;
+    if (is_pinned(dst, n)) {
+        enqueue(stream, [dst, src, n] { memcpy(dst, reinterpret_cast<const void*>(src), n); });
+        return CUDA_SUCCESS;
+    }
+    // Into pageable memory the copy is synchronous.
+    run_all(stream_of(stream));
+    if (int e = sticky()) return e;
+    memcpy(dst, reinterpret_cast<const void*>(src), n);
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n)
 {
+    run_everything();
     if (int e = sticky()) return e;
     if (int e = check_device_range(src, n)) return e;
     if (n) memcpy(dst, reinterpret_cast<const void*>(src), n);
     return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void*)
-{
-    return cuMemcpyDtoH_v2(dst, src, n);
-}
-
-EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
+EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void* stream)
 {
     if (int e = sticky()) return e;
     if (int e = check_device_range(dst, n)) return e;
     if (int e = check_device_range(src, n)) return e;
-    if (n) memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+    if (n == 0) return CUDA_SUCCESS;
+    enqueue(stream, [dst, src, n] {
+        memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+    });
     return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void*)
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
-    return cuMemcpyDtoD_v2(dst, src, n);
+    if (CUresult e = cuMemcpyDtoDAsync_v2(dst, src, n, nullptr)) return e;
+    run_everything();
+    return sticky();
+}
+
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, void* stream)
+{
+    if (int e = sticky()) return e;
+    if (int e = check_device_range(dst, n)) return e;
+    if (n == 0) return CUDA_SUCCESS;
+    enqueue(stream, [dst, value, n] { memset(reinterpret_cast<void*>(dst), value, n); });
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n)
 {
-    if (int e = sticky()) return e;
-    if (int e = check_device_range(dst, n)) return e;
-    if (n) memset(reinterpret_cast<void*>(dst), value, n);
-    return CUDA_SUCCESS;
+    if (CUresult e = cuMemsetD8Async(dst, value, n, nullptr)) return e;
+    run_everything();
+    return sticky();
 }
 
-EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, void*)
+EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t n, void* stream)
 {
-    return cuMemsetD8_v2(dst, value, n);
+    if (int e = sticky()) return e;
+    if (int e = check_device_range(dst, n * 4)) return e;
+    enqueue(stream, [dst, value, n] {
+        unsigned int* p = reinterpret_cast<unsigned int*>(dst);
+        for (size_t i = 0; i < n; i++) p[i] = value;
+    });
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int value, size_t n)
 {
-    if (int e = sticky()) return e;
-    if (int e = check_device_range(dst, n * 4)) return e;
-    unsigned int* p = reinterpret_cast<unsigned int*>(dst);
-    for (size_t i = 0; i < n; i++) p[i] = value;
-    return CUDA_SUCCESS;
+    if (CUresult e = cuMemsetD32Async(dst, value, n, nullptr)) return e;
+    run_everything();
+    return sticky();
 }
 
-EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t n, void*)
-{
-    return cuMemsetD32_v2(dst, value, n);
-}
+// ---- Modules and launches -------------------------------------------------------------------
 
 EXPORT CUresult cuModuleLoadData(void** module, const void* image)
 {
@@ -725,6 +1004,7 @@ EXPORT CUresult cuModuleLoadData(void** module, const void* image)
 
 EXPORT CUresult cuModuleUnload(void* module)
 {
+    run_everything();
     // The shared object stays loaded: functions taken from it may still be referenced.
     delete static_cast<Module*>(module);
     return CUDA_SUCCESS;
@@ -733,10 +1013,10 @@ EXPORT CUresult cuModuleUnload(void* module)
 EXPORT CUresult cuModuleGetFunction(void** function, void* module, const char* name)
 {
     if (!function || !module || !name) return CUDA_ERROR_INVALID_VALUE;
-    const std::string symbol = std::string("__accelsql_launch_") + name;
-    void* launch = dlsym(static_cast<Module*>(module)->handle, symbol.c_str());
-    if (!launch) return CUDA_ERROR_NOT_FOUND;
-    *function = new Function{name, reinterpret_cast<int (*)(const Launch*)>(launch)};
+    const std::string symbol = std::string("__accelsql_bind_") + name;
+    void* bind = dlsym(static_cast<Module*>(module)->handle, symbol.c_str());
+    if (!bind) return CUDA_ERROR_NOT_FOUND;
+    *function = new Function{name, reinterpret_cast<Bound* (*)(void**)>(bind)};
     return CUDA_SUCCESS;
 }
 
@@ -749,7 +1029,8 @@ EXPORT CUresult cuFuncGetAttribute(int* value, int, void*)
 
 EXPORT CUresult cuLaunchKernel(void* f, unsigned int gx, unsigned int gy, unsigned int gz,
                                unsigned int bx, unsigned int by, unsigned int bz,
-                               unsigned int shared_bytes, void*, void** params, void** extra)
+                               unsigned int shared_bytes, void* stream, void** params,
+                               void** extra)
 {
     if (int e = sticky()) return e;
     if (!f) return CUDA_ERROR_INVALID_HANDLE;
@@ -762,19 +1043,29 @@ EXPORT CUresult cuLaunchKernel(void* f, unsigned int gx, unsigned int gy, unsign
     }
     install_fault_reporter();
     auto* function = static_cast<Function*>(f);
-    char error[512] = {0};
-    Launch l{{gx, gy, gz}, {bx, by, bz}, params, error, sizeof error};
-    launching = function->name.c_str();
-    const int status = function->launch(&l);
-    launching = nullptr;
-    if (status != 0) {
-        std::lock_guard<std::mutex> guard(state().lock);
-        state().sticky_message = function->name + ": " + error;
-        state().sticky.store(CUDA_ERROR_LAUNCH_FAILED);
-        fprintf(stderr, "accelsql fake CUDA: launch of %s failed: %s\n", function->name.c_str(),
-                error);
-        return CUDA_ERROR_LAUNCH_FAILED;
-    }
+    // The parameters are copied now, as the driver does; the kernel runs when the stream does.
+    Bound* bound = function->bind(params);
+    const std::string name = function->name;
+    const unsigned int grid[3] = {gx, gy, gz};
+    const unsigned int block[3] = {bx, by, bz};
+    enqueue(stream, [bound, name, grid, block] {
+        if (sticky() == 0) {
+            char error[512] = {0};
+            Launch l{{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, error,
+                     sizeof error};
+            launching = name.c_str();
+            const int status = bound->run(bound, &l);
+            launching = nullptr;
+            if (status != 0) {
+                std::lock_guard<std::mutex> guard(state().lock);
+                state().sticky_message = name + ": " + error;
+                state().sticky.store(CUDA_ERROR_LAUNCH_FAILED);
+                fprintf(stderr, "accelsql fake CUDA: launch of %s failed: %s\n", name.c_str(),
+                        error);
+            }
+        }
+        bound->drop(bound);
+    });
     return CUDA_SUCCESS;
 }
 

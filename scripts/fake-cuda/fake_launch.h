@@ -15,11 +15,10 @@ namespace accelsql_fake {
 
 thread_local Dim3 thread_idx, block_idx, block_dim, grid_dim;
 
-/// One launch, as the fake driver passes it (fake_cuda.cpp has the same layout).
+/// The grid of one launch, as the fake driver passes it (fake_cuda.cpp has the same layout).
 struct Launch {
     unsigned int grid[3];
     unsigned int block[3];
-    void** params;
     char* error;       // a message when the launch fails
     size_t error_size; // bytes at `error`
 };
@@ -261,16 +260,33 @@ inline int run_grid(const Launch* l, void (*body)(void*), void* arg)
 template <typename T>
 using Param = typename std::decay<T>::type;
 
+/// A kernel with its parameters copied out of `cuLaunchKernel`'s argument array (the driver
+/// copies them when the launch is enqueued), to run when its stream gets to it (fake_cuda.cpp
+/// has the same layout).
+struct Bound {
+    int (*run)(Bound*, const Launch*);
+    void (*drop)(Bound*);
+};
+
 template <typename... Args>
-struct Call {
+struct Call : Bound {
     void (*kernel)(Args...);
     std::tuple<Param<Args>...> args;
 
-    static void run(void* self)
+    Call(void (*k)(Args...), std::tuple<Param<Args>...> a) : Bound{&run_call, &drop_call}, kernel(k), args(a) {}
+
+    static void body(void* self)
     {
         auto* call = static_cast<Call*>(self);
         std::apply(call->kernel, call->args);
     }
+
+    static int run_call(Bound* bound, const Launch* l)
+    {
+        return run_grid(l, &Call::body, static_cast<Call*>(bound));
+    }
+
+    static void drop_call(Bound* bound) { delete static_cast<Call*>(bound); }
 };
 
 template <typename... Args, size_t... I>
@@ -279,13 +295,12 @@ std::tuple<Param<Args>...> unpack(void** params, std::index_sequence<I...>)
     return std::tuple<Param<Args>...>(*static_cast<Param<Args>*>(params[I])...);
 }
 
-/// Runs `kernel` over the launch's grid with the launch's parameters (one pointer per kernel
-/// parameter, as `cuLaunchKernel` takes them); 0, or 1 with a message in `l->error`.
+/// `kernel` bound to the parameters of a launch (one pointer per kernel parameter, as
+/// `cuLaunchKernel` takes them).
 template <typename... Args>
-int launch(void (*kernel)(Args...), const Launch* l)
+Bound* bind(void (*kernel)(Args...), void** params)
 {
-    Call<Args...> call{kernel, unpack<Args...>(l->params, std::index_sequence_for<Args...>{})};
-    return run_grid(l, &Call<Args...>::run, &call);
+    return new Call<Args...>(kernel, unpack<Args...>(params, std::index_sequence_for<Args...>{}));
 }
 
 }  // namespace accelsql_fake

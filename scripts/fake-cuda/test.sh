@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the GPU tests on the fake CUDA driver (see README.md): the CPU/GPU differential tests of
-# udf-runtime and the GPU SQL tests of the engine, with ACCELSQL_REQUIRE_GPU set so that a
+# udf-runtime and the GPU SQL tests of the engine (and the differential tests once more under a
+# second schedule of the streams' work), with ACCELSQL_REQUIRE_GPU set so that a
 # device that fails to open fails the run instead of skipping. Kernels run on the host: this
 # checks the GPU path's logic, not a GPU. Without a C++ compiler it says SKIPPED and succeeds.
 # Arguments go to `cargo test`.
@@ -17,5 +18,9 @@ export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export ACCELSQL_REQUIRE_GPU=1
 export ACCELSQL_FAKE_CUDA_BUILD_DIR="$lib/modules"
 unset ACCELSQL_SIMULATED_GPUS CUDA_VISIBLE_DEVICES
-# --workspace keeps the features of `cargo test --workspace`, so nothing is rebuilt.
-cargo test --workspace --test gpu_differential --test gpu_sql "$@"
+# --workspace keeps the features of `cargo test --workspace`, so nothing is rebuilt. First the
+# lazy schedule (work runs when the host waits for it), then the differential tests again with
+# each wait running the other streams first (a missing cross-stream dependency shows there).
+ACCELSQL_FAKE_CUDA_SCHEDULE=lazy cargo test --workspace --test gpu_differential --test gpu_sql "$@"
+echo "fake-cuda: the differential tests again, other streams first (ACCELSQL_FAKE_CUDA_SCHEDULE=reversed)"
+ACCELSQL_FAKE_CUDA_SCHEDULE=reversed cargo test --workspace --test gpu_differential "$@"
