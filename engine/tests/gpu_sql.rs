@@ -8,32 +8,12 @@
 //! `SKIPPED (no CUDA device)` and passes; with `ACCELSQL_REQUIRE_GPU` set it fails instead.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
 
+mod common;
+
 use std::sync::OnceLock;
 
-use accelsql_engine::datafusion::arrow::array::{Array, Float64Array, RecordBatch, StringArray};
-use accelsql_engine::datafusion::arrow::compute::cast;
-use accelsql_engine::datafusion::arrow::datatypes::DataType;
-use accelsql_engine::udf_runtime::gpu::{CudaLibraries, GpuDevice};
-use accelsql_engine::{Engine, SchedulerConfig, Session};
-
-/// Embeddings: 3000 rows of 64 FLOATs, every 13th NULL. Points and option inputs: 20000 rows
-/// (three batches, two partitions), every 11th spot and latitude NULL.
-const TABLES: [&str; 2] = [
-    "CREATE TABLE emb AS
-       SELECT id, CASE WHEN id % 13 = 0 THEN NULL ELSE emb END AS emb FROM (
-         SELECT a.value AS id,
-                array_agg(CAST(sin(a.value * 0.37 + b.value * 1.3) AS FLOAT) ORDER BY b.value) AS emb
-         FROM generate_series(1, 3000) a, generate_series(1, 64) b GROUP BY a.value)",
-    "CREATE TABLE pts AS
-       SELECT value AS id,
-              CASE WHEN value % 11 = 0 THEN NULL ELSE 89 * sin(value * 0.7) END AS lat1,
-              179 * cos(value * 1.1) AS lon1, 89 * cos(value * 0.3) AS lat2,
-              179 * sin(value * 0.9) AS lon2,
-              CASE WHEN value % 11 = 0 THEN NULL ELSE 100 + 50 * sin(value * 0.5) END AS spot,
-              100 + 50 * cos(value * 0.2) AS strike, 0.1 + 2 * abs(sin(value * 0.13)) AS years,
-              0.05 * abs(cos(value * 0.17)) AS rate, 0.05 + 0.5 * abs(sin(value * 0.11)) AS vol
-       FROM generate_series(1, 20000)",
-];
+use accelsql_engine::{Engine, SchedulerConfig};
+use common::{engine_with_affine, open_gpu_engine, texts, values, with_tables};
 
 /// Taken by each test for its whole run: the tests share one engine, and an optional call whose
 /// GPU lease is busy (another test's statement) runs on the CPU by design.
@@ -42,27 +22,10 @@ static GPU_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The query vector of the vector statements.
 const QUERY: &str = "array_repeat(CAST(0.25 AS FLOAT), 64)";
 
-/// An engine whose GPUs are real CUDA devices (or the fake driver's), or why there is none.
+/// The engine with a GPU shared by the tests, or why there is none (looked for once).
 fn gpu_engine() -> &'static Result<Engine, String> {
     static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
-    ENGINE.get_or_init(|| {
-        if !CudaLibraries::probe().usable() {
-            return Err("the CUDA driver or NVRTC library is missing".into());
-        }
-        let config = SchedulerConfig {
-            simulated_gpus: None,
-            ..SchedulerConfig::from_env().map_err(|e| e.to_string())?
-        };
-        let engine = Engine::with_config(config).map_err(|e| e.to_string())?;
-        let mut reasons = vec!["NVML reports no devices".to_string()];
-        for device in engine.devices() {
-            match GpuDevice::open(device) {
-                Ok(_) => return Ok(engine),
-                Err(e) => reasons.push(e.to_string()),
-            }
-        }
-        Err(reasons.join("; "))
-    })
+    ENGINE.get_or_init(open_gpu_engine)
 }
 
 /// The engine with a GPU, or a visible skip.
@@ -86,53 +49,13 @@ macro_rules! require_gpu {
     };
 }
 
-async fn with_tables(session: Session) -> Session {
-    for table in TABLES {
-        session.sql(table).await.unwrap();
-    }
-    session
-}
-
-/// Every value of the result, row by row, as `f64` (NULL as `None`).
-fn values(batches: &[RecordBatch]) -> Vec<Vec<Option<f64>>> {
-    let mut rows = Vec::new();
-    for b in batches {
-        let columns: Vec<Float64Array> = b
-            .columns()
-            .iter()
-            .map(|c| {
-                let c = cast(c, &DataType::Float64).unwrap();
-                c.as_any().downcast_ref::<Float64Array>().unwrap().clone()
-            })
-            .collect();
-        for r in 0..b.num_rows() {
-            rows.push(
-                columns
-                    .iter()
-                    .map(|c| c.is_valid(r).then(|| c.value(r)))
-                    .collect(),
-            );
-        }
-    }
-    rows
-}
-
-/// Text of column `col` of every row.
-fn texts(batches: &[RecordBatch], col: usize) -> Vec<String> {
-    let mut out = Vec::new();
-    for b in batches {
-        let a = cast(b.column(col), &DataType::Utf8).unwrap();
-        let a = a.as_any().downcast_ref::<StringArray>().unwrap();
-        out.extend((0..a.len()).map(|i| a.value(i).to_string()));
-    }
-    out
-}
-
 /// Runs `sql` on the GPU engine and on an engine without GPUs; asserts that the GPU engine ran
 /// `udf` on the GPU (GPU batches, no fallback) and that both returned the same rows. Returns
 /// the number of rows and of NULL values compared.
 async fn agrees(gpu: &Engine, udf: &str, sql: &str) -> (usize, usize) {
-    let cpu = Engine::with_config(SchedulerConfig::default().with_simulated_gpus(0)).unwrap();
+    // Without GPUs, but with simulated ones where the GPU is required (they run the CPU code).
+    let gpus = usize::from(udf == "affine");
+    let cpu = engine_with_affine(SchedulerConfig::default().with_simulated_gpus(gpus)).unwrap();
     let on_gpu = with_tables(gpu.session()).await;
     let on_cpu = with_tables(cpu.session()).await;
     let expected = values(&on_cpu.sql(sql).await.unwrap());
@@ -245,4 +168,18 @@ async fn the_set_built_in_runs_on_the_gpu_and_agrees_with_the_cpu() {
     );
     let (rows, nulls) = agrees(gpu, "vector_topk", &sql).await;
     assert_eq!((rows, nulls), (7, 0));
+}
+
+#[tokio::test]
+async fn a_rust_udf_with_a_cuda_kernel_runs_on_the_gpu_and_agrees_with_the_cpu() {
+    let gpu = require_gpu!("a_rust_udf_with_a_cuda_kernel_runs_on_the_gpu_and_agrees_with_the_cpu");
+    let _turn = GPU_TURN.lock().await;
+    // A column and two scalars (uploaded once), then three columns; NULL latitudes give NULL.
+    for sql in [
+        "SELECT id, affine(lat1, 2.5, -1.0) FROM pts ORDER BY id",
+        "SELECT id, affine(lat1, lon1, lat2) FROM pts ORDER BY id",
+    ] {
+        let (rows, nulls) = agrees(gpu, "affine", sql).await;
+        assert_eq!((rows, nulls), (20000, 20000 / 11), "{sql}");
+    }
 }

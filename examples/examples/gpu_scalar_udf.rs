@@ -1,6 +1,12 @@
-//! Registers a GPU-capable scalar UDF (CPU fallback), a GPU-required one and a SET EMITS UDF,
-//! queries them, and shows where each call ran.
-//! Run: `ACCELSQL_SIMULATED_GPUS=2 cargo run -p accelsql-examples --example gpu_scalar_udf`.
+//! Registers a scalar UDF with a CPU and a CUDA implementation (optional GPU, so it falls back
+//! to the CPU), the same UDF with the GPU required, and a SET EMITS UDF; queries them, and shows
+//! where each call ran.
+//!
+//! Run: `cargo run -p accelsql-examples --example gpu_scalar_udf` (on a machine with an NVIDIA
+//! GPU the CUDA kernel runs; without one the optional call runs on the CPU and the required one
+//! fails with 22069), or with `ACCELSQL_SIMULATED_GPUS=2` (simulated devices: placement and
+//! leases as on GPUs, the CPU implementation computes). `bash scripts/fake-cuda/build.sh` and
+//! `LD_LIBRARY_PATH=target/fake-cuda` run the kernel on the host through a fake CUDA driver.
 
 use std::sync::Arc;
 
@@ -8,10 +14,73 @@ use accelsql_engine::datafusion::arrow::array::{ArrayRef, Float64Array, Int64Arr
 use accelsql_engine::datafusion::arrow::datatypes::{DataType, Field};
 use accelsql_engine::datafusion::arrow::util::pretty::pretty_format_batches;
 use accelsql_engine::datafusion::logical_expr::ColumnarValue;
+use accelsql_engine::udf_runtime::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+use accelsql_engine::udf_runtime::gpu::{
+    DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, GpuDevice, KernelSource,
+};
 use accelsql_engine::{Engine, InstanceContext, ScalarUdf, SetUdf};
 
-/// `scale(x, factor)`: x * factor. The same kernel serves as CPU and (on a real GPU) as the
-/// reference; a CUDA implementation would be given with `.gpu(...)`.
+/// The CUDA C of `scale`, compiled by NVRTC for each device on first use (and cached). Each
+/// argument is a pointer and a flag: a scalar argument (the factor, usually) is one value,
+/// uploaded once per batch, that every row reads at index 0.
+const SCALE_CU: &str = r#"
+extern "C" __global__ void scale(const double* x, int x_scalar, const double* by, int by_scalar,
+                                 long long rows, double* out) {
+    long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) out[r] = x[x_scalar ? 0 : r] * by[by_scalar ? 0 : r];
+}
+"#;
+
+/// The GPU implementation of `scale`: the runtime hands it a chunk of rows already on the device
+/// (NULL rows are masked afterwards, so the kernel ignores NULLs), it enqueues one kernel launch
+/// and returns the output column.
+struct ScaleOnGpu;
+
+impl GpuColumnarKernel for ScaleOnGpu {
+    fn name(&self) -> &str {
+        "scale"
+    }
+
+    fn output_type(&self) -> DataType {
+        DataType::Float64
+    }
+
+    fn evaluate_columnar(
+        &self,
+        device: &GpuDevice,
+        stream: &Arc<CudaStream>,
+        rows: usize,
+        args: &[DeviceOperand<'_>],
+    ) -> accelsql_engine::udf_runtime::Result<DeviceColumn> {
+        let [x, by] = args else {
+            return Err(device.fail(format!("scale takes 2 arguments, got {}", args.len())));
+        };
+        let function = device.function(&KernelSource::new("scale", SCALE_CU), "scale")?;
+        let blocks = u32::try_from(rows.div_ceil(256).max(1))
+            .map_err(|_| device.fail(format!("{rows} rows need too many blocks")))?;
+        let config = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let n = i64::try_from(rows).map_err(|_| device.fail("too many rows"))?;
+        let (x_scalar, by_scalar) = (x.scalar_flag(), by.scalar_flag());
+        let mut out = DeviceColumn::alloc(device, stream, ElementType::F64, rows, false)?;
+        let mut launch = stream.launch_builder(&function);
+        launch.arg(x.array().values()).arg(&x_scalar);
+        launch.arg(by.array().values()).arg(&by_scalar);
+        launch.arg(&n).arg(out.values_mut());
+        // SAFETY: the arguments match the kernel's parameters in number, order and type; both
+        // inputs are DOUBLE (the UDF's signature) with `rows` values, or one for a scalar, and
+        // the output holds `rows` doubles; the kernel touches no index at or past `rows`.
+        unsafe { launch.launch(config) }.map_err(|e| device.error("launching scale", e))?;
+        drop(launch);
+        Ok(out)
+    }
+}
+
+/// `scale(x, factor)`: x * factor on the CPU: the fallback, and the reference the GPU
+/// implementation must agree with.
 fn scale(
     _ctx: &InstanceContext,
     _rows: usize,
@@ -60,6 +129,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .accelerator("GpuNvidia|None")?
             .instance_limit(4)
             .cpu(scale)
+            .gpu_columnar(ScaleOnGpu)
             .build()?,
     )?;
     engine.register_scalar_udf(
@@ -68,6 +138,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .returns(DataType::Float64)
             .accelerator("GpuNvidia")?
             .cpu(scale)
+            .gpu_columnar(ScaleOnGpu)
             .build()?,
     )?;
     engine.register_set_udf(
@@ -105,7 +176,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     println!("{}", pretty_format_batches(&groups)?);
     let calls = session
-        .sql("SELECT udf, placement, reason, devices, rows_in FROM accelsql.udf_calls")
+        .sql("SELECT udf, placement, reason, devices, rows_in, gpu_batches FROM accelsql.udf_calls")
         .await?;
     println!("{}", pretty_format_batches(&calls)?);
     Ok(())

@@ -1027,6 +1027,31 @@ EXPORT CUresult cuFuncGetAttribute(int* value, int, void*)
     return CUDA_SUCCESS;
 }
 
+namespace {
+
+/// Whether this launch of `name` is the one ACCELSQL_FAKE_CUDA_FAIL_LAUNCH=`kernel[:n]` names
+/// (the n-th launch of `kernel`, counting from 1; the first when n is missing): that launch then
+/// fails as a kernel that hit an illegal address would (CUDA_ERROR_LAUNCH_FAILED, sticky).
+bool injected_failure(const std::string& name)
+{
+    static const std::pair<std::string, long> target = [] {
+        const char* e = getenv("ACCELSQL_FAKE_CUDA_FAIL_LAUNCH");
+        std::string spec = e ? e : "";
+        long nth = 1;
+        const size_t colon = spec.find(':');
+        if (colon != std::string::npos) {
+            nth = atol(spec.c_str() + colon + 1);
+            spec.resize(colon);
+        }
+        return std::make_pair(spec, nth);
+    }();
+    if (target.first.empty() || target.first != name) return false;
+    static std::atomic<long> launches{0};
+    return ++launches == target.second;
+}
+
+}  // namespace
+
 EXPORT CUresult cuLaunchKernel(void* f, unsigned int gx, unsigned int gy, unsigned int gz,
                                unsigned int bx, unsigned int by, unsigned int bz,
                                unsigned int shared_bytes, void* stream, void** params,
@@ -1053,9 +1078,14 @@ EXPORT CUresult cuLaunchKernel(void* f, unsigned int gx, unsigned int gy, unsign
             char error[512] = {0};
             Launch l{{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, error,
                      sizeof error};
-            launching = name.c_str();
-            const int status = bound->run(bound, &l);
-            launching = nullptr;
+            int status = 1;
+            if (injected_failure(name)) {
+                snprintf(error, sizeof error, "failure injected by ACCELSQL_FAKE_CUDA_FAIL_LAUNCH");
+            } else {
+                launching = name.c_str();
+                status = bound->run(bound, &l);
+                launching = nullptr;
+            }
             if (status != 0) {
                 std::lock_guard<std::mutex> guard(state().lock);
                 state().sticky_message = name + ": " + error;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU tests on the fake CUDA driver (see README.md): the CPU/GPU differential tests of
 # udf-runtime and the GPU SQL tests of the engine (and the differential tests once more under a
-# second schedule of the streams' work), with ACCELSQL_REQUIRE_GPU set so that a
+# second schedule of the streams' work, and the engine's test of a device that fails), with
+# ACCELSQL_REQUIRE_GPU set so that a
 # device that fails to open fails the run instead of skipping. Kernels run on the host: this
 # checks the GPU path's logic, not a GPU. Without a C++ compiler it says SKIPPED and succeeds.
 # Arguments go to `cargo test`.
@@ -19,8 +20,12 @@ export ACCELSQL_REQUIRE_GPU=1
 export ACCELSQL_FAKE_CUDA_BUILD_DIR="$lib/modules"
 unset ACCELSQL_SIMULATED_GPUS CUDA_VISIBLE_DEVICES
 # --workspace keeps the features of `cargo test --workspace`, so nothing is rebuilt. First the
-# lazy schedule (work runs when the host waits for it), then the differential tests again with
-# each wait running the other streams first (a missing cross-stream dependency shows there).
-ACCELSQL_FAKE_CUDA_SCHEDULE=lazy cargo test --workspace --test gpu_differential --test gpu_sql "$@"
+# lazy schedule (work runs when the host waits for it) with two devices, then the differential
+# tests again with each wait running the other streams first (a missing cross-stream dependency
+# shows there), then a device that fails mid-statement (its own process: the failure is sticky).
+ACCELSQL_FAKE_CUDA_SCHEDULE=lazy ACCELSQL_FAKE_CUDA_DEVICES=2 \
+  cargo test --workspace --test gpu_differential --test gpu_sql "$@"
 echo "fake-cuda: the differential tests again, other streams first (ACCELSQL_FAKE_CUDA_SCHEDULE=reversed)"
 ACCELSQL_FAKE_CUDA_SCHEDULE=reversed cargo test --workspace --test gpu_differential "$@"
+echo "fake-cuda: a device that fails mid-statement (ACCELSQL_FAKE_CUDA_FAIL_LAUNCH=haversine_km:2)"
+ACCELSQL_FAKE_CUDA_FAIL_LAUNCH=haversine_km:2 cargo test --workspace --test gpu_faults "$@"

@@ -9,6 +9,10 @@ pub mod instance;
 pub mod kernels;
 pub mod script;
 
+/// The cudarc this crate drives CUDA with: GPU implementations ([`GpuColumnarKernel`]) launch
+/// their kernels with its `CudaStream::launch_builder`.
+pub use cudarc;
+
 pub use annotations::AcceleratorRequest;
 pub use error::{BadOutputValueInfo, PythonExceptionInfo, Result, RuntimeError};
 pub use gpu::{GpuColumnarKernel, GpuDevice};

@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use accelsql_udf_runtime::annotations::parse_instance_limit;
-use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
+use accelsql_udf_runtime::{AcceleratorRequest, GpuColumnarKernel, GpuDevice, InstanceContext};
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::logical_expr::{ColumnarValue, Signature, TypeSignature, Volatility};
@@ -319,6 +319,29 @@ impl ScalarUdfBuilder {
     pub fn gpu(mut self, kernel: impl ScalarKernel + 'static) -> Self {
         self.gpu = Some(Arc::new(kernel));
         self
+    }
+
+    /// The GPU implementation as CUDA kernels: each batch runs on the instance's pinned device
+    /// through [`GpuDevice::run_columnar`], which does the chunking, transfers, NULLs and
+    /// out-of-memory splitting; the kernel only enqueues its work on a chunk already on the
+    /// device (see [`GpuColumnarKernel`], and `examples/examples/gpu_scalar_udf.rs`). Shorthand
+    /// for a [`ScalarUdfBuilder::gpu`] closure that does the same.
+    ///
+    /// [`GpuDevice::run_columnar`]: accelsql_udf_runtime::GpuDevice::run_columnar
+    pub fn gpu_columnar(self, kernel: impl GpuColumnarKernel + 'static) -> Self {
+        let kernel = Arc::new(kernel);
+        self.gpu(
+            move |instance: &InstanceContext,
+                  rows: usize,
+                  args: &[ColumnarValue]|
+                  -> datafusion::error::Result<ArrayRef> {
+                let operands = crate::builtins::operands(args)?;
+                let device = crate::builtins::pinned_device(instance)?;
+                GpuDevice::open(device)
+                    .and_then(|gpu| gpu.run_columnar(kernel.as_ref(), rows, &operands))
+                    .map_err(crate::builtins::kernel_error)
+            },
+        )
     }
 
     /// Checks and finishes the definition.

@@ -306,13 +306,20 @@ impl GpuDevice {
     /// `CUDA_ERROR_OUT_OF_MEMORY` (the runtime then splits the chunk), else [`RuntimeError::Gpu`].
     ///
     /// An error that leaves the context unusable (CUDA's sticky errors: an illegal address in a
-    /// kernel, a launch failure, …) also marks the device broken: from then on [`GpuDevice::open`] and
-    /// [`GpuDevice::run_columnar`] answer [`RuntimeError::GpuUnavailable`] (so optional calls run
-    /// on the CPU) instead of failing every later statement with the same CUDA error.
+    /// kernel, a launch failure, …) marks the device broken and is
+    /// [`RuntimeError::GpuUnavailable`], now and from then on in [`GpuDevice::open`] and
+    /// [`GpuDevice::run_columnar`]: an optional call runs the batch, and later ones, on the CPU
+    /// (recording why), a required one fails, instead of every later statement failing with the
+    /// same CUDA error.
     pub fn error(&self, step: &str, e: DriverError) -> RuntimeError {
         let message = format!("{step}: {}", describe(e));
         if is_sticky(e.0) {
             lock(&self.broken).get_or_insert_with(|| message.clone());
+            return unavailable(format!(
+                "GPU {} failed ({message}), which leaves its CUDA context unusable: it is not \
+                 used again until the process restarts",
+                self.label
+            ));
         }
         if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
             RuntimeError::GpuOutOfMemory {
@@ -340,8 +347,9 @@ impl GpuDevice {
         }
     }
 
-    /// A [`RuntimeError::Gpu`] on this device.
-    pub(crate) fn fail(&self, message: impl Into<String>) -> RuntimeError {
+    /// A [`RuntimeError::Gpu`] on this device with `message`: for a GPU implementation's own
+    /// failures (a wrong argument count, a size it cannot launch).
+    pub fn fail(&self, message: impl Into<String>) -> RuntimeError {
         RuntimeError::Gpu {
             device: self.label.clone(),
             message: message.into(),

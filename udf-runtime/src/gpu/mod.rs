@@ -46,7 +46,8 @@
 //! output's values; errors go through [`GpuDevice::error`]. Calling
 //! `GpuDevice::open(&device)?.run_columnar(&Scale, rows, &[x, by])` then returns the Float64
 //! column, with `by` uploaded once when it is a constant. The built-ins in this module are
-//! complete examples (`geo.rs` is the smallest).
+//! complete examples (`geo.rs` is the smallest); `examples/examples/gpu_scalar_udf.rs` is this
+//! one as code, registered through the engine's `ScalarUdfBuilder::gpu_columnar`.
 
 pub mod bitmap;
 pub mod chunk;
