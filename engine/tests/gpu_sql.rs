@@ -28,23 +28,12 @@ fn gpu_engine() -> &'static Result<Engine, String> {
     ENGINE.get_or_init(open_gpu_engine)
 }
 
-/// The engine with a GPU, or a visible skip.
+/// The engine with a GPU, or a visible skip (see `gpu::device_or_skip`).
 macro_rules! require_gpu {
     ($name:expr) => {
-        match gpu_engine() {
-            Ok(engine) => engine,
-            Err(why) if std::env::var_os("ACCELSQL_REQUIRE_GPU").is_some() => {
-                panic!("ACCELSQL_REQUIRE_GPU is set but there is no CUDA device: {why}")
-            }
-            Err(why) => {
-                use std::io::Write as _;
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED (no CUDA device): {} ({why})",
-                    $name
-                );
-                return;
-            }
+        match accelsql_engine::udf_runtime::gpu::device_or_skip($name, gpu_engine()) {
+            Some(engine) => engine,
+            None => return,
         }
     };
 }

@@ -14,9 +14,10 @@ use accelsql_engine::datafusion::arrow::array::{ArrayRef, Float64Array, Int64Arr
 use accelsql_engine::datafusion::arrow::datatypes::{DataType, Field};
 use accelsql_engine::datafusion::arrow::util::pretty::pretty_format_batches;
 use accelsql_engine::datafusion::logical_expr::ColumnarValue;
-use accelsql_engine::udf_runtime::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+use accelsql_engine::udf_runtime::cudarc::driver::{CudaStream, PushKernelArg};
 use accelsql_engine::udf_runtime::gpu::{
     DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, GpuDevice, KernelSource,
+    thread_per_row,
 };
 use accelsql_engine::{Engine, InstanceContext, ScalarUdf, SetUdf};
 
@@ -56,13 +57,7 @@ impl GpuColumnarKernel for ScaleOnGpu {
             return Err(device.fail(format!("scale takes 2 arguments, got {}", args.len())));
         };
         let function = device.function(&KernelSource::new("scale", SCALE_CU), "scale")?;
-        let blocks = u32::try_from(rows.div_ceil(256).max(1))
-            .map_err(|_| device.fail(format!("{rows} rows need too many blocks")))?;
-        let config = LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let config = thread_per_row(device, rows)?;
         let n = i64::try_from(rows).map_err(|_| device.fail("too many rows"))?;
         let (x_scalar, by_scalar) = (x.scalar_flag(), by.scalar_flag());
         let mut out = DeviceColumn::alloc(device, stream, ElementType::F64, rows, false)?;

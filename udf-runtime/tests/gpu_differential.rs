@@ -43,7 +43,7 @@ use cudarc::driver::{CudaStream, PushKernelArg};
 const SIZES: [usize; 5] = [0, 1, 7, 1023, 4097];
 
 /// A CUDA device for the tests, or why there is none (looked for once).
-fn gpu() -> Result<DeviceInfo, String> {
+fn gpu() -> &'static Result<DeviceInfo, String> {
     static GPU: OnceLock<Result<DeviceInfo, String>> = OnceLock::new();
     GPU.get_or_init(|| {
         if !CudaLibraries::probe().usable() {
@@ -65,27 +65,14 @@ fn gpu() -> Result<DeviceInfo, String> {
             reasons.join("; ")
         })
     })
-    .clone()
 }
 
-/// The test's device, or a visible skip (written to stderr directly, so the test harness does
-/// not capture it).
+/// The test's device, or a visible skip (see `gpu::device_or_skip`).
 macro_rules! require_gpu {
     ($name:expr) => {
-        match gpu() {
-            Ok(device) => device,
-            Err(why) if std::env::var_os("ACCELSQL_REQUIRE_GPU").is_some() => {
-                panic!("ACCELSQL_REQUIRE_GPU is set but there is no CUDA device: {why}")
-            }
-            Err(why) => {
-                use std::io::Write as _;
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED (no CUDA device): {} ({why})",
-                    $name
-                );
-                return;
-            }
+        match gpu::device_or_skip($name, gpu()) {
+            Some(device) => device.clone(),
+            None => return,
         }
     };
 }

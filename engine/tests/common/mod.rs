@@ -10,10 +10,10 @@ use accelsql_engine::datafusion::arrow::array::{
 use accelsql_engine::datafusion::arrow::compute::cast;
 use accelsql_engine::datafusion::arrow::datatypes::DataType;
 use accelsql_engine::datafusion::logical_expr::ColumnarValue;
-use accelsql_engine::udf_runtime::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+use accelsql_engine::udf_runtime::cudarc::driver::{CudaStream, PushKernelArg};
 use accelsql_engine::udf_runtime::gpu::{
     CudaLibraries, DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, GpuDevice,
-    KernelSource,
+    KernelSource, thread_per_row,
 };
 use accelsql_engine::{Engine, InstanceContext, ScalarUdf, SchedulerConfig, Session};
 
@@ -67,7 +67,7 @@ impl GpuColumnarKernel for AffineOnGpu {
             return Err(device.fail("affine takes 3 arguments"));
         };
         let function = device.function(&KernelSource::new("affine", AFFINE_CU), "affine")?;
-        let blocks = u32::try_from(rows.div_ceil(128).max(1)).unwrap();
+        let config = thread_per_row(device, rows)?;
         let flags = [x.scalar_flag(), a.scalar_flag(), b.scalar_flag()];
         let n = rows as i64;
         let mut out = DeviceColumn::alloc(device, stream, ElementType::F64, rows, false)?;
@@ -78,14 +78,7 @@ impl GpuColumnarKernel for AffineOnGpu {
         launch.arg(&n).arg(out.values_mut());
         // SAFETY: the parameters match AFFINE_CU; inputs hold `rows` doubles (one for a
         // scalar), the output `rows`, and the kernel stays below `rows`.
-        unsafe {
-            launch.launch(LaunchConfig {
-                grid_dim: (blocks, 1, 1),
-                block_dim: (128, 1, 1),
-                shared_mem_bytes: 0,
-            })
-        }
-        .map_err(|e| device.error("launching affine", e))?;
+        unsafe { launch.launch(config) }.map_err(|e| device.error("launching affine", e))?;
         drop(launch);
         Ok(out)
     }

@@ -9,11 +9,13 @@ use super::{DeviceOperand, GpuDevice};
 use crate::Result;
 use crate::kernels::{Operand, check_rows, invalid_argument};
 
-/// Threads per block of the built-in kernels.
-pub(crate) const BLOCK_THREADS: u32 = 256;
+/// Threads per block of the built-in kernels, and of [`thread_per_row`] launches.
+pub const BLOCK_THREADS: u32 = 256;
 
-/// A launch of one thread per row (`rows` ≥ 1).
-pub(crate) fn thread_per_row(device: &GpuDevice, rows: usize) -> Result<LaunchConfig> {
+/// A launch of one thread per row: enough blocks of [`BLOCK_THREADS`] threads for `rows` rows
+/// (at least one block, so a kernel must skip rows at or past `rows`), or a
+/// [`crate::RuntimeError::Gpu`] when `rows` needs more blocks than a grid can have.
+pub fn thread_per_row(device: &GpuDevice, rows: usize) -> Result<LaunchConfig> {
     blocks_for(device, rows, BLOCK_THREADS as usize)
 }
 

@@ -72,6 +72,7 @@ pub use kernel_cache::{
     CompileTarget, ENV_KERNEL_CACHE_DIR, KernelDiskCache, KernelSource, ModuleImage,
     kernel_cache_dir, set_kernel_cache_dir,
 };
+pub use launch::{BLOCK_THREADS, thread_per_row};
 pub use options::{black_scholes, options_source};
 pub use vectors::{vector_similarity, vectors_source};
 
@@ -101,6 +102,31 @@ impl CudaLibraries {
     /// Whether kernels can be compiled and launched.
     pub fn usable(&self) -> bool {
         self.driver && self.nvrtc
+    }
+}
+
+/// For tests of GPU code: the device (or whatever stands for it) in `found` as `Some`, or `None`
+/// after printing `SKIPPED (no CUDA device): <test> (<why>)` straight to stderr (past the test
+/// harness's capture, so the skip shows), for the test to return.
+///
+/// # Panics
+///
+/// Where there is no device and `ACCELSQL_REQUIRE_GPU` is set: on a GPU machine a skip would
+/// hide a broken setup.
+pub fn device_or_skip<'a, T>(test: &str, found: &'a Result<T, String>) -> Option<&'a T> {
+    match found {
+        Ok(device) => Some(device),
+        Err(why) if std::env::var_os("ACCELSQL_REQUIRE_GPU").is_some() => {
+            panic!("ACCELSQL_REQUIRE_GPU is set but there is no CUDA device for {test}: {why}")
+        }
+        Err(why) => {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED (no CUDA device): {test} ({why})"
+            );
+            None
+        }
     }
 }
 
