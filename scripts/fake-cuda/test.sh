@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU tests on the fake CUDA driver (see README.md): the CPU/GPU differential tests of
 # udf-runtime and the GPU SQL tests of the engine (and the differential tests once more under a
-# second schedule of the streams' work, and the engine's test of a device that fails), with
-# ACCELSQL_REQUIRE_GPU set so that a
+# second schedule of the streams' work, and the engine's test of a device that fails), then a
+# smoke run of the GPU benchmark's GPU paths, with ACCELSQL_REQUIRE_GPU set so that a
 # device that fails to open fails the run instead of skipping. Kernels run on the host: this
 # checks the GPU path's logic, not a GPU. Without a C++ compiler it says SKIPPED and succeeds.
 # Arguments go to `cargo test`.
@@ -29,3 +29,6 @@ echo "fake-cuda: the differential tests again, other streams first (ACCELSQL_FAK
 ACCELSQL_FAKE_CUDA_SCHEDULE=reversed cargo test --workspace --test gpu_differential "$@"
 echo "fake-cuda: a device that fails mid-statement (ACCELSQL_FAKE_CUDA_FAIL_LAUNCH=haversine_km:2)"
 ACCELSQL_FAKE_CUDA_FAIL_LAUNCH=haversine_km:2 cargo test --workspace --test gpu_faults "$@"
+echo "fake-cuda: the GPU benchmark's GPU paths, once each (a smoke run: it reports no GPU figure)"
+ACCELSQL_BENCH_FAKE_GPU=1 cargo bench --workspace --profile dev --bench gpu_builtins -- \
+  --max-rows 10000 --runs 1
