@@ -12,7 +12,7 @@
 //! | 42U16 | [`RuntimeError::ScriptCall`] | a call does not match the script's parameters |
 //! | 58U17 | [`RuntimeError::WorkerProtocol`] | the worker broke the protocol (an internal error) |
 //! | 22U20 | [`RuntimeError::InvalidArgument`] | a built-in kernel got an argument it cannot take (wrong type, vectors of different lengths) |
-//! | 58U21 | [`RuntimeError::GpuUnavailable`] | the CUDA driver or NVRTC cannot be loaded or initialised, or a device cannot be opened |
+//! | 58U21 | [`RuntimeError::GpuUnavailable`] | the CUDA driver or NVRTC cannot be loaded or initialised, a device cannot be opened, or it failed in a way that leaves its context unusable |
 //! | 58U22 | [`RuntimeError::Gpu`] | a CUDA call failed (compile, launch, copy) |
 //! | 53U23 | [`RuntimeError::GpuOutOfMemory`] | a batch does not fit in device memory even when split as far as it goes |
 
@@ -137,7 +137,8 @@ pub enum RuntimeError {
     },
 
     /// CUDA cannot be used at all on this machine or device: the driver or NVRTC library is
-    /// missing, or initialising the device failed. Optional (`GpuNvidia|None`) calls fall back to
+    /// missing, initialising the device failed, or an error left its CUDA context unusable (a
+    /// sticky error such as an illegal address). Optional (`GpuNvidia|None`) calls fall back to
     /// the CPU on this error.
     #[error("[{}] GPU unavailable: {message}", Self::GPU_UNAVAILABLE)]
     GpuUnavailable {
