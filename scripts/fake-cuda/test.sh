@@ -29,6 +29,8 @@ echo "fake-cuda: the differential tests again, other streams first (ACCELSQL_FAK
 ACCELSQL_FAKE_CUDA_SCHEDULE=reversed cargo test --workspace --test gpu_differential "$@"
 echo "fake-cuda: a device that fails mid-statement (ACCELSQL_FAKE_CUDA_FAIL_LAUNCH=haversine_km:2)"
 ACCELSQL_FAKE_CUDA_FAIL_LAUNCH=haversine_km:2 cargo test --workspace --test gpu_faults "$@"
+echo "fake-cuda: a device of 1 MiB (ACCELSQL_FAKE_CUDA_MEMORY_MIB=1)"
+ACCELSQL_FAKE_CUDA_MEMORY_MIB=1 cargo test --workspace --test gpu_faults "$@"
 echo "fake-cuda: the GPU benchmark's GPU paths, once each (a smoke run: it reports no GPU figure)"
 ACCELSQL_BENCH_FAKE_GPU=1 cargo bench --workspace --profile dev --bench gpu_builtins -- \
   --max-rows 10000 --runs 1
