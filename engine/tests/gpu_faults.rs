@@ -14,7 +14,7 @@
 
 mod common;
 
-use accelsql_engine::SchedulerConfig;
+use accelsql_engine::{Engine, SchedulerConfig, Session};
 use common::{engine_with_affine, open_gpu_engine, texts, values, with_tables};
 
 /// The injection the first test expects.
@@ -38,15 +38,9 @@ fn set_up(variable: &str, value: &str, test: &str) -> bool {
 
 const HAVERSINE: &str = "SELECT id, haversine_km(lat1, lon1, lat2, lon2) FROM pts ORDER BY id";
 
-#[tokio::test]
-async fn a_gpu_that_fails_mid_statement_hands_optional_calls_to_the_cpu() {
-    if !set_up(
-        "ACCELSQL_FAKE_CUDA_FAIL_LAUNCH",
-        INJECTION,
-        "a_gpu_that_fails_mid_statement_hands_optional_calls_to_the_cpu",
-    ) {
-        return;
-    }
+/// The engine on the fake device, a session of it with the tables, and the rows of
+/// [`HAVERSINE`] as an engine without a GPU computes them.
+async fn fake_gpu_session() -> (Engine, Session, Vec<Vec<Option<f64>>>) {
     let gpu = open_gpu_engine().unwrap();
     let cpu = engine_with_affine(SchedulerConfig::default().with_simulated_gpus(1)).unwrap();
     let session = with_tables(gpu.session()).await;
@@ -57,6 +51,19 @@ async fn a_gpu_that_fails_mid_statement_hands_optional_calls_to_the_cpu() {
             .await
             .unwrap(),
     );
+    (gpu, session, expected)
+}
+
+#[tokio::test]
+async fn a_gpu_that_fails_mid_statement_hands_optional_calls_to_the_cpu() {
+    if !set_up(
+        "ACCELSQL_FAKE_CUDA_FAIL_LAUNCH",
+        INJECTION,
+        "a_gpu_that_fails_mid_statement_hands_optional_calls_to_the_cpu",
+    ) {
+        return;
+    }
+    let (gpu, session, expected) = fake_gpu_session().await;
 
     // The statement that meets the failure: every row still there, and right.
     let got = values(&session.sql(HAVERSINE).await.unwrap());
@@ -112,22 +119,13 @@ async fn a_small_device_takes_smaller_chunks_and_hands_rows_that_never_fit_to_th
     ) {
         return;
     }
-    let gpu = open_gpu_engine().unwrap();
-    let cpu = engine_with_affine(SchedulerConfig::default().with_simulated_gpus(1)).unwrap();
-    let session = with_tables(gpu.session()).await;
+    let (gpu, session, expected) = fake_gpu_session().await;
     // Batches of up to 20000 rows of four DOUBLEs and a DOUBLE out (800 KB): more than the half
     // of the device's free memory a chunk may take, so they run in several chunks.
     session
         .sql("SET datafusion.execution.batch_size = 20000")
         .await
         .unwrap();
-    let expected = values(
-        &with_tables(cpu.session())
-            .await
-            .sql(HAVERSINE)
-            .await
-            .unwrap(),
-    );
     assert_eq!(values(&session.sql(HAVERSINE).await.unwrap()), expected);
     // One row of two 300000-FLOAT vectors: 2.4 MB, on a 1 MiB device.
     let huge = "SELECT cosine_similarity(v, v) FROM (SELECT array_repeat(CAST(0.5 AS FLOAT), 300000) AS v)";
