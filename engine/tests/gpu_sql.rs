@@ -78,9 +78,15 @@ async fn agrees(gpu: &Engine, udf: &str, sql: &str) -> (usize, usize) {
     assert!(gpu_batches > 0, "{udf} ran no GPU batches: {sql}");
     assert_eq!(fallback, 0, "{udf} fell back to the CPU: {sql}");
 
+    (got.len(), same_rows(&got, &expected, sql))
+}
+
+/// Asserts that `got` (from the GPU) and `expected` (from the CPU) are the same rows: NULLs in the
+/// same places, floats within 1e-9 relative; the number of NULLs.
+fn same_rows(got: &[Vec<Option<f64>>], expected: &[Vec<Option<f64>>], sql: &str) -> usize {
     assert_eq!(got.len(), expected.len(), "row count of: {sql}");
     let mut nulls = 0;
-    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+    for (i, (g, e)) in got.iter().zip(expected).enumerate() {
         assert_eq!(g.len(), e.len());
         for (c, (g, e)) in g.iter().zip(e).enumerate() {
             match (g, e) {
@@ -96,7 +102,7 @@ async fn agrees(gpu: &Engine, udf: &str, sql: &str) -> (usize, usize) {
             }
         }
     }
-    (got.len(), nulls)
+    nulls
 }
 
 #[tokio::test]
@@ -171,4 +177,69 @@ async fn a_rust_udf_with_a_cuda_kernel_runs_on_the_gpu_and_agrees_with_the_cpu()
         let (rows, nulls) = agrees(gpu, "affine", sql).await;
         assert_eq!((rows, nulls), (20000, 20000 / 11), "{sql}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_statements_share_the_gpu_and_all_agree_with_the_cpu() {
+    let gpu = require_gpu!("concurrent_statements_share_the_gpu_and_all_agree_with_the_cpu");
+    let _turn = GPU_TURN.lock().await;
+    const AFFINE: &str = "SELECT id, affine(lat1, lon1, 0.5) FROM pts ORDER BY id";
+    const HAVERSINE: &str = "SELECT id, haversine_km(lat1, lon1, lat2, lon2) FROM pts ORDER BY id";
+    let cpu = engine_with_affine(SchedulerConfig::default().with_simulated_gpus(1)).unwrap();
+    let on_cpu = with_tables(cpu.session()).await;
+    let expected_affine = values(&on_cpu.sql(AFFINE).await.unwrap());
+    let expected_haversine = values(&on_cpu.sql(HAVERSINE).await.unwrap());
+    let before = texts(
+        &gpu.session()
+            .sql("SELECT count(*) FROM accelsql.udf_calls")
+            .await
+            .unwrap(),
+        0,
+    )[0]
+    .parse::<usize>()
+    .unwrap();
+
+    // Six sessions at once: required calls queue for the GPU; optional ones take it or, while
+    // it is leased, run on the CPU. Every answer must be right either way.
+    let mut running = Vec::new();
+    for i in 0..6 {
+        let session = with_tables(gpu.session()).await;
+        let sql = if i % 2 == 0 { AFFINE } else { HAVERSINE };
+        running.push(tokio::spawn(async move {
+            (sql, values(&session.sql(sql).await.unwrap()))
+        }));
+    }
+    for task in running {
+        let (sql, got) = task.await.unwrap();
+        let expected = if sql == AFFINE {
+            &expected_affine
+        } else {
+            &expected_haversine
+        };
+        same_rows(&got, expected, sql);
+    }
+
+    let calls = gpu
+        .session()
+        .sql(&format!(
+            "SELECT udf, placement, gpu_batches, reason FROM accelsql.udf_calls
+             ORDER BY statement_id, call_id OFFSET {before}"
+        ))
+        .await
+        .unwrap();
+    let (udfs, placements) = (texts(&calls, 0), texts(&calls, 1));
+    assert_eq!(udfs.len(), 6, "{udfs:?}");
+    for (i, udf) in udfs.iter().enumerate() {
+        if udf == "affine" {
+            assert_eq!(placements[i], "GPU", "a required call waits for the GPU");
+            assert_ne!(texts(&calls, 2)[i], "0", "and runs there");
+        } else if placements[i] == "CPU" {
+            assert!(
+                texts(&calls, 3)[i].contains("busy"),
+                "{}",
+                texts(&calls, 3)[i]
+            );
+        }
+    }
+    assert!(gpu.lease_queue().snapshot().holder.is_none());
 }
