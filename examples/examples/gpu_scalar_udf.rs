@@ -14,16 +14,13 @@ use accelsql_engine::datafusion::arrow::array::{ArrayRef, Float64Array, Int64Arr
 use accelsql_engine::datafusion::arrow::datatypes::{DataType, Field};
 use accelsql_engine::datafusion::arrow::util::pretty::pretty_format_batches;
 use accelsql_engine::datafusion::logical_expr::ColumnarValue;
-use accelsql_engine::udf_runtime::cudarc::driver::{CudaStream, PushKernelArg};
-use accelsql_engine::udf_runtime::gpu::{
-    DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, GpuDevice, KernelSource,
-    thread_per_row,
-};
+use accelsql_engine::udf_runtime::gpu::{ElementwiseF64, KernelSource};
 use accelsql_engine::{Engine, InstanceContext, ScalarUdf, SetUdf};
 
 /// The CUDA C of `scale`, compiled by NVRTC for each device on first use (and cached). Each
 /// argument is a pointer and a flag: a scalar argument (the factor, usually) is one value,
-/// uploaded once per batch, that every row reads at index 0.
+/// uploaded once per batch, that every row reads at index 0. NULL rows are masked by the
+/// runtime, so the kernel ignores NULLs.
 const SCALE_CU: &str = r#"
 extern "C" __global__ void scale(const double* x, int x_scalar, const double* by, int by_scalar,
                                  long long rows, double* out) {
@@ -32,46 +29,13 @@ extern "C" __global__ void scale(const double* x, int x_scalar, const double* by
 }
 "#;
 
-/// The GPU implementation of `scale`: the runtime hands it a chunk of rows already on the device
-/// (NULL rows are masked afterwards, so the kernel ignores NULLs), it enqueues one kernel launch
-/// and returns the output column.
-struct ScaleOnGpu;
-
-impl GpuColumnarKernel for ScaleOnGpu {
-    fn name(&self) -> &str {
-        "scale"
-    }
-
-    fn output_type(&self) -> DataType {
-        DataType::Float64
-    }
-
-    fn evaluate_columnar(
-        &self,
-        device: &GpuDevice,
-        stream: &Arc<CudaStream>,
-        rows: usize,
-        args: &[DeviceOperand<'_>],
-    ) -> accelsql_engine::udf_runtime::Result<DeviceColumn> {
-        let [x, by] = args else {
-            return Err(device.fail(format!("scale takes 2 arguments, got {}", args.len())));
-        };
-        let function = device.function(&KernelSource::new("scale", SCALE_CU), "scale")?;
-        let config = thread_per_row(device, rows)?;
-        let n = i64::try_from(rows).map_err(|_| device.fail("too many rows"))?;
-        let (x_scalar, by_scalar) = (x.scalar_flag(), by.scalar_flag());
-        let mut out = DeviceColumn::alloc(device, stream, ElementType::F64, rows, false)?;
-        let mut launch = stream.launch_builder(&function);
-        launch.arg(x.array().values()).arg(&x_scalar);
-        launch.arg(by.array().values()).arg(&by_scalar);
-        launch.arg(&n).arg(out.values_mut());
-        // SAFETY: the arguments match the kernel's parameters in number, order and type; both
-        // inputs are DOUBLE (the UDF's signature) with `rows` values, or one for a scalar, and
-        // the output holds `rows` doubles; the kernel touches no index at or past `rows`.
-        unsafe { launch.launch(config) }.map_err(|e| device.error("launching scale", e))?;
-        drop(launch);
-        Ok(out)
-    }
+/// The GPU implementation of `scale`: the runtime cuts each batch into chunks, moves them to the
+/// pinned device, launches the kernel one thread per row and brings the column back. (Kernels of
+/// other shapes implement `GpuColumnarKernel` themselves, as `udf-runtime/src/gpu/geo.rs` does.)
+fn scale_on_gpu() -> ElementwiseF64 {
+    // SAFETY: SCALE_CU's kernel has ElementwiseF64's parameters for 2 arguments and touches
+    // only rows below `rows`.
+    unsafe { ElementwiseF64::new(KernelSource::new("scale", SCALE_CU), "scale", 2) }
 }
 
 /// `scale(x, factor)`: x * factor on the CPU: the fallback, and the reference the GPU
@@ -124,7 +88,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .accelerator("GpuNvidia|None")?
             .instance_limit(4)
             .cpu(scale)
-            .gpu_columnar(ScaleOnGpu)
+            .gpu_columnar(scale_on_gpu())
             .build()?,
     )?;
     engine.register_scalar_udf(
@@ -133,7 +97,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .returns(DataType::Float64)
             .accelerator("GpuNvidia")?
             .cpu(scale)
-            .gpu_columnar(ScaleOnGpu)
+            .gpu_columnar(scale_on_gpu())
             .build()?,
     )?;
     engine.register_set_udf(

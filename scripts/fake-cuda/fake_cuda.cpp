@@ -616,14 +616,10 @@ Stream* stream_of(void* handle)
     return handle ? static_cast<Stream*>(handle) : &streams().null_stream;
 }
 
-void run_others(Stream* s);
-
-/// Runs the ops of `s` enqueued before op number `upto` (after every other stream's, in the
-/// `reversed` schedule).
-void run_until(Stream* s, uint64_t upto)
+/// Runs the ops of `s` enqueued before op number `upto`, in order.
+void drain(Stream* s, uint64_t upto)
 {
     std::lock_guard<std::recursive_mutex> running(run_lock);
-    if (schedule() == Schedule::Reversed) run_others(s);
     for (;;) {
         std::function<void()> op;
         {
@@ -636,11 +632,6 @@ void run_until(Stream* s, uint64_t upto)
         std::lock_guard<std::mutex> guard(s->queue_lock);
         s->executed++;
     }
-}
-
-void run_all(Stream* s)
-{
-    run_until(s, UINT64_MAX);
 }
 
 /// Runs every stream but `s`, newest first (the `reversed` schedule). A stream's work may wait
@@ -657,22 +648,23 @@ void run_others(Stream* s)
     }
     all.insert(all.begin(), &streams().null_stream);
     for (auto it = all.rbegin(); it != all.rend(); ++it) {
-        if (*it == s) continue;
-        std::lock_guard<std::recursive_mutex> running(run_lock);
-        for (;;) {
-            std::function<void()> op;
-            {
-                std::lock_guard<std::mutex> guard((*it)->queue_lock);
-                if ((*it)->ops.empty()) break;
-                op = std::move((*it)->ops.front());
-                (*it)->ops.pop_front();
-            }
-            op();
-            std::lock_guard<std::mutex> guard((*it)->queue_lock);
-            (*it)->executed++;
-        }
+        if (*it != s) drain(*it, UINT64_MAX);
     }
     depth--;
+}
+
+/// What waiting for the ops of `s` before op number `upto` runs: those ops (after every other
+/// stream's, in the `reversed` schedule).
+void run_until(Stream* s, uint64_t upto)
+{
+    std::lock_guard<std::recursive_mutex> running(run_lock);
+    if (schedule() == Schedule::Reversed) run_others(s);
+    drain(s, upto);
+}
+
+void run_all(Stream* s)
+{
+    run_until(s, UINT64_MAX);
 }
 
 /// Everything enqueued anywhere (what a synchronous call, cuMemFree or cuCtxSynchronize waits for).
@@ -750,11 +742,7 @@ EXPORT CUresult cuStreamSynchronize(void* stream)
     return sticky();
 }
 
-EXPORT CUresult cuStreamQuery(void* stream)
-{
-    run_all(stream_of(stream));
-    return sticky();
-}
+EXPORT CUresult cuStreamQuery(void* stream) { return cuStreamSynchronize(stream); }
 
 EXPORT CUresult cuEventCreate(void** event, unsigned int)
 {
@@ -781,19 +769,16 @@ void complete(const Event* ev)
     if (ev->stream) run_until(ev->stream, ev->mark);
 }
 
-EXPORT CUresult cuEventQuery(void* event)
-{
-    if (!event) return CUDA_ERROR_INVALID_HANDLE;
-    complete(static_cast<Event*>(event));
-    return sticky();
-}
-
 EXPORT CUresult cuEventSynchronize(void* event)
 {
     if (!event) return CUDA_ERROR_INVALID_HANDLE;
     complete(static_cast<Event*>(event));
     return sticky();
 }
+
+// Never "not ready": the query completes the event's work (a legal schedule), so a host that
+// polls cannot spin forever.
+EXPORT CUresult cuEventQuery(void* event) { return cuEventSynchronize(event); }
 
 EXPORT CUresult cuStreamWaitEvent(void* stream, void* event, unsigned int)
 {

@@ -823,6 +823,40 @@ impl GpuColumnarKernel for Twice {
 }
 
 #[test]
+fn an_elementwise_kernel_runs_from_its_cuda_source_alone() {
+    let device = require_gpu!("an_elementwise_kernel_runs_from_its_cuda_source_alone");
+    let gpu = GpuDevice::open(&device).unwrap();
+    // SAFETY: twice_source()'s kernel has ElementwiseF64's parameters for one argument.
+    let twice = unsafe { gpu::ElementwiseF64::new(twice_source(), "twice", 1) };
+    let x = Operand::Column(Arc::new(Float64Array::from(vec![
+        Some(1.5),
+        None,
+        Some(-2.0),
+    ])));
+    let out = gpu
+        .run_columnar(&twice, 3, std::slice::from_ref(&x))
+        .unwrap();
+    assert_eq!(
+        out.as_primitive::<Float64Type>(),
+        &Float64Array::from(vec![Some(3.0), None, Some(-4.0)])
+    );
+    // A wrong argument count or type is an error before anything is launched.
+    let e = gpu.run_columnar(&twice, 3, &[x.clone(), x]).unwrap_err();
+    assert_eq!(e.code(), RuntimeError::GPU, "{e}");
+    assert!(
+        e.to_string().contains("twice takes 1 arguments, got 2"),
+        "{e}"
+    );
+    let ints = Operand::Column(Arc::new(arrow::array::Int64Array::from(vec![1, 2, 3])));
+    let e = gpu.run_columnar(&twice, 3, &[ints]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("argument 1 of twice is Int64, expected DOUBLE"),
+        "{e}"
+    );
+}
+
+#[test]
 fn the_runtime_checks_kernel_outputs() {
     let device = require_gpu!("the_runtime_checks_kernel_outputs");
     let gpu = GpuDevice::open(&device).unwrap();

@@ -1,5 +1,5 @@
 //! Shared by the GPU SQL tests (`gpu_sql.rs`, `gpu_faults.rs`): their tables, a Rust UDF with a
-//! CUDA kernel (`affine`), the engine on real (or fake-driver) CUDA devices, and result readers.
+//! CUDA kernel (`affine`, through `ElementwiseF64`), the engine on real (or fake-driver) CUDA devices, and result readers.
 #![allow(dead_code)] // each test file uses part of it
 
 use std::sync::Arc;
@@ -10,11 +10,7 @@ use accelsql_engine::datafusion::arrow::array::{
 use accelsql_engine::datafusion::arrow::compute::cast;
 use accelsql_engine::datafusion::arrow::datatypes::DataType;
 use accelsql_engine::datafusion::logical_expr::ColumnarValue;
-use accelsql_engine::udf_runtime::cudarc::driver::{CudaStream, PushKernelArg};
-use accelsql_engine::udf_runtime::gpu::{
-    CudaLibraries, DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, GpuDevice,
-    KernelSource, thread_per_row,
-};
+use accelsql_engine::udf_runtime::gpu::{CudaLibraries, ElementwiseF64, GpuDevice, KernelSource};
 use accelsql_engine::{Engine, InstanceContext, ScalarUdf, SchedulerConfig, Session};
 
 /// Embeddings: 3000 rows of 64 FLOATs, every 13th NULL. Points and option inputs: 20000 rows
@@ -45,43 +41,11 @@ extern "C" __global__ void affine(const double* x, int xs, const double* a, int 
 }
 "#;
 
-pub(crate) struct AffineOnGpu;
-
-impl GpuColumnarKernel for AffineOnGpu {
-    fn name(&self) -> &str {
-        "affine"
-    }
-
-    fn output_type(&self) -> DataType {
-        DataType::Float64
-    }
-
-    fn evaluate_columnar(
-        &self,
-        device: &GpuDevice,
-        stream: &Arc<CudaStream>,
-        rows: usize,
-        args: &[DeviceOperand<'_>],
-    ) -> accelsql_engine::udf_runtime::Result<DeviceColumn> {
-        let [x, a, b] = args else {
-            return Err(device.fail("affine takes 3 arguments"));
-        };
-        let function = device.function(&KernelSource::new("affine", AFFINE_CU), "affine")?;
-        let config = thread_per_row(device, rows)?;
-        let flags = [x.scalar_flag(), a.scalar_flag(), b.scalar_flag()];
-        let n = rows as i64;
-        let mut out = DeviceColumn::alloc(device, stream, ElementType::F64, rows, false)?;
-        let mut launch = stream.launch_builder(&function);
-        launch.arg(x.array().values()).arg(&flags[0]);
-        launch.arg(a.array().values()).arg(&flags[1]);
-        launch.arg(b.array().values()).arg(&flags[2]);
-        launch.arg(&n).arg(out.values_mut());
-        // SAFETY: the parameters match AFFINE_CU; inputs hold `rows` doubles (one for a
-        // scalar), the output `rows`, and the kernel stays below `rows`.
-        unsafe { launch.launch(config) }.map_err(|e| device.error("launching affine", e))?;
-        drop(launch);
-        Ok(out)
-    }
+/// The GPU implementation of `affine`.
+pub(crate) fn affine_gpu() -> ElementwiseF64 {
+    // SAFETY: AFFINE_CU's kernel has ElementwiseF64's parameters for 3 arguments and touches
+    // only rows below `rows`.
+    unsafe { ElementwiseF64::new(KernelSource::new("affine", AFFINE_CU), "affine", 3) }
 }
 
 /// The CPU implementation of `affine`.
@@ -110,7 +74,7 @@ pub(crate) fn engine_with_affine(config: SchedulerConfig) -> Result<Engine, Stri
         .inputs([DataType::Float64, DataType::Float64, DataType::Float64])
         .returns(DataType::Float64)
         .accelerator("GpuNvidia")
-        .and_then(|b| b.cpu(affine_cpu).gpu_columnar(AffineOnGpu).build())
+        .and_then(|b| b.cpu(affine_cpu).gpu_columnar(affine_gpu()).build())
         .map_err(|e| e.to_string())?;
     engine.register_scalar_udf(udf).map_err(|e| e.to_string())?;
     Ok(engine)

@@ -46,13 +46,16 @@
 //! output's values; errors go through [`GpuDevice::error`]. Calling
 //! `GpuDevice::open(&device)?.run_columnar(&Scale, rows, &[x, by])` then returns the Float64
 //! column, with `by` uploaded once when it is a constant. The built-ins in this module are
-//! complete examples (`geo.rs` is the smallest); `examples/examples/gpu_scalar_udf.rs` is this
-//! one as code, registered through the engine's `ScalarUdfBuilder::gpu_columnar`.
+//! complete examples (`geo.rs` is the smallest). A kernel of exactly this shape (DOUBLE
+//! arguments, a DOUBLE result, one thread per row) needs no Rust of its own: [`ElementwiseF64`]
+//! runs it, as `examples/examples/gpu_scalar_udf.rs` does through the engine's
+//! `ScalarUdfBuilder::gpu_columnar`.
 
 pub mod bitmap;
 pub mod chunk;
 mod columnar;
 mod device;
+mod elementwise;
 mod geo;
 mod host;
 pub mod kernel_cache;
@@ -67,6 +70,7 @@ pub use columnar::{
     DeviceArray, DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, check_output,
 };
 pub use device::{GpuDevice, STREAMS, device_label, format_uuid, normalize_uuid};
+pub use elementwise::ElementwiseF64;
 pub use geo::{geo_source, haversine_km};
 pub use kernel_cache::{
     CompileTarget, ENV_KERNEL_CACHE_DIR, KernelDiskCache, KernelSource, ModuleImage,
