@@ -10,6 +10,26 @@ use datafusion::error::Result as DfResult;
 
 use crate::{EngineError, Result};
 
+/// What an optional (`GpuNvidia|None`) call placed on the GPUs does when the node lease is busy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OptionalGpuWhenBusy {
+    /// Wait for the lease, as a required call does (Exasol's behaviour; the default).
+    #[default]
+    Wait,
+    /// Run on the CPU at once.
+    Cpu,
+}
+
+impl OptionalGpuWhenBusy {
+    /// The setting's value as `SET` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Wait => "wait",
+            Self::Cpu => "cpu",
+        }
+    }
+}
+
 /// accelsql's session settings, set with `SET accelsql.<name> = <value>`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AccelsqlOptions {
@@ -18,10 +38,12 @@ pub struct AccelsqlOptions {
     /// Longest time one UDF instance may spend on one run (a batch or a group) before it is
     /// killed, e.g. '10min'; empty: no bound.
     pub udf_timeout: String,
+    /// What a GPU-placed optional call does when the lease is busy: `wait` (default) or `cpu`.
+    pub optional_gpu_when_busy: OptionalGpuWhenBusy,
 }
 
 /// The settings: name, description.
-const SETTINGS: [(&str, &str); 2] = [
+const SETTINGS: [(&str, &str); 3] = [
     (
         "gpu_wait_timeout",
         "Longest wait for the node's GPU lease, e.g. '30s' or '5min'; empty: the engine's default",
@@ -29,6 +51,11 @@ const SETTINGS: [(&str, &str); 2] = [
     (
         "udf_timeout",
         "Longest run (batch or group) of one UDF instance before it is killed; empty: no bound",
+    ),
+    (
+        "optional_gpu_when_busy",
+        "What a GPU-placed optional (GpuNvidia|None) call does when the GPU lease is busy: \
+         'wait' for it (default, as Exasol) or run on the 'cpu' at once",
     ),
 ];
 
@@ -50,28 +77,8 @@ impl ExtensionOptions for AccelsqlOptions {
     }
 
     fn set(&mut self, key: &str, value: &str) -> DfResult<()> {
-        match key {
-            "gpu_wait_timeout" => {
-                parse_timeout("accelsql.gpu_wait_timeout", value)
-                    .map_err(EngineError::into_datafusion)?;
-                self.gpu_wait_timeout = value.trim().to_string();
-                Ok(())
-            }
-            "udf_timeout" => {
-                parse_timeout("accelsql.udf_timeout", value)
-                    .map_err(EngineError::into_datafusion)?;
-                self.udf_timeout = value.trim().to_string();
-                Ok(())
-            }
-            _ => Err(EngineError::InvalidSetting {
-                name: format!("accelsql.{key}"),
-                message: format!(
-                    "no such setting; accelsql has: {}",
-                    SETTINGS.map(|(n, _)| format!("accelsql.{n}")).join(", ")
-                ),
-            }
-            .into_datafusion()),
-        }
+        self.set_checked(key, value)
+            .map_err(EngineError::into_datafusion)
     }
 
     fn entries(&self) -> Vec<ConfigEntry> {
@@ -82,6 +89,7 @@ impl ExtensionOptions for AccelsqlOptions {
                 value: Some(match *name {
                     "gpu_wait_timeout" => self.gpu_wait_timeout.clone(),
                     "udf_timeout" => self.udf_timeout.clone(),
+                    "optional_gpu_when_busy" => self.optional_gpu_when_busy.as_str().to_string(),
                     _ => String::new(),
                 }),
                 description,
@@ -101,22 +109,59 @@ impl AccelsqlOptions {
         parse_timeout("accelsql.udf_timeout", &self.udf_timeout)
     }
 
-    /// Puts setting `key` (without the `accelsql.` prefix) back to its default.
-    pub fn reset(&mut self, key: &str) -> Result<()> {
+    /// Sets `key` (without the `accelsql.` prefix) after checking `value`; a bad value leaves
+    /// the setting as it was (22E03).
+    fn set_checked(&mut self, key: &str, value: &str) -> Result<()> {
+        let value = value.trim();
         match key {
             "gpu_wait_timeout" => {
-                self.gpu_wait_timeout = String::new();
-                Ok(())
+                parse_timeout("accelsql.gpu_wait_timeout", value)?;
+                self.gpu_wait_timeout = value.to_string();
             }
             "udf_timeout" => {
-                self.udf_timeout = String::new();
-                Ok(())
+                parse_timeout("accelsql.udf_timeout", value)?;
+                self.udf_timeout = value.to_string();
             }
-            _ => Err(EngineError::InvalidSetting {
-                name: format!("accelsql.{key}"),
-                message: "no such setting".into(),
-            }),
+            "optional_gpu_when_busy" => {
+                self.optional_gpu_when_busy = match value.to_ascii_lowercase().as_str() {
+                    "wait" => OptionalGpuWhenBusy::Wait,
+                    "cpu" => OptionalGpuWhenBusy::Cpu,
+                    _ => {
+                        return Err(EngineError::InvalidSetting {
+                            name: "accelsql.optional_gpu_when_busy".into(),
+                            message: format!("'{value}' is neither 'wait' nor 'cpu'"),
+                        });
+                    }
+                };
+            }
+            _ => return Err(no_such_setting(key)),
         }
+        Ok(())
+    }
+
+    /// Puts setting `key` (without the `accelsql.` prefix) back to its default.
+    pub fn reset(&mut self, key: &str) -> Result<()> {
+        let default = Self::default();
+        match key {
+            "gpu_wait_timeout" => self.gpu_wait_timeout = default.gpu_wait_timeout,
+            "udf_timeout" => self.udf_timeout = default.udf_timeout,
+            "optional_gpu_when_busy" => {
+                self.optional_gpu_when_busy = default.optional_gpu_when_busy
+            }
+            _ => return Err(no_such_setting(key)),
+        }
+        Ok(())
+    }
+}
+
+/// 22E03 for a name that is not one of [`SETTINGS`].
+fn no_such_setting(key: &str) -> EngineError {
+    EngineError::InvalidSetting {
+        name: format!("accelsql.{key}"),
+        message: format!(
+            "no such setting; accelsql has: {}",
+            SETTINGS.map(|(n, _)| format!("accelsql.{n}")).join(", ")
+        ),
     }
 }
 
@@ -159,5 +204,26 @@ mod tests {
         assert_eq!(o.gpu_wait_timeout().unwrap(), None);
         let e = EngineError::from(o.set("nope", "1").unwrap_err());
         assert!(e.to_string().contains("accelsql.gpu_wait_timeout"), "{e}");
+    }
+
+    #[test]
+    fn optional_gpu_when_busy_takes_wait_or_cpu() {
+        let mut o = AccelsqlOptions::default();
+        assert_eq!(o.optional_gpu_when_busy, OptionalGpuWhenBusy::Wait);
+        o.set("optional_gpu_when_busy", " CPU ").unwrap();
+        assert_eq!(o.optional_gpu_when_busy, OptionalGpuWhenBusy::Cpu);
+        let e = EngineError::from(o.set("optional_gpu_when_busy", "maybe").unwrap_err());
+        assert_eq!(e.code(), "22E03");
+        assert!(e.to_string().contains("'maybe'"), "{e}");
+        assert_eq!(o.optional_gpu_when_busy, OptionalGpuWhenBusy::Cpu);
+        let shown = o.entries();
+        assert!(
+            shown
+                .iter()
+                .any(|e| e.key == "accelsql.optional_gpu_when_busy"
+                    && e.value.as_deref() == Some("cpu"))
+        );
+        o.reset("optional_gpu_when_busy").unwrap();
+        assert_eq!(o.optional_gpu_when_busy, OptionalGpuWhenBusy::Wait);
     }
 }

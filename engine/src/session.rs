@@ -293,18 +293,19 @@ impl Session {
         resolve_script_calls(&mut statement, &self.engine.inner.scripts.entries())?;
         let lookup = |name: &str| emits_udf(&state, name);
         expand_emits_calls(&mut statement, &lookup)?;
+        let own = state
+            .config_options()
+            .extensions
+            .get::<AccelsqlOptions>()
+            .cloned()
+            .unwrap_or_default();
         let mut scope = StatementScope::new(
             self.engine.next_statement_id(),
             statement.to_string(),
             self.engine.devices().len(),
         );
-        scope.run_timeout = state
-            .config_options()
-            .extensions
-            .get::<AccelsqlOptions>()
-            .map(AccelsqlOptions::udf_timeout)
-            .transpose()?
-            .flatten();
+        scope.run_timeout = own.udf_timeout()?;
+        scope.optional_when_busy = own.optional_gpu_when_busy;
         let scope = Arc::new(scope);
         state.add_analyzer_rule(Arc::new(PlacementRule::new(Arc::clone(&scope))));
         let plan = state.statement_to_plan(statement).await?;
@@ -335,13 +336,8 @@ impl Session {
             }
             _ => {}
         }
-        let wait_timeout = state
-            .config_options()
-            .extensions
-            .get::<AccelsqlOptions>()
-            .map(AccelsqlOptions::gpu_wait_timeout)
-            .transpose()?
-            .flatten()
+        let wait_timeout = own
+            .gpu_wait_timeout()?
             .or(self.engine.inner.default_wait_timeout);
         let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
         let df = DataFrame::new(state, plan);

@@ -9,6 +9,7 @@ use accelsql_gpu_scheduler::DeviceInfo;
 use accelsql_udf_runtime::AcceleratorRequest;
 
 use crate::EngineError;
+use crate::options::OptionalGpuWhenBusy;
 use crate::placement::Placement;
 use crate::udf::PlacedCall;
 
@@ -61,6 +62,9 @@ pub(crate) struct StatementScope {
     pub(crate) placement_failure: Mutex<Option<PlacementFailure>>,
     /// Set when optional GPU calls ran on the CPU because the lease was busy.
     pub(crate) fell_back: std::sync::atomic::AtomicBool,
+    /// `SET accelsql.optional_gpu_when_busy`: whether GPU-placed optional calls wait for a busy
+    /// lease.
+    pub(crate) optional_when_busy: OptionalGpuWhenBusy,
 }
 
 impl StatementScope {
@@ -77,6 +81,7 @@ impl StatementScope {
             lease_wait: Mutex::new(None),
             placement_failure: Mutex::new(None),
             fell_back: std::sync::atomic::AtomicBool::new(false),
+            optional_when_busy: OptionalGpuWhenBusy::default(),
         }
     }
 
@@ -108,12 +113,14 @@ impl StatementScope {
             .any(|c| c.decision.placement == Placement::Gpu)
     }
 
-    /// Whether a GPU-placed call is required (then the statement waits for the lease; with only
-    /// optional GPU calls it takes the lease only if it is free, else runs them on the CPU).
+    /// Whether the statement waits for the lease: a GPU-placed call is required, or its GPU calls
+    /// are optional and `accelsql.optional_gpu_when_busy` is `wait` (the default, as in Exasol).
+    /// Otherwise it takes the lease only if it is free, else runs its GPU calls on the CPU.
     pub(crate) fn must_wait_for_lease(&self) -> bool {
         self.calls().iter().any(|c| {
             c.decision.placement == Placement::Gpu
-                && c.decision.request == AcceleratorRequest::Required
+                && (c.decision.request == AcceleratorRequest::Required
+                    || self.optional_when_busy == OptionalGpuWhenBusy::Wait)
         })
     }
 }

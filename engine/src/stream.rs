@@ -18,7 +18,9 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 
 use crate::engine::{Engine, UdfCallRecord};
+use crate::options::OptionalGpuWhenBusy;
 use crate::placement::Placement;
+use accelsql_udf_runtime::AcceleratorRequest;
 use crate::statement::StatementScope;
 
 /// Drives `inner` in a task of its own and forwards its batches: the statement's consumer then
@@ -102,7 +104,8 @@ impl StatementStream {
                 task,
             }
         } else if scope.needs_lease() {
-            // Only optional GPU calls: never wait; a busy lease sends them to the CPU.
+            // Only optional GPU calls and `optional_gpu_when_busy = 'cpu'`: never wait; a busy
+            // lease sends them to the CPU.
             let lease = queue
                 .try_acquire(label)
                 .map_err(|e| crate::EngineError::from(e).into_datafusion())?;
@@ -194,8 +197,17 @@ impl StatementStream {
                         .load(std::sync::atomic::Ordering::Relaxed)
                 {
                     decision.placement = Placement::Cpu;
-                    decision.reason =
-                        "optional; the GPU lease was busy, so it ran on the CPU".into();
+                    decision.reason = "optional; the GPU lease was busy, so it ran on the CPU \
+                                       (accelsql.optional_gpu_when_busy = 'cpu')"
+                        .into();
+                } else if decision.placement == Placement::Gpu
+                    && decision.request != AcceleratorRequest::Required
+                    && self.scope.optional_when_busy == OptionalGpuWhenBusy::Wait
+                {
+                    decision.reason = format!(
+                        "{}; waited for the GPU lease (accelsql.optional_gpu_when_busy = 'wait')",
+                        decision.reason
+                    );
                 }
                 let gpu = decision.placement == Placement::Gpu;
                 let pinned: Vec<u32> = if gpu && !devices.is_empty() {

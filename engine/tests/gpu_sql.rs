@@ -16,7 +16,8 @@ use accelsql_engine::{Engine, SchedulerConfig};
 use common::{engine_with_affine, open_gpu_engine, texts, values, with_tables};
 
 /// Taken by each test for its whole run: the tests share one engine, and an optional call whose
-/// GPU lease is busy (another test's statement) runs on the CPU by design.
+/// GPU lease is busy (another test's statement) would wait for it, or run on the CPU with
+/// `accelsql.optional_gpu_when_busy = 'cpu'`.
 static GPU_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The query vector of the vector statements.
@@ -199,8 +200,9 @@ async fn concurrent_statements_share_the_gpu_and_all_agree_with_the_cpu() {
     .parse::<usize>()
     .unwrap();
 
-    // Six sessions at once: required calls queue for the GPU; optional ones take it or, while
-    // it is leased, run on the CPU. Every answer must be right either way.
+    // Six sessions at once: required and (by default) optional calls queue for the GPU; with
+    // `optional_gpu_when_busy = 'cpu'` an optional one may run on the CPU instead. Every answer
+    // must be right either way.
     let mut running = Vec::new();
     for i in 0..6 {
         let session = with_tables(gpu.session()).await;

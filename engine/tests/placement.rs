@@ -252,7 +252,7 @@ async fn fifty_sessions_with_gpu_calls_are_serialized() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_never_wait() {
+async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_wait_unless_set_to_cpu() {
     let engine = engine(1);
     let holder = engine.session();
     let mut stream = holder.sql_stream("SELECT slow_gpu(2000)").await.unwrap();
@@ -273,9 +273,13 @@ async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_never_wait(
         .unwrap_err();
     assert_eq!(e.code(), "57G01");
     assert!(e.to_string().contains("slow_gpu"), "names the holder: {e}");
-    // An optional call does not wait: it runs on the CPU while the lease is busy.
+    // With `optional_gpu_when_busy = 'cpu'` an optional call does not wait: it runs on the
+    // CPU while the lease is busy.
     let started = Instant::now();
-    let b = waiter.sql("SELECT gpu_probe_optional()").await.unwrap();
+    let b = waiter
+        .sql("SET accelsql.optional_gpu_when_busy = 'cpu'; SELECT gpu_probe_optional()")
+        .await
+        .unwrap();
     assert_eq!(column(&b, 0), ["<invalid>"]);
     assert!(
         started.elapsed() < Duration::from_millis(1500),
@@ -283,11 +287,32 @@ async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_never_wait(
     );
     let calls = engine.recent_calls();
     let last = calls.last().unwrap();
+    assert_eq!(last.decision.placement, Placement::Cpu);
     assert!(
-        last.decision.reason.contains("lease was busy"),
+        last.decision.reason.contains("lease was busy")
+            && last.decision.reason.contains("'cpu'"),
         "{:?}",
         last.decision
     );
+    // By default (as in Exasol) it waits for the GPU like a required call, and gets a device.
+    let b = waiter
+        .sql("RESET accelsql.optional_gpu_when_busy; SELECT gpu_probe_optional()")
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "it waited for the 2 s holder"
+    );
+    assert_eq!(column(&b, 0), ["0"]);
+    let calls = engine.recent_calls();
+    let last = calls.last().unwrap();
+    assert_eq!(last.decision.placement, Placement::Gpu);
+    assert!(
+        last.decision.reason.contains("waited for the GPU lease"),
+        "{:?}",
+        last.decision
+    );
+    assert!(last.lease_wait.unwrap() > Duration::from_millis(500));
     running.await.unwrap();
     let e = waiter
         .sql("SET accelsql.gpu_wait_timeout = 'soon'; SELECT gpu_probe_required()")
