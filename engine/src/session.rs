@@ -17,12 +17,20 @@ use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParserBuilder, ResetStatement, Statement as DfStatement};
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
-use futures::TryStreamExt;
+use datafusion::execution::RecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::{StreamExt, TryStreamExt};
 
 use crate::emits::{AccelQueryPlanner, EmitsRule, expand_emits_calls};
+use crate::exasol::schemas::{no_such_schema, schema_has_scripts};
+use crate::exasol::{
+    DEFAULT_SCHEMA, ExasolStatement, SchemaChange, SessionValues, map_exasol_functions,
+    parse_exasol_statement, rewrite_exasol_text, schema_change,
+};
 use crate::options::AccelsqlOptions;
 use crate::placement::PlacementRule;
-use crate::script::{ScriptUdf, SessionScripts, is_script_ddl, resolve_script_calls};
+use crate::repeated::{alias_repeated_select_items, restore_repeated_names};
+use crate::script::{NameScope, ScriptUdf, SessionScripts, is_script_ddl, resolve_script_calls};
 use crate::statement::StatementScope;
 use crate::stream::StatementStream;
 use crate::udf::{
@@ -77,6 +85,7 @@ impl Session {
             log::error!("system tables unavailable in this session: {e}");
         }
         let scripts = SessionScripts::new(engine.next_session_id());
+        scripts.set_builtins(function_names(&ctx));
         Self {
             engine,
             ctx,
@@ -174,9 +183,19 @@ impl Session {
                 }
                 continue;
             }
+            if let Some(statement) = parse_exasol_statement(&piece.text)? {
+                let stream = self.run_exasol(statement).await?;
+                if is_last_piece {
+                    last_stream = Some(stream);
+                } else {
+                    stream.try_collect::<Vec<_>>().await?;
+                }
+                continue;
+            }
+            let text = rewrite_exasol_text(&piece.text);
             let (text, extra) = self
                 .scripts
-                .rewrite_dynamic(&piece.text, &self.engine.inner.scripts)?;
+                .rewrite_dynamic(&text, &self.engine.inner.scripts)?;
             let mut statements = self.parse(&text)?;
             let last = if is_last_piece {
                 statements.pop_back()
@@ -203,21 +222,115 @@ impl Session {
     /// SCRIPT_LANGUAGES`).
     fn run_script_ddl(&self, text: &str) -> Result<()> {
         let inner = &self.engine.inner;
-        // Rust UDFs and DataFusion's own functions cannot be replaced by a script.
+        // A script may share its name with a built-in function (its plain name stays the
+        // built-in's), not with a Rust UDF of the engine.
         let taken = |name: &str| {
             let registry = inner.udfs.read().unwrap_or_else(|e| e.into_inner());
-            let is_script = inner.scripts.entries().iter().any(|e| e.name == name);
-            let state = self.ctx.state_ref();
-            let state = state.read();
             registry.scalar.iter().any(|u| u.name() == name)
                 || registry.set.iter().any(|u| u.name() == name)
-                || (!is_script
-                    && (state.scalar_functions().contains_key(name)
-                        || state.aggregate_functions().contains_key(name)
-                        || state.window_functions().contains_key(name)))
         };
         self.scripts
             .execute(text, &inner.scripts, inner.script_ddl, &taken)
+    }
+
+    /// Runs a statement of Exasol's that DataFusion does not know.
+    async fn run_exasol(&self, statement: ExasolStatement) -> Result<SendableRecordBatchStream> {
+        match statement {
+            ExasolStatement::OpenSchema(name) => {
+                if !self.schema_exists(&name) {
+                    return Err(no_such_schema(&name));
+                }
+                self.set_current_schema(&name);
+            }
+            ExasolStatement::CloseSchema => self.set_current_schema(DEFAULT_SCHEMA),
+            // accelsql has no transactions: every statement takes effect when it succeeds.
+            ExasolStatement::Transaction => {}
+            other => return crate::exasol::run_statement(self, other).await,
+        }
+        empty_stream()
+    }
+
+    /// What Exasol's niladic functions (`SESSIONTIMEZONE`, `CURRENT_SCHEMA`, …) say now.
+    fn session_values(&self, state: &SessionState) -> SessionValues {
+        let zone = state
+            .config_options()
+            .execution
+            .time_zone
+            .clone()
+            .filter(|z| !z.is_empty())
+            .unwrap_or_else(|| "UTC".to_string());
+        SessionValues {
+            db_time_zone: "UTC".to_string(),
+            session_time_zone: zone,
+            current_schema: crate::system::exasol_name(&self.current_schema()),
+        }
+    }
+
+    /// The catalog accelsql's schemas live in (`datafusion.catalog.default_catalog`).
+    fn default_catalog(&self) -> String {
+        self.ctx
+            .copied_config()
+            .options()
+            .catalog
+            .default_catalog
+            .clone()
+    }
+
+    /// Whether schema `name` exists in the default catalog.
+    fn schema_exists(&self, name: &str) -> bool {
+        self.ctx
+            .catalog(&self.default_catalog())
+            .is_some_and(|c| c.schema(name).is_some())
+    }
+
+    /// The current schema: unqualified tables and scripts resolve there.
+    pub fn current_schema(&self) -> String {
+        self.scripts.current_schema()
+    }
+
+    /// Makes `name` the current schema for tables (DataFusion's default schema) and scripts.
+    fn set_current_schema(&self, name: &str) {
+        let state = self.ctx.state_ref();
+        let mut state = state.write();
+        state.config_mut().options_mut().catalog.default_schema = name.to_string();
+        self.scripts.set_current_schema(name);
+    }
+
+    /// Before a `DROP SCHEMA`: without CASCADE, a schema holding scripts stays.
+    fn check_schema_change(&self, change: &SchemaChange) -> Result<()> {
+        if let SchemaChange::Drop {
+            names,
+            cascade: false,
+        } = change
+        {
+            for name in names {
+                let scripts = self.engine.inner.scripts.scripts_in(name);
+                if !scripts.is_empty() {
+                    return Err(schema_has_scripts(name, &scripts));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After a schema statement succeeded: a created schema becomes current; a dropped one takes
+    /// its scripts with it (CASCADE) and, if it was current, the default schema is current again.
+    fn apply_schema_change(&self, change: SchemaChange) -> Result<()> {
+        match change {
+            SchemaChange::Create(name) => self.set_current_schema(&name),
+            SchemaChange::Drop { names, cascade } => {
+                let current = self.current_schema();
+                for name in names {
+                    if cascade {
+                        self.engine.inner.scripts.drop_schema_scripts(&name)?;
+                    }
+                    if name == current {
+                        self.set_current_schema(DEFAULT_SCHEMA);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Registers scripts created (or dropped) since the last statement, by any session.
@@ -290,9 +403,22 @@ impl Session {
                 }
             }
         }
-        resolve_script_calls(&mut statement, &self.engine.inner.scripts.entries())?;
+        let current = self.scripts.current_schema();
+        resolve_script_calls(
+            &mut statement,
+            &self.engine.inner.scripts.entries(),
+            &NameScope {
+                current: &current,
+                builtins: self.scripts.builtins(),
+            },
+        )?;
         let lookup = |name: &str| emits_udf(&state, name);
         expand_emits_calls(&mut statement, &lookup)?;
+        map_exasol_functions(&mut statement, &self.session_values(&state));
+        alias_repeated_select_items(&mut statement);
+        crate::system::qualify_system_tables(&mut statement, &|name| {
+            self.ctx.table_exist(name).unwrap_or(false)
+        });
         let own = state
             .config_options()
             .extensions
@@ -308,16 +434,24 @@ impl Session {
         scope.optional_when_busy = own.optional_gpu_when_busy;
         let scope = Arc::new(scope);
         state.add_analyzer_rule(Arc::new(PlacementRule::new(Arc::clone(&scope))));
+        let schema_change = schema_change(&statement);
         let plan = state.statement_to_plan(statement).await?;
         match &plan {
             // DDL and SET change the session: they go through the context.
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
-                return Ok(self
+                if let Some(change) = &schema_change {
+                    self.check_schema_change(change)?;
+                }
+                let stream = self
                     .ctx
                     .execute_logical_plan(plan)
                     .await?
                     .execute_stream()
-                    .await?);
+                    .await?;
+                if let Some(change) = schema_change {
+                    self.apply_schema_change(change)?;
+                }
+                return Ok(stream);
             }
             LogicalPlan::Explain(_) => {
                 let df = DataFrame::new(state, plan);
@@ -348,7 +482,10 @@ impl Session {
         if is_analyze {
             stream = stream.with_call_report();
         }
-        Ok(Box::pin(stream))
+        Ok(match restore_repeated_names(&stream.schema()) {
+            Some(schema) => with_schema(Box::pin(stream), schema),
+            None => Box::pin(stream),
+        })
     }
 }
 
@@ -410,8 +547,38 @@ fn register_set_udf(ctx: &SessionContext, def: Arc<SetUdf>) {
     }
 }
 
+/// `stream` with its columns renamed to `schema`'s (same types, same order).
+fn with_schema(
+    stream: SendableRecordBatchStream,
+    schema: SchemaRef,
+) -> SendableRecordBatchStream {
+    let out = Arc::clone(&schema);
+    Box::pin(RecordBatchStreamAdapter::new(
+        out,
+        stream.map(move |batch| {
+            batch.and_then(|b| {
+                RecordBatch::try_new(Arc::clone(&schema), b.columns().to_vec())
+                    .map_err(DataFusionError::from)
+            })
+        }),
+    ))
+}
+
+/// Every function name `ctx` has: DataFusion's, accelsql's built-ins, the engine's Rust UDFs.
+fn function_names(ctx: &SessionContext) -> std::collections::HashSet<String> {
+    let state = ctx.state_ref();
+    let state = state.read();
+    state
+        .scalar_functions()
+        .keys()
+        .chain(state.aggregate_functions().keys())
+        .chain(state.window_functions().keys())
+        .cloned()
+        .collect()
+}
+
 /// The result of a statement without one.
-fn empty_stream() -> Result<SendableRecordBatchStream> {
+pub(crate) fn empty_stream() -> Result<SendableRecordBatchStream> {
     let schema = Arc::new(datafusion::arrow::datatypes::Schema::empty());
     Ok(Box::pin(MemoryStream::try_new(Vec::new(), schema, None)?))
 }

@@ -1,14 +1,17 @@
-//! System tables, read fresh at each scan: `EXA_METADATA`, `accelsql.gpu_devices`,
-//! `accelsql.gpu_leases`, `accelsql.udf_calls`, `accelsql.scripts`.
+//! System tables, read fresh at each scan: Exasol's in schema `sys` (`EXA_METADATA`,
+//! `EXA_ALL_SCRIPTS`, `EXA_USER_SCRIPTS`, `EXA_ALL_CONNECTIONS`, `EXA_DBA_CONNECTIONS`, `DUAL`;
+//! reachable unqualified from any schema, see [`qualify_system_tables`]), and
+//! `accelsql.gpu_devices`, `accelsql.gpu_leases`, `accelsql.udf_calls`, `accelsql.scripts`.
 
 use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{
-    ArrayRef, BooleanArray, Float64Array, RecordBatch, StringArray, UInt32Array, UInt64Array,
+    ArrayRef, BooleanArray, Float64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+    UInt32Array, UInt64Array,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{MemorySchemaProvider, Session as CatalogSession, TableProvider};
 use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -85,10 +88,197 @@ fn millis(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// Exasol's system schema, where its system tables and `DUAL` live.
+pub(crate) const SYSTEM_SCHEMA: &str = "sys";
+
+/// The tables of [`SYSTEM_SCHEMA`], which an unqualified name reaches from any schema.
+pub(crate) const SYSTEM_TABLES: [&str; 6] = [
+    "exa_metadata",
+    "exa_all_scripts",
+    "exa_user_scripts",
+    "exa_all_connections",
+    "exa_dba_connections",
+    "dual",
+];
+
+/// A name as Exasol shows a name it folded: accelsql keeps unquoted names in lower case, so an
+/// all-lower-case name is shown in upper case, any other as it is.
+pub(crate) fn exasol_name(name: &str) -> String {
+    if name.chars().any(|c| c.is_uppercase()) {
+        name.to_string()
+    } else {
+        name.to_uppercase()
+    }
+}
+
+/// Registers Exasol's script and connection views and `DUAL` in [`SYSTEM_SCHEMA`].
+fn register_exasol_views(
+    ctx: &SessionContext,
+    table: &dyn Fn(&[(&str, DataType)], Box<Producer>) -> Arc<SystemTable>,
+) -> DfResult<()> {
+    use DataType::{Timestamp, UInt64, Utf8};
+    let micros = || Timestamp(TimeUnit::Microsecond, None);
+    let script_columns = |owner: bool| {
+        let mut columns = vec![("script_schema", Utf8), ("script_name", Utf8)];
+        if owner {
+            columns.push(("script_owner", Utf8));
+        }
+        columns.extend([
+            ("script_object_id", UInt64),
+            ("script_type", Utf8),
+            ("script_language", Utf8),
+            ("script_input_type", Utf8),
+            ("script_result_type", Utf8),
+            ("script_text", Utf8),
+            ("script_comment", Utf8),
+        ]);
+        columns
+    };
+    let scripts = |owner: bool| -> Box<Producer> {
+        Box::new(move |engine| {
+            let scripts = engine.inner.scripts.entries();
+            let column = |f: &dyn Fn(&ScriptEntry) -> Option<String>| {
+                strings(scripts.iter().map(|e| f(e)))
+            };
+            let mut columns = vec![
+                column(&|e| Some(exasol_name(&e.schema))),
+                column(&|e| Some(exasol_name(&e.name))),
+            ];
+            if owner {
+                columns.push(column(&|_| Some(SCRIPT_OWNER.to_string())));
+            }
+            columns.extend([
+                Arc::new(UInt64Array::from_iter_values(
+                    (1..=scripts.len() as u64).map(|i| i + 1_000),
+                )) as ArrayRef,
+                column(&|_| Some("UDF".to_string())),
+                column(&|e| Some(e.language.clone())),
+                column(&|e| Some(if e.set { "SET" } else { "SCALAR" }.to_string())),
+                column(&|e| {
+                    Some(
+                        match e.output {
+                            crate::script::StoredOutput::Returns(_) => "RETURNS",
+                            _ => "EMITS",
+                        }
+                        .to_string(),
+                    )
+                }),
+                column(&|e| Some(e.text.clone())),
+                column(&|_| None),
+            ]);
+            Ok(columns)
+        })
+    };
+    ctx.register_table("sys.exa_all_scripts", table(&script_columns(true), scripts(true)))?;
+    ctx.register_table("sys.exa_user_scripts", table(&script_columns(false), scripts(false)))?;
+
+    // Connections; no view ever shows a password.
+    let connections = |dba: bool| -> Box<Producer> {
+        Box::new(move |engine| {
+            let all = engine.inner.scripts.connections();
+            let mut columns = vec![strings(all.iter().map(|c| Some(c.name.clone())))];
+            if dba {
+                columns.push(strings(all.iter().map(|c| Some(c.address.clone()))));
+                columns.push(strings(
+                    all.iter()
+                        .map(|c| (!c.user.is_empty()).then(|| c.user.clone())),
+                ));
+            }
+            columns.push(Arc::new(TimestampMicrosecondArray::from_iter_values(
+                all.iter().map(|c| c.created_micros),
+            )) as ArrayRef);
+            if dba {
+                columns.push(strings(all.iter().map(|_| Some(SCRIPT_OWNER.to_string()))));
+            }
+            columns.push(strings(all.iter().map(|_| None)));
+            Ok(columns)
+        })
+    };
+    ctx.register_table(
+        "sys.exa_all_connections",
+        table(
+            &[
+                ("connection_name", Utf8),
+                ("created", micros()),
+                ("connection_comment", Utf8),
+            ],
+            connections(false),
+        ),
+    )?;
+    ctx.register_table(
+        "sys.exa_dba_connections",
+        table(
+            &[
+                ("connection_name", Utf8),
+                ("connection_string", Utf8),
+                ("user_name", Utf8),
+                ("created", micros()),
+                ("connection_owner", Utf8),
+                ("connection_comment", Utf8),
+            ],
+            connections(true),
+        ),
+    )?;
+    ctx.register_table(
+        "sys.dual",
+        table(
+            &[("dummy", Utf8)],
+            Box::new(|_| Ok(vec![strings([Some("X".to_string())])])),
+        ),
+    )?;
+    Ok(())
+}
+
+/// Who owns every script and connection: accelsql has no users yet.
+const SCRIPT_OWNER: &str = "SYS";
+
+/// Rewrites unqualified references to [`SYSTEM_TABLES`] as `sys.<name>`, unless `has_table`
+/// says the current schema has a table of that name, so that Exasol's system tables and `DUAL`
+/// are found from any schema, as in Exasol.
+pub(crate) fn qualify_system_tables(
+    statement: &mut datafusion::sql::parser::Statement,
+    has_table: &dyn Fn(&str) -> bool,
+) {
+    use datafusion::sql::parser::Statement as DfStatement;
+    use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectNamePart, VisitMut, VisitorMut};
+    use std::ops::ControlFlow;
+
+    struct Qualifier<'a> {
+        has_table: &'a dyn Fn(&str) -> bool,
+    }
+    impl VisitorMut for Qualifier<'_> {
+        type Break = ();
+        fn pre_visit_relation(&mut self, relation: &mut ObjectName) -> ControlFlow<()> {
+            if let [ObjectNamePart::Identifier(ident)] = relation.0.as_slice() {
+                let name = if ident.quote_style.is_some() {
+                    ident.value.clone()
+                } else {
+                    ident.value.to_ascii_lowercase()
+                };
+                if SYSTEM_TABLES.contains(&name.as_str()) && !(self.has_table)(&name) {
+                    *relation = ObjectName::from(vec![
+                        Ident::new(SYSTEM_SCHEMA),
+                        Ident::with_quote('"', name),
+                    ]);
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    match statement {
+        DfStatement::Statement(inner) => {
+            let _ = inner.visit(&mut Qualifier { has_table });
+        }
+        DfStatement::Explain(explain) => qualify_system_tables(&mut explain.statement, has_table),
+        _ => {}
+    }
+}
+
 /// Registers the system tables in `ctx`.
 pub(crate) fn register(ctx: &SessionContext, engine: &Engine) -> DfResult<()> {
     if let Some(catalog) = ctx.catalog("datafusion") {
         catalog.register_schema("accelsql", Arc::new(MemorySchemaProvider::new()))?;
+        catalog.register_schema(SYSTEM_SCHEMA, Arc::new(MemorySchemaProvider::new()))?;
     }
     let table = |fields: &[(&str, DataType)], produce: Box<Producer>| {
         Arc::new(SystemTable {
@@ -98,9 +288,10 @@ pub(crate) fn register(ctx: &SessionContext, engine: &Engine) -> DfResult<()> {
         })
     };
     use DataType::{Boolean, Float64, UInt32, UInt64, Utf8};
+    register_exasol_views(ctx, &table)?;
 
     ctx.register_table(
-        "exa_metadata",
+        "sys.exa_metadata",
         table(
             &[
                 ("param_name", Utf8),

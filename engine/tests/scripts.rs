@@ -401,18 +401,25 @@ async fn script_parameters_take_arguments_that_cast_to_their_types() {
 }
 
 #[tokio::test]
-async fn scripts_cannot_shadow_built_in_functions_and_say_why_they_cannot_run() {
-    let s = engine(0).session();
+async fn scripts_share_names_with_built_ins_and_say_why_they_cannot_run() {
+    let with_fixtures = engine(0);
+    accelsql_engine::testing::register_fixtures(&with_fixtures).unwrap();
+    let s = with_fixtures.session();
+    // As in Exasol: a script may be named like a built-in function; the plain name still calls
+    // the built-in, the schema-qualified one the script.
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT abs(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    return 42\n/",
+    )
+    .await;
+    assert_eq!(run(&s, "SELECT abs(-1)").await, ["1"]);
+    assert_eq!(run(&s, "SELECT public.abs(-1)").await, ["42"]);
+    // A Rust UDF of the engine is not a built-in: its name stays its own.
     let e = s
-        .sql("CREATE PYTHON3 SCALAR SCRIPT abs(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    return 42\n/")
+        .sql("CREATE PYTHON3 SCALAR SCRIPT slow_gpu(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    return 1\n/")
         .await
         .unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("built-in function or Rust UDF named abs"),
-        "{e}"
-    );
-    assert_eq!(run(&s, "SELECT abs(-1)").await, ["1"]);
+    assert!(e.to_string().contains("Rust UDF named slow_gpu"), "{e}");
     // A script whose language alias the session no longer has says so when called.
     let python = accelsql_engine::udf_runtime::script::find_python3().unwrap();
     run(

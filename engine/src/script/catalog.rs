@@ -1,9 +1,10 @@
-//! The script catalog: every `CREATE … SCRIPT` that returned OK, shared by the engine's sessions,
-//! and — with a data directory — kept in `scripts.json` there (written to a temporary file,
+//! The script catalog: every `CREATE … SCRIPT` and `CREATE CONNECTION` that returned OK, shared by
+//! the engine's sessions, and — with a data directory — kept in `scripts.json` there (owner-only) (written to a temporary file,
 //! fsynced and renamed, so a crash right after CREATE returns never loses or half-writes it).
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -104,16 +105,47 @@ fn columns_text(columns: &[(String, String)]) -> String {
         .join(", ")
 }
 
+/// A connection (`CREATE CONNECTION`): what `exa.get_connection(name)` gives a script.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ConnectionEntry {
+    /// The name, folded as Exasol folds it (unquoted: upper case).
+    pub(crate) name: String,
+    /// `TO 'address'`.
+    pub(crate) address: String,
+    /// `USER 'user'` (empty when absent).
+    pub(crate) user: String,
+    /// `IDENTIFIED BY 'password'` (empty when absent); never shown by a system table.
+    pub(crate) password: String,
+    /// When it was created, in microseconds since the Unix epoch (`CREATED` of the system views).
+    pub(crate) created_micros: i64,
+}
+
+/// The password stays out of logs and debug output.
+impl std::fmt::Debug for ConnectionEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionEntry")
+            .field("name", &self.name)
+            .field("address", &self.address)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 struct CatalogFile {
     version: u32,
     scripts: Vec<ScriptEntry>,
+    /// Absent in catalogs written before connections existed.
+    #[serde(default)]
+    connections: Vec<ConnectionEntry>,
 }
 
 /// The engine's scripts by (schema, name).
 #[derive(Debug, Default)]
 pub(crate) struct ScriptCatalog {
     entries: RwLock<BTreeMap<(String, String), Arc<ScriptEntry>>>,
+    /// Connections by name.
+    connections: RwLock<BTreeMap<String, ConnectionEntry>>,
     /// Bumped on every change, so sessions know when to refresh their functions.
     generation: AtomicU64,
     file: Option<PathBuf>,
@@ -136,6 +168,7 @@ impl ScriptCatalog {
         std::fs::create_dir_all(data_dir).map_err(|e| io_err("cannot create it", e))?;
         let file = data_dir.join(CATALOG_FILE);
         let mut entries = BTreeMap::new();
+        let mut connections = BTreeMap::new();
         match std::fs::read(&file) {
             Ok(bytes) => {
                 let stored: CatalogFile =
@@ -158,12 +191,16 @@ impl ScriptCatalog {
                 for entry in stored.scripts {
                     entries.insert((entry.schema.clone(), entry.name.clone()), Arc::new(entry));
                 }
+                for connection in stored.connections {
+                    connections.insert(connection.name.clone(), connection);
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err("cannot read the script catalog", e)),
         }
         Ok(Self {
             entries: RwLock::new(entries),
+            connections: RwLock::new(connections),
             generation: AtomicU64::new(1),
             file: Some(file),
             write_lock: Mutex::new(()),
@@ -223,6 +260,25 @@ impl ScriptCatalog {
         })
     }
 
+    /// Removes every script of `schema` (`DROP SCHEMA … CASCADE`).
+    pub(crate) fn drop_schema_scripts(&self, schema: &str) -> crate::Result<()> {
+        self.change(|entries| {
+            entries.retain(|(s, _), _| s != schema);
+            Ok(())
+        })
+    }
+
+    /// The names of the scripts in `schema`.
+    pub(crate) fn scripts_in(&self, schema: &str) -> Vec<String> {
+        self.entries
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .filter(|(s, _)| s == schema)
+            .map(|(s, n)| format!("{s}.{n}"))
+            .collect()
+    }
+
     /// Applies `f` to a copy of the entries, persists the copy, and only then publishes it.
     fn change(
         &self,
@@ -236,10 +292,80 @@ impl ScriptCatalog {
             .clone();
         f(&mut next)?;
         if let Some(file) = &self.file {
-            persist(file, &next)?;
+            persist(file, &next, &self.connections.read().unwrap_or_else(|e| e.into_inner()))?;
         }
         *self.entries.write().unwrap_or_else(|e| e.into_inner()) = next;
         self.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The connection `name`, if there is one.
+    pub(crate) fn connection(&self, name: &str) -> Option<ConnectionEntry> {
+        self.connections
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Every connection, by name.
+    pub(crate) fn connections(&self) -> Vec<ConnectionEntry> {
+        self.connections
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Stores a connection; without `replace`, an existing one of that name is an error.
+    pub(crate) fn create_connection(
+        &self,
+        connection: ConnectionEntry,
+        replace: bool,
+    ) -> crate::Result<()> {
+        self.change_connections(|all| {
+            if !replace && all.contains_key(&connection.name) {
+                return Err(EngineError::ScriptDefinition {
+                    message: format!(
+                        "connection {} already exists; use CREATE OR REPLACE CONNECTION to change it",
+                        connection.name
+                    ),
+                });
+            }
+            all.insert(connection.name.clone(), connection);
+            Ok(())
+        })
+    }
+
+    /// Removes a connection; a missing one is an error unless `if_exists`.
+    pub(crate) fn drop_connection(&self, name: &str, if_exists: bool) -> crate::Result<()> {
+        self.change_connections(|all| {
+            if all.remove(name).is_none() && !if_exists {
+                return Err(EngineError::ScriptDefinition {
+                    message: format!("connection {name} does not exist"),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    /// As [`ScriptCatalog::change`], for the connections.
+    fn change_connections(
+        &self,
+        f: impl FnOnce(&mut BTreeMap<String, ConnectionEntry>) -> crate::Result<()>,
+    ) -> crate::Result<()> {
+        let _writer = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = self
+            .connections
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        f(&mut next)?;
+        if let Some(file) = &self.file {
+            persist(file, &self.entries.read().unwrap_or_else(|e| e.into_inner()), &next)?;
+        }
+        *self.connections.write().unwrap_or_else(|e| e.into_inner()) = next;
         Ok(())
     }
 }
@@ -248,10 +374,12 @@ impl ScriptCatalog {
 fn persist(
     file: &Path,
     entries: &BTreeMap<(String, String), Arc<ScriptEntry>>,
+    connections: &BTreeMap<String, ConnectionEntry>,
 ) -> crate::Result<()> {
     let stored = CatalogFile {
         version: FORMAT_VERSION,
         scripts: entries.values().map(|e| (**e).clone()).collect(),
+        connections: connections.values().cloned().collect(),
     };
     let fail = |e: std::io::Error| EngineError::DataDirectory {
         path: file.to_path_buf(),
@@ -260,7 +388,14 @@ fn persist(
     let json = serde_json::to_vec_pretty(&stored).map_err(|e| fail(std::io::Error::other(e)))?;
     let tmp = file.with_extension(format!("json.tmp-{}", std::process::id()));
     {
-        let mut out = std::fs::File::create(&tmp).map_err(fail)?;
+        // Owner-only: the file holds `%env` values and connection passwords.
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(fail)?;
         out.write_all(&json).map_err(fail)?;
         out.sync_all().map_err(fail)?;
     }

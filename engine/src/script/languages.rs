@@ -1,7 +1,7 @@
 //! A session's side of scripts: its `SCRIPT_LANGUAGES` (alias → runtime), the script DDL it runs,
 //! and keeping its registered script functions in step with the engine's catalog.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
@@ -17,7 +17,7 @@ use super::udf::{ScriptUdf, script_spec, script_udf, script_udf_named};
 use crate::EngineError;
 
 /// The schema scripts are created in when the statement names none.
-pub(crate) const DEFAULT_SCHEMA: &str = "public";
+pub(crate) use crate::exasol::DEFAULT_SCHEMA;
 
 /// How an alias runs scripts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +42,12 @@ impl std::fmt::Display for Runtime {
 pub(crate) struct SessionScripts {
     session_id: u64,
     languages: Mutex<BTreeMap<String, Runtime>>,
-    /// Catalog generation last registered, and the names registered then.
-    synced: Mutex<(u64, Vec<String>)>,
+    /// Catalog generation and current schema last registered, and the names registered then.
+    synced: Mutex<(u64, String, Vec<String>)>,
+    /// The current schema (`OPEN SCHEMA`), where unqualified scripts are created and found.
+    current_schema: Mutex<String>,
+    /// The session's built-in functions and Rust UDFs: their plain names are never a script's.
+    builtins: OnceLock<HashSet<String>>,
     /// `builtin_python3`, found once per session (finding it starts Python).
     builtin_python3: OnceLock<Result<PathBuf, String>>,
 }
@@ -59,7 +63,9 @@ impl SessionScripts {
                 "PYTHON3".to_string(),
                 Runtime::BuiltinPython3,
             )])),
-            synced: Mutex::new((0, Vec::new())),
+            synced: Mutex::new((0, String::new(), Vec::new())),
+            current_schema: Mutex::new(DEFAULT_SCHEMA.to_string()),
+            builtins: OnceLock::new(),
             builtin_python3: OnceLock::new(),
         }
     }
@@ -144,7 +150,7 @@ impl SessionScripts {
                 name,
                 if_exists,
             } => catalog.drop_script(
-                schema.as_deref().unwrap_or(DEFAULT_SCHEMA),
+                schema.as_deref().unwrap_or(&self.current_schema()),
                 &name,
                 if_exists,
             ),
@@ -167,14 +173,15 @@ impl SessionScripts {
                 if taken(&create.name) {
                     return Err(EngineError::ScriptDefinition {
                         message: format!(
-                            "a built-in function or Rust UDF named {} exists; scripts cannot replace it",
+                            "a Rust UDF named {} is registered in the engine; scripts cannot \
+                             replace it",
                             create.name
                         ),
                     });
                 }
                 let (options, code) = take_options(&create.body)?;
                 let entry = ScriptEntry {
-                    schema: create.schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_string()),
+                    schema: create.schema.unwrap_or_else(|| self.current_schema()),
                     name: create.name,
                     language: create.language,
                     set: create.set,
@@ -211,23 +218,25 @@ impl SessionScripts {
         register: &dyn Fn(&SessionContext, ScriptUdf),
     ) {
         let generation = catalog.generation();
+        let current = self.current_schema();
         let mut synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
-        if synced.0 == generation {
+        if synced.0 == generation && synced.1 == current {
             return;
         }
-        for name in synced.1.drain(..) {
+        for name in synced.2.drain(..) {
             ctx.deregister_udf(&name);
             ctx.deregister_udaf(&name);
         }
         let entries = catalog.entries();
-        let imports = script_imports(entries.clone());
+        let imports = script_imports(entries.clone(), current.clone());
+        let builtins = self.builtins();
         for entry in &entries {
             if entry.output == StoredOutput::DynamicEmits {
                 // Registered per call site (see `rewrite_dynamic`).
                 continue;
             }
             let mut functions = vec![qualified_function(&entry.schema, &entry.name)];
-            if owns_plain_name(entry, &entries) {
+            if !builtins.contains(&entry.name) && owns_plain_name(entry, &entries, &current) {
                 functions.push(entry.name.clone());
             }
             // Registered even when its language cannot run here, so that a call says why.
@@ -242,13 +251,43 @@ impl SessionScripts {
                 ) {
                     Ok(udf) => {
                         register(ctx, udf);
-                        synced.1.push(function);
+                        synced.2.push(function);
                     }
                     Err(e) => log::error!("script {function} unavailable: {e}"),
                 }
             }
         }
         synced.0 = generation;
+        synced.1 = current;
+    }
+
+    /// The current schema: where unqualified scripts are created and found first.
+    pub(crate) fn current_schema(&self) -> String {
+        self.current_schema
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Makes `schema` the current schema (`OPEN SCHEMA`, `CREATE SCHEMA`, `CLOSE SCHEMA`).
+    pub(crate) fn set_current_schema(&self, schema: &str) {
+        *self
+            .current_schema
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = schema.to_string();
+    }
+
+    /// Records the session's built-in function names (once, before any script is registered).
+    pub(crate) fn set_builtins(&self, names: HashSet<String>) {
+        let _ = self.builtins.set(names);
+    }
+
+    /// The session's built-in function names.
+    pub(crate) fn builtins(&self) -> &HashSet<String> {
+        static NONE: OnceLock<HashSet<String>> = OnceLock::new();
+        self.builtins
+            .get()
+            .unwrap_or_else(|| NONE.get_or_init(HashSet::new))
     }
 }
 
@@ -269,6 +308,8 @@ impl SessionScripts {
             return Ok((text.to_string(), Vec::new()));
         }
         let all = catalog.entries();
+        let current = self.current_schema();
+        let builtins = self.builtins();
         // The dynamic script a call names, if it names one: `schema.name`, or a plain name
         // that calls it (see `names.rs`).
         let find = |schema: Option<&str>, name: &str| {
@@ -276,13 +317,17 @@ impl SessionScripts {
                 .iter()
                 .find(|e| match schema {
                     Some(schema) => e.schema == schema && e.name == name,
-                    None => e.name == name && owns_plain_name(e, &all),
+                    None => {
+                        e.name == name
+                            && !builtins.contains(name)
+                            && owns_plain_name(e, &all, &current)
+                    }
                 })
                 .map(|e| qualified_function(&e.schema, &e.name))
         };
         let (rewritten, calls) = rewrite_dynamic_emits(text, &find)?;
         let mut udfs = Vec::with_capacity(calls.len());
-        let imports = script_imports(all);
+        let imports = script_imports(all, current);
         for call in calls {
             let Some(entry) = dynamic
                 .iter()

@@ -9,8 +9,8 @@ mod names;
 mod options;
 mod udf;
 
-pub(crate) use catalog::{ScriptCatalog, ScriptEntry};
+pub(crate) use catalog::{ConnectionEntry, ScriptCatalog, ScriptEntry, StoredOutput};
 pub(crate) use ddl::is_script_ddl;
 pub(crate) use languages::SessionScripts;
-pub(crate) use names::resolve_script_calls;
+pub(crate) use names::{NameScope, resolve_script_calls};
 pub(crate) use udf::{ScriptUdf, finish_workers};

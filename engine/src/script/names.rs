@@ -1,6 +1,7 @@
-//! How SQL names scripts: every script answers to `schema.name(…)`; a plain `name(…)` calls the
-//! one in `public`, or else the only script of that name in any schema (with two or more and none
-//! in `public`, a plain call is an error that lists them).
+//! How SQL names scripts: every script answers to `schema.name(…)`; a plain `name(…)` calls a
+//! built-in function of that name if there is one, else the script in the session's current
+//! schema (`OPEN SCHEMA`; `public` by default), or else the only script of that name in any schema
+//! (with two or more and none in the current schema, a plain call is an error that lists them).
 //!
 //! DataFusion does not resolve schema-qualified function names, so before planning each
 //! qualified call of a script is renamed to the one function its script is registered under
@@ -18,7 +19,6 @@ use datafusion::sql::sqlparser::ast::{
 use accelsql_udf_runtime::script::{ImportedScript, ScriptImports};
 
 use super::catalog::{ScriptEntry, StoredOutput};
-use super::languages::DEFAULT_SCHEMA;
 use crate::EngineError;
 
 /// The function a schema-qualified call of `schema.name` is renamed to.
@@ -26,22 +26,31 @@ pub(crate) fn qualified_function(schema: &str, name: &str) -> String {
     format!("{schema}.{name}")
 }
 
-/// Whether `entry` also answers to its plain name: it is in `public`, or no script of its name
-/// is in `public` and it is the only one of its name.
-pub(crate) fn owns_plain_name(entry: &ScriptEntry, entries: &[Arc<ScriptEntry>]) -> bool {
-    matches!(plain_candidates(&entry.name, entries).as_slice(), [only] if only.schema == entry.schema)
+/// Whether `entry` also answers to its plain name in a session whose current schema is
+/// `current`: it is in `current`, or no script of its name is there and it is the only one of
+/// its name.
+pub(crate) fn owns_plain_name(
+    entry: &ScriptEntry,
+    entries: &[Arc<ScriptEntry>],
+    current: &str,
+) -> bool {
+    matches!(plain_candidates(&entry.name, entries, current).as_slice(), [only] if only.schema == entry.schema)
 }
 
-/// The scripts a plain call of `name` could mean: the one in `public` if there is one, else all
-/// of that name.
-fn plain_candidates<'a>(name: &str, entries: &'a [Arc<ScriptEntry>]) -> Vec<&'a ScriptEntry> {
+/// The scripts a plain call of `name` could mean: the one in the current schema if there is
+/// one, else all of that name.
+fn plain_candidates<'a>(
+    name: &str,
+    entries: &'a [Arc<ScriptEntry>],
+    current: &str,
+) -> Vec<&'a ScriptEntry> {
     let named: Vec<&ScriptEntry> = entries
         .iter()
         .filter(|e| e.name == name)
         .map(Arc::as_ref)
         .collect();
-    match named.iter().find(|e| e.schema == DEFAULT_SCHEMA) {
-        Some(public) => vec![public],
+    match named.iter().find(|e| e.schema == current) {
+        Some(here) => vec![here],
         None => named,
     }
 }
@@ -52,6 +61,7 @@ fn plain_candidates<'a>(name: &str, entries: &'a [Arc<ScriptEntry>]) -> Vec<&'a 
 pub(crate) fn resolve_script_calls(
     statement: &mut DfStatement,
     entries: &[Arc<ScriptEntry>],
+    scope: &NameScope<'_>,
 ) -> crate::Result<()> {
     if entries.is_empty() {
         return Ok(());
@@ -59,18 +69,29 @@ pub(crate) fn resolve_script_calls(
     let statement = match statement {
         DfStatement::Statement(inner) => inner.as_mut(),
         DfStatement::Explain(explain) => {
-            return resolve_script_calls(&mut explain.statement, entries);
+            return resolve_script_calls(&mut explain.statement, entries, scope);
         }
         _ => return Ok(()),
     };
-    match statement.visit(&mut Resolver { entries }) {
+    match statement.visit(&mut Resolver { entries, scope }) {
         ControlFlow::Break(e) => Err(e),
         ControlFlow::Continue(()) => Ok(()),
     }
 }
 
+/// How a session resolves plain script names: its current schema, and the names of built-in
+/// functions (which a plain call always means; a script of such a name is called qualified).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NameScope<'a> {
+    /// The current schema (`OPEN SCHEMA`; `public` by default).
+    pub(crate) current: &'a str,
+    /// Built-in functions and Rust UDFs of the session.
+    pub(crate) builtins: &'a std::collections::HashSet<String>,
+}
+
 struct Resolver<'a> {
     entries: &'a [Arc<ScriptEntry>],
+    scope: &'a NameScope<'a>,
 }
 
 /// An identifier as SQL folds it: unquoted → lower case.
@@ -96,7 +117,10 @@ impl VisitorMut for Resolver<'_> {
         match name.0.as_slice() {
             [ObjectNamePart::Identifier(plain)] => {
                 let plain = folded(plain);
-                let candidates = plain_candidates(&plain, self.entries);
+                if self.scope.builtins.contains(&plain) {
+                    return ControlFlow::Continue(());
+                }
+                let candidates = plain_candidates(&plain, self.entries, self.scope.current);
                 if candidates.len() > 1 {
                     let qualified: Vec<String> = candidates
                         .iter()
@@ -104,8 +128,10 @@ impl VisitorMut for Resolver<'_> {
                         .collect();
                     return ControlFlow::Break(name_error(format!(
                         "script name {plain} is ambiguous: scripts {} exist and none is in \
-                         schema {DEFAULT_SCHEMA}; call one with its schema, e.g. {}(…)",
+                         the current schema {}; call one with its schema, e.g. {}(…), or OPEN \
+                         SCHEMA the one you mean",
                         qualified.join(", "),
+                        self.scope.current,
                         qualified[0]
                     )));
                 }
@@ -206,7 +232,7 @@ fn split_script_name(text: &str) -> Result<(Option<String>, String), String> {
 
 /// What `exa.import_script(name)` finds among `entries`: the script `schema.name` names, or the
 /// one a plain `name` calls in SQL.
-pub(crate) fn script_imports(entries: Vec<Arc<ScriptEntry>>) -> ScriptImports {
+pub(crate) fn script_imports(entries: Vec<Arc<ScriptEntry>>, current: String) -> ScriptImports {
     ScriptImports::new(move |text| {
         let (schema, name) = split_script_name(text)?;
         let found: Vec<&ScriptEntry> = match &schema {
@@ -215,7 +241,7 @@ pub(crate) fn script_imports(entries: Vec<Arc<ScriptEntry>>) -> ScriptImports {
                 .filter(|e| &e.schema == schema && e.name == name)
                 .map(Arc::as_ref)
                 .collect(),
-            None => plain_candidates(&name, &entries),
+            None => plain_candidates(&name, &entries, &current),
         };
         match found.as_slice() {
             [entry] => Ok(ImportedScript {
@@ -224,7 +250,7 @@ pub(crate) fn script_imports(entries: Vec<Arc<ScriptEntry>>) -> ScriptImports {
             }),
             [] => Err(format!(
                 "script {} does not exist",
-                qualified_function(schema.as_deref().unwrap_or(DEFAULT_SCHEMA), &name)
+                qualified_function(schema.as_deref().unwrap_or(&current), &name)
             )),
             several => Err(format!(
                 "script name {name} is ambiguous: scripts {} exist; name its schema",
@@ -240,6 +266,8 @@ pub(crate) fn script_imports(entries: Vec<Arc<ScriptEntry>>) -> ScriptImports {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use datafusion::sql::parser::DFParserBuilder;
 
     use super::*;
@@ -261,6 +289,15 @@ mod tests {
     }
 
     fn resolved(sql: &str, entries: &[Arc<ScriptEntry>]) -> crate::Result<String> {
+        resolved_in(sql, entries, "public", &HashSet::new())
+    }
+
+    fn resolved_in(
+        sql: &str,
+        entries: &[Arc<ScriptEntry>],
+        current: &str,
+        builtins: &HashSet<String>,
+    ) -> crate::Result<String> {
         let mut statements = DFParserBuilder::new(sql)
             .build()
             .and_then(|mut p| p.parse_statements())
@@ -268,7 +305,7 @@ mod tests {
         let mut statement = statements
             .pop_front()
             .ok_or_else(|| name_error("none".into()))?;
-        resolve_script_calls(&mut statement, entries)?;
+        resolve_script_calls(&mut statement, entries, &NameScope { current, builtins })?;
         Ok(statement.to_string())
     }
 
@@ -301,7 +338,7 @@ mod tests {
             entry("a", "g"),
             entry("b", "g"),
         ];
-        let imports = script_imports(entries);
+        let imports = script_imports(entries, "public".into());
         let name = |text: &str| imports.find(text).map(|s| s.qualified_name);
         assert_eq!(name("F").unwrap(), "public.f");
         assert_eq!(name(" LIB.F ").unwrap(), "lib.f");
@@ -333,10 +370,10 @@ mod tests {
             entry("public", "h"),
             entry("c", "h"),
         ];
-        assert!(owns_plain_name(&entries[2], &entries));
-        assert!(owns_plain_name(&entries[3], &entries));
-        assert!(!owns_plain_name(&entries[4], &entries));
-        assert!(!owns_plain_name(&entries[0], &entries));
+        assert!(owns_plain_name(&entries[2], &entries, "public"));
+        assert!(owns_plain_name(&entries[3], &entries, "public"));
+        assert!(!owns_plain_name(&entries[4], &entries, "public"));
+        assert!(!owns_plain_name(&entries[0], &entries, "public"));
         let e = resolved("SELECT 1 FROM t WHERE F(x) > 0", &entries).unwrap_err();
         assert_eq!(e.code(), "42000");
         assert!(
@@ -345,5 +382,26 @@ mod tests {
             "{e}"
         );
         assert!(resolved("SELECT g(1), h(2), \"F\"(3)", &entries).is_ok());
+    }
+
+    #[test]
+    fn the_current_schema_comes_first_and_builtins_keep_their_plain_names() {
+        let entries = [entry("a", "f"), entry("b", "f"), entry("public", "lower")];
+        // With schema a open, f is a.f; with c open, f is ambiguous.
+        assert!(owns_plain_name(&entries[0], &entries, "a"));
+        assert!(!owns_plain_name(&entries[1], &entries, "a"));
+        let none = HashSet::new();
+        assert!(resolved_in("SELECT f(1)", &entries, "a", &none).is_ok());
+        let e = resolved_in("SELECT f(1)", &entries, "c", &none).unwrap_err();
+        assert!(e.to_string().contains("none is in the current schema c"), "{e}");
+        // A script named like a built-in: the plain name is the built-in's, the qualified one
+        // the script's.
+        let builtins = HashSet::from(["f".to_string(), "lower".to_string()]);
+        assert_eq!(
+            resolved_in("SELECT f(1), public.lower(x)", &entries, "c", &builtins).unwrap(),
+            "SELECT f(1), \"public.lower\"(x)"
+        );
+        let imports = script_imports(entries.to_vec(), "b".into());
+        assert_eq!(imports.find("f").unwrap().qualified_name, "b.f");
     }
 }
