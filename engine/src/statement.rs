@@ -60,8 +60,9 @@ pub(crate) struct StatementScope {
     /// The placement rule's failure (22069), kept for EXPLAIN, which reports analyzer errors as
     /// plan text instead of failing.
     pub(crate) placement_failure: Mutex<Option<PlacementFailure>>,
-    /// Set when optional GPU calls ran on the CPU because the lease was busy.
-    pub(crate) fell_back: std::sync::atomic::AtomicBool,
+    /// Why the statement's GPU calls (all optional) ran on the CPU after all: the lease was busy
+    /// (`optional_gpu_when_busy = 'cpu'`), or waiting for it timed out.
+    pub(crate) fell_back: OnceLock<String>,
     /// `SET accelsql.optional_gpu_when_busy`: whether GPU-placed optional calls wait for a busy
     /// lease.
     pub(crate) optional_when_busy: OptionalGpuWhenBusy,
@@ -80,7 +81,7 @@ impl StatementScope {
             calls: Mutex::new(Vec::new()),
             lease_wait: Mutex::new(None),
             placement_failure: Mutex::new(None),
-            fell_back: std::sync::atomic::AtomicBool::new(false),
+            fell_back: OnceLock::new(),
             optional_when_busy: OptionalGpuWhenBusy::default(),
         }
     }
@@ -111,6 +112,15 @@ impl StatementScope {
         self.calls()
             .iter()
             .any(|c| c.decision.placement == Placement::Gpu)
+    }
+
+    /// Whether a GPU-placed call is required (a lease timeout then fails the statement; with only
+    /// optional GPU calls it runs them on the CPU).
+    pub(crate) fn has_required_gpu_call(&self) -> bool {
+        self.calls().iter().any(|c| {
+            c.decision.placement == Placement::Gpu
+                && c.decision.request == AcceleratorRequest::Required
+        })
     }
 
     /// Whether the statement waits for the lease: a GPU-placed call is required, or its GPU calls

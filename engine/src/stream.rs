@@ -116,9 +116,11 @@ impl StatementStream {
                     let _ = scope.lease_devices.set(l.devices().to_vec());
                 }
                 None => {
-                    scope
-                        .fell_back
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    let _ = scope.fell_back.set(
+                        "optional; the GPU lease was busy, so it ran on the CPU \
+                         (accelsql.optional_gpu_when_busy = 'cpu')"
+                            .into(),
+                    );
                     let _ = scope.lease_devices.set(Vec::new());
                 }
             }
@@ -190,16 +192,12 @@ impl StatementStream {
                 let ordering = std::sync::atomic::Ordering::Relaxed;
                 let instances = s.instances.lock().map(|i| i.clone()).unwrap_or_default();
                 let mut decision = call.decision.clone();
+                let fell_back = self.scope.fell_back.get();
                 if decision.placement == Placement::Gpu
-                    && self
-                        .scope
-                        .fell_back
-                        .load(std::sync::atomic::Ordering::Relaxed)
+                    && let Some(why) = fell_back
                 {
                     decision.placement = Placement::Cpu;
-                    decision.reason = "optional; the GPU lease was busy, so it ran on the CPU \
-                                       (accelsql.optional_gpu_when_busy = 'cpu')"
-                        .into();
+                    decision.reason = why.clone();
                 } else if decision.placement == Placement::Gpu
                     && decision.request != AcceleratorRequest::Required
                     && self.scope.optional_when_busy == OptionalGpuWhenBusy::Wait
@@ -255,24 +253,37 @@ impl Stream for StatementStream {
                 State::Waiting { lease, plan, task } => {
                     let lease = match lease.poll_unpin(cx) {
                         Poll::Pending => return Poll::Pending,
+                        // Optional calls only: a wait that timed out runs them on the CPU.
+                        Poll::Ready(Err(
+                            e @ accelsql_gpu_scheduler::SchedulerError::LeaseTimeout { .. },
+                        )) if !this.scope.has_required_gpu_call() => {
+                            let _ = this.scope.fell_back.set(format!(
+                                "optional; waiting for the GPU lease timed out \
+                                 (accelsql.gpu_wait_timeout), so it ran on the CPU: {e}"
+                            ));
+                            let _ = this.scope.lease_devices.set(Vec::new());
+                            None
+                        }
                         Poll::Ready(Err(e)) => {
                             this.finish();
                             return Poll::Ready(Some(Err(
                                 crate::EngineError::from(e).into_datafusion()
                             )));
                         }
-                        Poll::Ready(Ok(lease)) => lease,
+                        Poll::Ready(Ok(lease)) => Some(lease),
                     };
-                    *this
-                        .scope
-                        .lease_wait
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = Some(lease.waited());
-                    let _ = this.scope.lease_devices.set(lease.devices().to_vec());
+                    if let Some(lease) = &lease {
+                        *this
+                            .scope
+                            .lease_wait
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner()) = Some(lease.waited());
+                        let _ = this.scope.lease_devices.set(lease.devices().to_vec());
+                    }
                     match execute_stream(Arc::clone(plan), Arc::clone(task)) {
                         Ok(inner) => {
                             this.state = State::Running {
-                                inner: run_off_thread(inner, Some(lease), Arc::clone(&this.scope)),
+                                inner: run_off_thread(inner, lease, Arc::clone(&this.scope)),
                             }
                         }
                         Err(e) => {

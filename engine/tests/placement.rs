@@ -294,9 +294,23 @@ async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_wait_unless
         "{:?}",
         last.decision
     );
-    // By default (as in Exasol) it waits for the GPU like a required call, and gets a device.
+    // By default (as in Exasol) it waits for the GPU like a required call; a wait that times out
+    // runs it on the CPU (it is optional).
     let b = waiter
         .sql("RESET accelsql.optional_gpu_when_busy; SELECT gpu_probe_optional()")
+        .await
+        .unwrap();
+    assert_eq!(column(&b, 0), ["<invalid>"]);
+    let calls = engine.recent_calls();
+    let last = calls.last().unwrap();
+    assert_eq!(last.decision.placement, Placement::Cpu);
+    assert!(
+        last.decision.reason.contains("timed out"),
+        "{:?}",
+        last.decision
+    );
+    let b = waiter
+        .sql("RESET accelsql.gpu_wait_timeout; SELECT gpu_probe_optional()")
         .await
         .unwrap();
     assert!(
