@@ -15,6 +15,7 @@ mod error;
 mod exasol;
 mod functions;
 mod options;
+mod params;
 mod placement;
 mod repeated;
 mod script;

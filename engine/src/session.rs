@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
 use datafusion::error::DataFusionError;
 use datafusion::execution::FunctionRegistry;
@@ -28,6 +29,7 @@ use crate::exasol::{
     parse_exasol_statement, rewrite_exasol_text, schema_change,
 };
 use crate::options::AccelsqlOptions;
+use crate::params::number_question_marks;
 use crate::placement::PlacementRule;
 use crate::repeated::{alias_repeated_select_items, restore_repeated_names};
 use crate::script::{NameScope, ScriptUdf, SessionScripts, is_script_ddl, resolve_script_calls};
@@ -167,6 +169,40 @@ impl Session {
     /// Each statement is parsed just before it runs, in the session's dialect
     /// (`SET datafusion.sql_parser.dialect = 'postgres'` applies to the statements after it).
     pub async fn sql_stream(&self, text: &str) -> Result<SendableRecordBatchStream> {
+        self.sql_stream_with_params(text, &[]).await
+    }
+
+    /// Like [`Session::sql`], with values for the last statement's placeholders: `?` (numbered in
+    /// order), `$1`, `$2`, …. The values are bound in the plan, never pasted into the text.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use accelsql_engine::datafusion::common::ScalarValue;
+    /// let engine = accelsql_engine::Engine::new().unwrap();
+    /// let batches = engine
+    ///     .session()
+    ///     .sql_with_params("SELECT ? || '!'", &[ScalarValue::from("it's")])
+    ///     .await
+    ///     .unwrap();
+    /// # assert_eq!(batches[0].num_rows(), 1);
+    /// # });
+    /// ```
+    pub async fn sql_with_params(
+        &self,
+        text: &str,
+        params: &[ScalarValue],
+    ) -> Result<Vec<RecordBatch>> {
+        let stream = self.sql_stream_with_params(text, params).await?;
+        Ok(stream.try_collect::<Vec<_>>().await?)
+    }
+
+    /// Like [`Session::sql_stream`], with values for the last statement's placeholders (see
+    /// [`Session::sql_with_params`]).
+    pub async fn sql_stream_with_params(
+        &self,
+        text: &str,
+        params: &[ScalarValue],
+    ) -> Result<SendableRecordBatchStream> {
         let pieces = crate::splitter::split_statements(text);
         if pieces.is_empty() {
             return Err(EngineError::Sql(DataFusionError::Plan(
@@ -203,11 +239,11 @@ impl Session {
                 None
             };
             for statement in statements {
-                let stream = self.execute(statement, &extra).await?;
+                let stream = self.execute(statement, &extra, &[]).await?;
                 stream.try_collect::<Vec<_>>().await?;
             }
             if let Some(last) = last {
-                last_stream = Some(self.execute(last, &extra).await?);
+                last_stream = Some(self.execute(last, &extra, params).await?);
             }
         }
         match last_stream {
@@ -386,6 +422,7 @@ impl Session {
         &self,
         mut statement: DfStatement,
         extra: &[ScriptUdf],
+        params: &[ScalarValue],
     ) -> Result<SendableRecordBatchStream> {
         self.sync_scripts();
         if let Some(reset) = self.reset_own_setting(&statement) {
@@ -434,8 +471,12 @@ impl Session {
         scope.optional_when_busy = own.optional_gpu_when_busy;
         let scope = Arc::new(scope);
         state.add_analyzer_rule(Arc::new(PlacementRule::new(Arc::clone(&scope))));
+        number_question_marks(&mut statement)?;
         let schema_change = schema_change(&statement);
-        let plan = state.statement_to_plan(statement).await?;
+        let mut plan = state.statement_to_plan(statement).await?;
+        if !params.is_empty() {
+            plan = plan.with_param_values(params.to_vec())?;
+        }
         match &plan {
             // DDL and SET change the session: they go through the context.
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import decimal
 import inspect
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Tuple, Union
 
 import pyarrow as pa
 
@@ -41,6 +42,7 @@ class Connection:
         data_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         *,
         script_python: Optional[str] = CURRENT_INTERPRETER,
+        schema: Optional[str] = None,
         **settings: Any,
     ) -> None:
         """See :func:`connect`."""
@@ -57,15 +59,35 @@ class Connection:
             self.execute(f"ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3={script_python}'")
         for name, value in settings.items():
             self.set(name, value)
+        if schema:
+            name = schema if _NAME.match(schema) else _quoted_identifier(schema)
+            # A connection's tables are its own (scripts and connections are the engine's), so
+            # the schema is made here when it is new; CREATE SCHEMA opens it, as in Exasol.
+            self.execute(f"CREATE SCHEMA IF NOT EXISTS {name}")
+            self.execute(f"OPEN SCHEMA {name}")
 
     # -- SQL -------------------------------------------------------------------------------------
 
-    def execute(self, sql: str) -> Statement:
+    def execute(
+        self, sql: str, params: Optional[Union[Sequence[Any], Mapping[str, Any]]] = None
+    ) -> Statement:
         """Runs ``sql`` (one or more ``;``-separated statements, script DDL included) and returns
         the last statement's result. Raises :class:`AccelsqlError` with the engine's code; a
         failed statement leaves the connection usable. Ctrl-C cancels the statement (its GPU lease
-        is released) and raises KeyboardInterrupt."""
-        table, dml = self._native.query(sql)
+        is released) and raises KeyboardInterrupt.
+
+        ``params`` binds values to the last statement's placeholders, by the engine (values are
+        never pasted into the text): a sequence for ``?`` placeholders, or a mapping for
+        pyexasol's ``{name}`` ones (``{name!d}`` / ``{name!f}``: a number; ``{name!i}`` /
+        ``{name!q}``: an identifier, checked / quoted; ``{{`` and ``}}``: braces).
+        """
+        if params is None:
+            table, dml = self._native.query(sql)
+        else:
+            sql, values = _bind(sql, params)
+            arrays = [pa.array([v]) for v in values]
+            batch = pa.RecordBatch.from_arrays(arrays, names=[f"${i + 1}" for i in range(len(values))])
+            table, dml = self._native.query(sql, batch)
         return Statement(table, dml=dml)
 
     def set(self, name: str, value: Any) -> None:
@@ -193,6 +215,7 @@ def connect(
     data_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
     *,
     script_python: Optional[str] = CURRENT_INTERPRETER,
+    schema: Optional[str] = None,
     **settings: Any,
 ) -> Connection:
     """Opens a connection to this process's engine.
@@ -203,12 +226,98 @@ def connect(
     - ``data_dir``: where ``CREATE SCRIPT`` definitions persist; None: in memory.
     - ``script_python``: the interpreter that runs PYTHON3 scripts; by default the one running
       this program (so scripts see its packages); None: ``python3`` on PATH.
+    - ``schema``: the schema to open, as pyexasol's ``schema=``: unqualified tables and scripts
+      are created and found there. A connection's tables are its own, so the schema is created
+      in this connection when it is new (in Exasol it must exist).
     - ``settings``: ``SET`` for this connection, e.g. ``gpu_wait_timeout='30s'`` (an accelsql
       setting) or ``**{'datafusion.execution.batch_size': 65536}``.
 
     Connections with the same ``simulated_gpus`` and ``data_dir`` share one engine.
     """
-    return Connection(simulated_gpus, data_dir, script_python=script_python, **settings)
+    return Connection(simulated_gpus, data_dir, script_python=script_python, schema=schema, **settings)
+
+
+def _quoted_identifier(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _bind(sql: str, params: Union[Sequence[Any], Mapping[str, Any]]) -> Tuple[str, list]:
+    """``sql`` with its ``?`` (for a sequence) or ``{name}`` (for a mapping) placeholders turned
+    into ``$1``, ``$2``, … and the values in that order. String literals, quoted identifiers and
+    comments are left alone."""
+    named = isinstance(params, Mapping)
+    if not named and (isinstance(params, (str, bytes)) or not isinstance(params, Sequence)):
+        raise TypeError("params must be a sequence (for ? placeholders) or a mapping (for {name})")
+    out: list = []
+    values: list = []
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c in "'\"":
+            end = i + 1
+            while end < n:
+                if sql[end] == c:
+                    if end + 1 < n and sql[end + 1] == c:
+                        end += 2
+                        continue
+                    break
+                end += 1
+            out.append(sql[i : end + 1])
+            i = end + 1
+        elif sql.startswith("--", i):
+            end = sql.find("\n", i)
+            end = n if end < 0 else end
+            out.append(sql[i:end])
+            i = end
+        elif sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            out.append(sql[i:end])
+            i = end
+        elif c == "?" and not named:
+            if len(values) >= len(params):
+                raise ValueError(f"the statement has more ? placeholders than the {len(params)} params given")
+            values.append(params[len(values)])
+            out.append(f"${len(values)}")
+            i += 1
+        elif named and sql.startswith("{{", i):
+            out.append("{")
+            i += 2
+        elif named and sql.startswith("}}", i):
+            out.append("}")
+            i += 2
+        elif named and c == "{":
+            end = sql.find("}", i)
+            if end < 0:
+                raise ValueError(f"unclosed placeholder at {sql[i:i + 20]!r}")
+            name, _, conversion = sql[i + 1 : end].partition("!")
+            if name not in params:
+                raise KeyError(f"placeholder {{{name}}} has no value in params")
+            value = params[name]
+            if conversion in ("i", "q"):
+                text = str(value)
+                if conversion == "i" and not _NAME.match(text):
+                    raise ValueError(f"{{{name}!i}}: {text!r} is not a plain identifier")
+                out.append(text if conversion == "i" else '"' + text.replace('"', '""') + '"')
+            elif conversion in ("", "s", "d", "f"):
+                if conversion in ("d", "f") and (isinstance(value, bool) or not isinstance(value, (int, float, decimal.Decimal))):
+                    raise ValueError(f"{{{name}!{conversion}}}: {value!r} is not a number")
+                values.append(value)
+                out.append(f"${len(values)}")
+            else:
+                raise ValueError(
+                    f"{{{name}!{conversion}}}: accelsql binds values and identifiers only (no raw text)"
+                )
+            i = end + 1
+        else:
+            out.append(c)
+            i += 1
+    if not named and len(values) != len(params):
+        raise ValueError(f"{len(params)} params given for {len(values)} ? placeholders")
+    return "".join(out), values
 
 
 def _quote(text: str) -> str:

@@ -11,7 +11,8 @@ use accelsql_engine::datafusion::arrow::datatypes::DataType;
 use accelsql_engine::datafusion::arrow::ffi_stream::ArrowArrayStreamReader;
 use accelsql_engine::splitter::split_statements;
 use accelsql_engine::{EngineError, ScalarUdf, Session};
-use arrow_pyarrow::{IntoPyArrow, PyArrowType};
+use accelsql_engine::datafusion::common::ScalarValue;
+use arrow_pyarrow::{FromPyArrow, IntoPyArrow, PyArrowType};
 use futures::TryStreamExt;
 use pyo3::prelude::*;
 
@@ -73,13 +74,34 @@ impl NativeConnection {
     /// Runs `sql` (one or more `;`-separated statements) and returns the last one's result as a
     /// `pyarrow.Table` (no columns for statements without a result), and whether that statement
     /// is DML (INSERT/UPDATE/DELETE: its one row holds the affected-row count).
-    fn query<'py>(&self, py: Python<'py>, sql: String) -> PyResult<(Bound<'py, PyAny>, bool)> {
+    ///
+    /// `params`: a one-row `pyarrow.RecordBatch` whose columns are the values of the last
+    /// statement's placeholders `$1`, `$2`, … in order (bound in the plan, not pasted).
+    #[pyo3(signature = (sql, params=None))]
+    fn query<'py>(
+        &self,
+        py: Python<'py>,
+        sql: String,
+        params: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<(Bound<'py, PyAny>, bool)> {
         let session = self.session()?;
+        let params: Vec<ScalarValue> = match params {
+            None => Vec::new(),
+            Some(batch) => {
+                let batch = RecordBatch::from_pyarrow_bound(&batch)?;
+                batch
+                    .columns()
+                    .iter()
+                    .map(|c| ScalarValue::try_from_array(c, 0))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| engine_error(EngineError::Sql(e)))?
+            }
+        };
         let dml = split_statements(&sql)
             .last()
             .is_some_and(|s| is_dml(&s.text));
         let (schema, batches) = run(py, async move {
-            let stream = session.sql_stream(&sql).await?;
+            let stream = session.sql_stream_with_params(&sql, &params).await?;
             let schema = stream.schema();
             let batches: Vec<RecordBatch> = stream.try_collect().await?;
             Ok::<_, EngineError>((schema, batches))
