@@ -11,7 +11,7 @@ pub(crate) mod text;
 
 pub(crate) use functions::{SessionValues, map_exasol_functions};
 pub(crate) use schemas::{DEFAULT_SCHEMA, SchemaChange, schema_change};
-pub(crate) use statements::{ExasolStatement, ScriptTransfer, parse_exasol_statement};
+pub(crate) use statements::{ExasolStatement, parse_exasol_statement};
 pub(crate) use text::rewrite_exasol_text;
 
 use datafusion::error::DataFusionError;
