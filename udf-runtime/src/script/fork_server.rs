@@ -16,7 +16,7 @@
 //! the engine and its workers with it (`PR_SET_PDEATHSIG` on both). When a server cannot be
 //! started, dies or misbehaves, workers are spawned directly, as without it; a dead server is
 //! started again after [`RETRY_AFTER`]. The protocol is described in the Python side
-//! (`accelsql_worker.py`, "The fork server"). Linux only; elsewhere workers are always spawned.
+//! (`python/accelsql_worker/fork_server.py`). Linux only; elsewhere workers are always spawned.
 
 use std::ffi::OsString;
 use std::io;

@@ -3,7 +3,7 @@
 //! The engine parses `CREATE PYTHON3 SCALAR|SET SCRIPT name(params) RETURNS t | EMITS (cols) AS
 //! body`, blanks the `%option` lines of the body, and describes the script with a
 //! [`ScriptSpec`]. Each instance of a call is a [`PythonWorker`]: a `python3` process running the
-//! worker module shipped in this crate (`python/accelsql_worker.py`, embedded in the binary),
+//! worker package shipped in this crate (`python/accelsql_worker/`, embedded in the binary),
 //! which runs the body's module-level code once, then `run(ctx)` per row (SCALAR) or per group
 //! (SET), and `cleanup()` at the end. Workers start warm: a fork server per interpreter and
 //! environment, which has imported the worker module and numpy, forks a fresh process for each

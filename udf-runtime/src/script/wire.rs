@@ -1,5 +1,6 @@
 //! The worker protocol's frames and its columnar encoding (the Python side is
-//! `udf-runtime/python/accelsql_worker.py`; the two must agree byte for byte).
+//! `udf-runtime/python/accelsql_worker/`, chiefly `wire.py`, `values.py` and `runner.py`; the two
+//! must agree byte for byte).
 //!
 //! A frame is `u64 LE payload length | u8 kind | payload`. One exchange per step:
 //!
