@@ -356,7 +356,7 @@ def _make_row_context_class(code):
         ns["reset"] = _disallowed("reset()", why)
         ns["get_dataframe"] = _RowContext._scalar_get_dataframe
     if not st.emits:
-        ns["emit"] = _disallowed("emit()", "it RETURNS %s: return the value from run(ctx) instead" % st.outputs[0].sql_type)
+        ns["emit"] = _disallowed("emit()", "it RETURNS %s: return the value from run(ctx) instead" % st.outputs[0].decl)
     base = _RowContextWithFallback if _needs_attribute_fallback(code, slots) else _RowContext
     return type("Context", (base,), ns), loop
 

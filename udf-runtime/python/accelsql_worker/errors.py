@@ -3,7 +3,7 @@
 from . import state
 from .context import _RowContext, _no_column_message
 from .values import _short_repr
-from .wire import _U32, _U64, E_BAD_OUTPUT, E_EXCEPTION, F_ERROR, _s
+from .wire import _U32, _U64, E_BAD_OUTPUT, E_EXCEPTION, E_SINGLE_CALL, F_ERROR, _s
 
 def _exception_text(exc):
     """(line in the script or 0, traceback text without worker frames)."""
@@ -71,10 +71,14 @@ def _send_bad_value(ch, bad):
         [
             bytes((E_BAD_OUTPUT,)),
             _s(bad.col.name),
-            _s(bad.col.sql_type),
+            _s(bad.col.decl),
             _s(_short_repr(bad.value)),
             _s(bad.message),
             _U64.pack(bad.row),
         ],
     )
 
+
+
+def _send_single_call_error(ch, function, message):
+    ch.write(F_ERROR, [bytes((E_SINGLE_CALL,)), _s(function), _s(message)])

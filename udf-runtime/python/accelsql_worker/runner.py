@@ -5,20 +5,41 @@ import sys
 
 from . import state
 from .context import _BatchContext, _batch_getter, _make_context_class, _make_row_context_class
-from .errors import _send_bad_value, _send_exception
-from .exa import _make_exa, _read_column
+from .errors import _send_bad_value, _send_exception, _send_single_call_error
+from .exa import _make_exa, _read_column, late_globals, preset_globals
+from .single_call import SingleCallError, check_result, function_of, read_call
 from .values import _BadValue, _decode_raw, _encode_result, _numpy, _to_list, _to_numpy, _to_row_values, _type_name
-from .wire import F_DONE, F_FINISH, F_HELLO, F_INIT, F_READY, F_RESULT, F_RUN, _Channel, _EngineGone, _ProtocolError, _Reader, _s
+from .wire import (
+    F_DONE,
+    F_FINISH,
+    F_HELLO,
+    F_INIT,
+    F_READY,
+    F_RESULT,
+    F_RUN,
+    F_SINGLE_CALL,
+    F_SINGLE_RESULT,
+    MODE_SINGLE_CALL,
+    PROTOCOL_VERSION,
+    _Channel,
+    _EngineGone,
+    _ProtocolError,
+    _Reader,
+    _s,
+)
+
 
 class _State(object):
-    pass
-
-
+    """What INIT said: the script, its call's exa.meta values and its columns."""
 
 
 def _read_init(payload):
     st = _State()
     r = _Reader(payload)
+    version = r.u32()
+    if version != PROTOCOL_VERSION:
+        raise _ProtocolError("INIT of protocol version %d; this worker speaks %d" % (version, PROTOCOL_VERSION))
+    st.single_call = r.u8() == MODE_SINGLE_CALL
     st.schema = r.str()
     st.name = r.str()
     st.language = r.str()
@@ -29,6 +50,12 @@ def _read_init(payload):
     st.node_count = r.u32()
     st.node_id = r.u32()
     st.vm_id = r.u32()
+    st.current_user = r.str()
+    st.scope_user = r.str()
+    has_schema = r.u8() == 1
+    schema = r.str()
+    st.current_schema = schema if has_schema else None
+    st.memory_limit = r.u64()
     st.variadic = r.u8() == 1
     st.inputs = [_read_column(r) for _ in range(r.u32())]
     st.outputs = [_read_column(r) for _ in range(r.u32())]
@@ -103,6 +130,52 @@ def _run(st, payload, run, run_batch, ctx_cls, batch_cls):
 
 
 
+def _finish(ch, g, payload_read=False):
+    """Waits for FINISH (unless it was read), calls cleanup() and says DONE."""
+    if not payload_read:
+        kind, _ = ch.read()
+        if kind != F_FINISH:
+            raise _ProtocolError("expected FINISH, got frame %d" % kind)
+    cleanup = g.get("cleanup")
+    if callable(cleanup):
+        try:
+            cleanup()
+        except BaseException as e:
+            _send_exception(ch, e, "cleanup")
+            return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    ch.write(F_DONE, [])
+
+
+def _single_call(ch):
+    """Answers the one SINGLE_CALL of a single-call worker: the function's str, or an error."""
+    kind, payload = ch.read()
+    if kind != F_SINGLE_CALL:
+        raise _ProtocolError("expected SINGLE_CALL, got frame %d" % kind)
+    g = sys.modules["accelsql_script"].__dict__
+    function, phase, args = read_call(payload)
+    try:
+        f = function_of(g, function)
+    except SingleCallError as e:
+        _send_single_call_error(ch, e.function, e.message)
+        return
+    try:
+        result = f(*args)
+    except BaseException as e:
+        _send_exception(ch, e, phase)
+        return
+    try:
+        text = check_result(function, result)
+    except SingleCallError as e:
+        _send_single_call_error(ch, e.function, e.message)
+        return
+    ch.write(F_SINGLE_RESULT, [_s(text)])
+
+
 def main():
     # fd 0 is the protocol socket: keep a private, non-inheritable copy, then point fd 0 at
     # /dev/null and fd 1 at stderr so that input() and print() of the script cannot touch it.
@@ -132,20 +205,26 @@ def main():
 
         module = types.ModuleType("accelsql_script")
         g = module.__dict__
-        g["exa"] = _make_exa(st)
+        preset_globals(g, _make_exa(st))
         sys.modules["accelsql_script"] = module
         try:
             code = compile(st.body, st.filename, "exec")
             exec(code, g)
+            late_globals(g)
             run = g.get("run")
             run_batch = g.get("run_batch") if (not st.is_set and not st.emits) else None
             if run_batch is not None and not callable(run_batch):
                 run_batch = None
-            if run_batch is None and not callable(run):
+            if run_batch is None and not callable(run) and not st.single_call:
                 raise NameError("the script defines no run(ctx) function%s" % (
                     "" if (st.is_set or st.emits) else " (nor run_batch(ctx))"))
         except BaseException as e:  # module-level code of the user
             _send_exception(ch, e, "start")
+            return
+        if st.single_call:
+            ch.write(F_READY, [bytes((0, 1 if callable(g.get("cleanup")) else 0))])
+            _single_call(ch)
+            _finish(ch, g)
             return
         if run_batch is not None:
             _numpy()  # import it now: its import time belongs to the start, not the first run
@@ -178,19 +257,7 @@ def main():
                     pass
                 ch.write(F_RESULT, parts)
             elif kind == F_FINISH:
-                cleanup = g.get("cleanup")
-                if callable(cleanup):
-                    try:
-                        cleanup()
-                    except BaseException as e:
-                        _send_exception(ch, e, "cleanup")
-                        return
-                try:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                except Exception:
-                    pass
-                ch.write(F_DONE, [])
+                _finish(ch, g, payload_read=True)
                 return
             else:
                 raise _ProtocolError("unexpected frame %d" % kind)

@@ -210,13 +210,13 @@ def _to_exact(col, v, row):
     if t is int:
         return v
     if t is bool or t.__name__ == "bool_" or isinstance(v, (str, bytes)):
-        raise _bad(col, v, row, "is a %s, not a %s value" % (_type_name(v), col.sql_type))
+        raise _bad(col, v, row, "is a %s, not a %s value" % (_type_name(v), col.decl))
     if isinstance(v, int):
         return int(v)
     dec = _need_decimal()
     if isinstance(v, dec.Decimal):
         if not v.is_finite():
-            raise _bad(col, v, row, "is not a finite number and does not fit %s" % col.sql_type)
+            raise _bad(col, v, row, "is not a finite number and does not fit %s" % col.decl)
         return v
     try:
         if isinstance(v, float):
@@ -230,9 +230,9 @@ def _to_exact(col, v, row):
         else:
             raise TypeError()
     except (TypeError, ValueError, OverflowError):
-        raise _bad(col, v, row, "is a %s, not a %s value" % (_type_name(v), col.sql_type)) from None
+        raise _bad(col, v, row, "is a %s, not a %s value" % (_type_name(v), col.decl)) from None
     if f != f or f in (float("inf"), float("-inf")):
-        raise _bad(col, v, row, "is not a finite number and does not fit %s" % col.sql_type)
+        raise _bad(col, v, row, "is not a finite number and does not fit %s" % col.decl)
     return dec.Decimal(repr(f))
 
 
@@ -253,7 +253,7 @@ def _to_unscaled(col, v, row):
             why = "does not fit BIGINT (a 64-bit integer)"
         else:
             why = "does not fit %s (at most %d digits%s)" % (
-                col.sql_type,
+                col.decl,
                 col.precision,
                 (", %d of them after the point" % s) if s else "",
             )
@@ -299,11 +299,11 @@ def _to_float(col, v, row):
     if t is float or t is int:
         return float(v)
     if t is bool or isinstance(v, (str, bytes)) or t.__name__ == "bool_":
-        raise _bad(col, v, row, "is a %s, not a %s value" % (_type_name(v), col.sql_type))
+        raise _bad(col, v, row, "is a %s, not a %s value" % (_type_name(v), col.decl))
     try:
         return float(v)
     except (TypeError, ValueError, OverflowError):
-        raise _bad(col, v, row, "is a %s, not a %s value" % (_type_name(v), col.sql_type))
+        raise _bad(col, v, row, "is a %s, not a %s value" % (_type_name(v), col.decl))
 
 
 def _enc_double(col, vals):
@@ -355,14 +355,14 @@ def _enc_utf8(col, vals):
             if v is None or isinstance(v, str):
                 fixed.append(None if v is None else str(v))
             else:
-                raise _bad(col, v, i, "is a %s, not a %s value" % (_type_name(v), col.sql_type))
+                raise _bad(col, v, i, "is a %s, not a %s value" % (_type_name(v), col.decl))
         vals = fixed
     svals = ["" if v is None else v for v in vals] if nulls else vals
     limit = col.length
     if limit is not None and svals and max(map(len, svals)) > limit:
         for i, v in enumerate(svals):
             if len(v) > limit:
-                raise _bad(col, v, i, "is %d characters long, longer than %s allows" % (len(v), col.sql_type))
+                raise _bad(col, v, i, "is %d characters long, longer than %s allows" % (len(v), col.decl))
     if col.kind == T_CHAR and limit:
         svals = [v.ljust(limit) for v in svals]
         if nulls:

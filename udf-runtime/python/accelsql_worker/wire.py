@@ -10,7 +10,12 @@ _U64 = struct.Struct("<Q")
 
 F_INIT, F_READY, F_RUN, F_RESULT, F_FINISH, F_DONE, F_ERROR, F_HELLO = 1, 2, 3, 4, 5, 6, 7, 8
 F_IMPORT, F_SCRIPT = 9, 10
-E_EXCEPTION, E_BAD_OUTPUT = 1, 2
+F_GET_CONNECTION, F_CONNECTION, F_SINGLE_CALL, F_SINGLE_RESULT = 11, 12, 13, 14
+E_EXCEPTION, E_BAD_OUTPUT, E_SINGLE_CALL = 1, 2, 3
+
+# The first field of INIT; the engine and this worker come from one binary, so they agree.
+PROTOCOL_VERSION = 2
+MODE_RUNS, MODE_SINGLE_CALL = 0, 1
 
 W_BOOL, W_I64, W_F64, W_I128, W_UTF8, W_DATE32, W_TS_US = 1, 2, 3, 4, 5, 6, 7
 
@@ -98,6 +103,18 @@ class _Reader(object):
 
     def str(self):
         return bytes(self.take(self.u32())).decode("utf-8")
+
+    def opt_str(self):
+        """u8 present | str: the str, or None."""
+        present = self.u8()
+        s = self.str()
+        return s if present else None
+
+    def opt_list(self):
+        """u8 present | u32 n | n str: the list, or None."""
+        present = self.u8()
+        items = [self.str() for _ in range(self.u32())]
+        return items if present else None
 
 
 def _s(text):

@@ -474,8 +474,8 @@ mod tests {
 
     use super::super::worker::worker_env;
     use super::super::{
-        PythonWorker, ScriptImports, ScriptInputType, ScriptOutput, ScriptSpec, SqlType,
-        WorkerContext, find_python3,
+        PythonWorker, ScriptConnections, ScriptImports, ScriptInputType, ScriptOutput, ScriptSpec,
+        SqlType, WorkerContext, find_python3,
     };
     use super::*;
 
@@ -498,6 +498,7 @@ mod tests {
             body: body.into(),
             env,
             imports: ScriptImports::none(),
+            connections: ScriptConnections::none(),
         })
     }
 

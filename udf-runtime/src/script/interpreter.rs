@@ -38,6 +38,10 @@ pub(crate) const WORKER_MODULES: &[(&str, &str)] = &[
         include_str!("../../python/accelsql_worker/errors.py"),
     ),
     (
+        "single_call",
+        include_str!("../../python/accelsql_worker/single_call.py"),
+    ),
+    (
         "runner",
         include_str!("../../python/accelsql_worker/runner.py"),
     ),
@@ -331,7 +335,7 @@ mod tests {
         assert_eq!(args.len(), 2, "no cache directory");
         for args in args {
             let (ours, theirs) = UnixStream::pair().unwrap();
-            let mut child = Command::new(&exe)
+            let child = Command::new(&exe)
                 .args(&args)
                 .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
                     theirs,

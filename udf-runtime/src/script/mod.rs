@@ -31,15 +31,17 @@
 mod fork_server;
 mod interpreter;
 mod process;
+mod single_call;
 mod spec;
 mod sql_type;
 mod wire;
 mod worker;
 
 pub use interpreter::{MIN_PYTHON, PythonVersion, find_python3};
+pub use single_call::{ExportSpec, ImportSpec, SingleCall, single_call, single_call_with_timeout};
 pub use spec::{
-    ColumnSpec, ImportedScript, ScriptImports, ScriptInputType, ScriptOutput, ScriptSpec,
-    WorkerContext,
+    ColumnSpec, ConnectionInfo, ImportedScript, ScriptConnections, ScriptImports, ScriptInputType,
+    ScriptOutput, ScriptSpec, WorkerContext,
 };
 pub use sql_type::SqlType;
 pub use worker::PythonWorker;
