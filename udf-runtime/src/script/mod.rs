@@ -11,11 +11,21 @@
 //!
 //! The Python side is Exasol's API: `ctx.<col>`, `ctx[i]`, `ctx.next()`, `ctx.reset()`,
 //! `ctx.size()`, `ctx.emit(*values)`, `ctx.emit(DataFrame)`, `ctx.get_dataframe(num_rows,
-//! start_col)` and the global `exa.meta`; plus a vectorized form of our own: a SCALAR RETURNS
-//! script that defines `run_batch(ctx)` gets whole columns (`ctx.<col>` is a numpy array when
-//! numpy is importable, else a list; numeric and boolean columns without NULLs are typed arrays,
-//! the others object arrays with `None`) and returns one column (list, tuple, numpy array or
-//! pandas Series) — one Python call per batch instead of one per row.
+//! start_col)`, the global `exa` (`exa.meta` with Exasol's values and types,
+//! `exa.import_script(name)` through [`ScriptImports`], `exa.get_connection(name)` through
+//! [`ScriptConnections`]), Exasol's other globals without import (`sys`, `os`, `datetime`,
+//! `decimal`, `types`, `unicode`, `decodeUTF8`, `encodeUTF8`, `ExaUDFError`, the type codes
+//! `UNSUPPORTED` … `BOOLEAN`, `EXACTLY_ONCE`, `MULTIPLE`; `long` once the top level ran, as in
+//! Exasol), and single calls ([`single_call`]: `default_output_columns()`,
+//! `generate_sql_for_import_spec`, `generate_sql_for_export_spec`); plus a vectorized form of our
+//! own: a SCALAR RETURNS script that defines `run_batch(ctx)` gets whole columns (`ctx.<col>` is a
+//! numpy array when numpy is importable, else a list; numeric and boolean columns without NULLs
+//! are typed arrays, the others object arrays with `None`) and returns one column (list, tuple,
+//! numpy array or pandas Series) — one Python call per batch instead of one per row.
+//!
+//! Limits of one run today: a SET group travels to the worker in one RUN frame and is decoded
+//! whole, so the worker's memory grows with the group (a few times its size); a frame is at most
+//! 256 GiB and a run's returned text at most 2 GiB (22U13 beyond that).
 //!
 //! Values: integers ↔ `int`, DECIMAL(p,s) ↔ `decimal.Decimal` (`int` when s = 0), DOUBLE ↔
 //! `float`, BOOLEAN ↔ `bool`, VARCHAR/CHAR ↔ `str`, DATE ↔ `datetime.date`, TIMESTAMP ↔
