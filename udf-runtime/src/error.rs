@@ -11,6 +11,7 @@
 //! | 42U15 | [`RuntimeError::InvalidSqlType`] | a type in a script signature is not one we know |
 //! | 42U16 | [`RuntimeError::ScriptCall`] | a call does not match the script's parameters |
 //! | 58U17 | [`RuntimeError::WorkerProtocol`] | the worker broke the protocol (an internal error) |
+//! | 42U18 | [`RuntimeError::SingleCall`] | a single call's function (`default_output_columns`, `generate_sql_for_import_spec`, …) is missing, returned no `str`, or returned an empty one |
 //! | 22U20 | [`RuntimeError::InvalidArgument`] | a built-in kernel got an argument it cannot take (wrong type, vectors of different lengths) |
 //! | 58U21 | [`RuntimeError::GpuUnavailable`] | the CUDA driver or NVRTC cannot be loaded or initialised, a device cannot be opened, or it failed in a way that leaves its context unusable |
 //! | 58U22 | [`RuntimeError::Gpu`] | a CUDA call failed (compile, launch, copy) |
@@ -124,6 +125,19 @@ pub enum RuntimeError {
         /// The instance.
         vm_id: usize,
         /// What was wrong.
+        message: String,
+    },
+
+    /// A single call ([`single_call`](crate::script::single_call)) cannot give a result: the
+    /// script does not define the function, or it returned something other than a non-empty
+    /// `str`. (An exception it raises is [`RuntimeError::PythonException`].)
+    #[error("[{}] Python script {script}: {message}", Self::SINGLE_CALL)]
+    SingleCall {
+        /// The script, `SCHEMA.NAME`.
+        script: String,
+        /// The function, e.g. `generate_sql_for_import_spec`.
+        function: String,
+        /// What is wrong, e.g. `generate_sql_for_import_spec did not return string type`.
         message: String,
     },
 
@@ -247,6 +261,8 @@ impl RuntimeError {
     pub const SCRIPT_CALL: &'static str = "42U16";
     /// Code of [`RuntimeError::WorkerProtocol`].
     pub const WORKER_PROTOCOL: &'static str = "58U17";
+    /// Code of [`RuntimeError::SingleCall`].
+    pub const SINGLE_CALL: &'static str = "42U18";
     /// Code of [`RuntimeError::InvalidArgument`].
     pub const INVALID_ARGUMENT: &'static str = "22U20";
     /// Code of [`RuntimeError::GpuUnavailable`].
@@ -268,6 +284,7 @@ impl RuntimeError {
             Self::InvalidSqlType { .. } => Self::INVALID_SQL_TYPE,
             Self::ScriptCall { .. } => Self::SCRIPT_CALL,
             Self::WorkerProtocol { .. } => Self::WORKER_PROTOCOL,
+            Self::SingleCall { .. } => Self::SINGLE_CALL,
             Self::InvalidArgument { .. } => Self::INVALID_ARGUMENT,
             Self::GpuUnavailable { .. } => Self::GPU_UNAVAILABLE,
             Self::Gpu { .. } => Self::GPU,

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use accelsql_gpu_scheduler::Inventory;
 use accelsql_udf_runtime::script::{
-    ColumnSpec, PythonWorker, ScriptImports, ScriptInputType, ScriptOutput, ScriptSpec, SqlType,
-    WorkerContext, find_python3,
+    ColumnSpec, ConnectionInfo, ExportSpec, ImportSpec, ImportedScript, PythonWorker,
+    ScriptConnections, ScriptImports, ScriptInputType, ScriptOutput, ScriptSpec, SingleCall,
+    SqlType, WorkerContext, find_python3,
 };
 use accelsql_udf_runtime::{PythonExceptionInfo, RuntimeError};
 use arrow::array::{
@@ -64,7 +65,14 @@ fn spec(
         body: body.into(),
         env: vec![],
         imports: ScriptImports::none(),
+        connections: ScriptConnections::none(),
     })
+}
+
+/// `exa.meta.script_language` of the test interpreter: `Python X.Y.Z`.
+fn python_language() -> String {
+    let v = accelsql_udf_runtime::script::PythonVersion::of(&python()).unwrap();
+    format!("Python {}.{}.{}", v.major, v.minor, v.micro)
 }
 
 fn start(spec: Arc<ScriptSpec>) -> PythonWorker {
@@ -496,7 +504,7 @@ def run(ctx):
     let out = strs(&w.run(1, &args).unwrap()[0]);
     assert_eq!(
         out[0].as_deref().unwrap(),
-        "3; 0 INTEGER int=3; 1 VARCHAR(2000000) str='a'; 2 DOUBLE float=0.5"
+        "3; 0 DECIMAL(18,0) int=3; 1 VARCHAR(2000000) UTF8 str='a'; 2 DOUBLE float=0.5"
     );
 }
 
@@ -525,6 +533,7 @@ def run(ctx):
         node_id: 0,
         vm_id: 3,
         device: None,
+        ..WorkerContext::default()
     };
     let mut w = start_ctx(
         spec(
@@ -546,10 +555,13 @@ def run(ctx):
     let out = strs(&w.run(1, &args).unwrap()[0]);
     assert_eq!(
         out[0].as_deref().unwrap(),
-        "F|TEST|PYTHON3|77|9|1|0|3|SET|EMITS|2|1|\
-         price|Decimal|DECIMAL(18,2)|18|2|None|\
-         label|str|VARCHAR(2000)|None|None|2000|\
-         INTEGER|18|0|('F', 3)|accelsql"
+        format!(
+            "F|TEST|{}|77|9|1|0|3|SET|EMIT|2|1|\
+             price|Decimal|DECIMAL(18,2)|18|2|None|\
+             label|str|VARCHAR(2000) UTF8|None|None|2000|\
+             DECIMAL(18,0)|18|0|('F', '3')|accelsql",
+            python_language()
+        )
     );
 }
 
@@ -1317,4 +1329,441 @@ fn a_killed_engine_takes_its_workers_with_it() {
         unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
     }
     assert!(gone, "worker {pid} outlived its engine");
+}
+
+/// Exasol's globals without import: sys, os, datetime, decimal, types, unicode, decodeUTF8,
+/// encodeUTF8, ExaUDFError, exa and the type codes at the top level; `long` added after it
+/// (visible in run(), not at the top level, as in Exasol); no Python 2 names. Imported scripts
+/// get the same names.
+#[test]
+fn scripts_see_exasols_globals_without_import() {
+    let body = "\
+top = [n for n in ('sys', 'os', 'datetime', 'decimal', 'types', 'unicode', 'decodeUTF8',
+    'encodeUTF8', 'ExaUDFError', 'exa', 'long') if n in globals()]
+codes = (UNSUPPORTED, DOUBLE, INT32, INT64, NUMERIC, TIMESTAMP, DATE, STRING, BOOLEAN, EXACTLY_ONCE, MULTIPLE)
+lib = exa.import_script('lib')
+
+def run(ctx):
+    assert os.getenv('PATH') is not None
+    assert isinstance(datetime.datetime.now(), datetime.datetime)
+    assert decimal.Decimal('1.5') * 2 == 3
+    assert sys.version_info >= (3, 8)
+    assert isinstance(types.ModuleType('m'), types.ModuleType)
+    assert issubclass(ExaUDFError, Exception)
+    for name in ('xrange', 'basestring', 'unichr'):
+        try:
+            eval(name)
+            raise AssertionError(name)
+        except NameError:
+            pass
+    return '%s|%s|%s|%s|%s|%s|%s' % (','.join(top), codes, unicode('x'), long(3),
+        encodeUTF8('e') + decodeUTF8('d'), lib.names(), lib.top)
+";
+    let imports = ScriptImports::new(|_| {
+        Ok(ImportedScript {
+            qualified_name: "TEST.LIB".into(),
+            code: "top = 'long' in globals()\n\
+                   def names():\n    return '%s %s %s %s' % (long(2), unicode(1), STRING, \
+                   type(ExaUDFError('x')).__name__)\n"
+                .into(),
+        })
+    });
+    let mut s = (*spec(
+        ScriptInputType::Scalar,
+        Some(vec![]),
+        returns("VARCHAR(2000)"),
+        body,
+    ))
+    .clone();
+    s.imports = imports;
+    let mut w = start(Arc::new(s));
+    assert_eq!(
+        one_str(&mut w),
+        "sys,os,datetime,decimal,types,unicode,decodeUTF8,encodeUTF8,ExaUDFError,exa|\
+         (0, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2)|x|3|ed|2 1 7 ExaUDFError|False"
+    );
+    w.finish().unwrap();
+
+    // xrange is a NameError, and an ExaUDFError is reported by its name.
+    for (body, want) in [
+        (
+            "def run(ctx):\n    return str(xrange(3))\n",
+            "NameError: name 'xrange' is not defined",
+        ),
+        (
+            "def run(ctx):\n    raise ExaUDFError('bad')\n",
+            "ExaUDFError: bad",
+        ),
+    ] {
+        let mut w = start(spec(
+            ScriptInputType::Scalar,
+            Some(vec![]),
+            returns("VARCHAR(20)"),
+            body,
+        ));
+        let e = w.run(1, &[]).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+}
+
+/// The notebook's `long_running_gpu` (Exasol's "GPU Resource Considerations", cell 11) runs
+/// verbatim: datetime and os without import, its five-second sleep included.
+#[test]
+fn the_notebooks_long_running_gpu_runs_verbatim() {
+    // The `%perInstanceRequiredAcceleratorDevices` line is blanked, as the engine does.
+    let body = "
+\n\
+import time
+
+def timestamp():
+    now = datetime.datetime.now().time()
+    return str(now)
+    
+def run(ctx):
+    start_timestamp = timestamp() 
+    time.sleep(5)
+    nvidia_vis_devices = os.getenv('NVIDIA_VISIBLE_DEVICES', \"<invalid>\")
+    end_timestamp = timestamp()
+    ctx.emit(ctx.id, start_timestamp, end_timestamp,  nvidia_vis_devices)
+";
+    let mut w = start(spec(
+        ScriptInputType::Scalar,
+        Some(cols(&[("id", "INTEGER")])),
+        emits(&[
+            ("ID", "INT"),
+            ("START_TIME", "VARCHAR(1000)"),
+            ("END_TIME", "VARCHAR(1000)"),
+            ("NVIDIA_VISIBLE_DEVICES", "VARCHAR(10000)"),
+        ]),
+        body,
+    ));
+    let began = Instant::now();
+    let out = w
+        .run(1, &[Arc::new(Int64Array::from(vec![1])) as ArrayRef])
+        .unwrap();
+    assert!(began.elapsed() >= Duration::from_secs(5));
+    assert_eq!(i64s(&out[0]), [Some(1)]);
+    let start_time = strs(&out[1])[0].clone().unwrap();
+    let end_time = strs(&out[2])[0].clone().unwrap();
+    assert!(start_time < end_time, "{start_time} {end_time}");
+    // No device: NVIDIA_VISIBLE_DEVICES is unset.
+    assert_eq!(strs(&out[3]), [Some("<invalid>".to_string())]);
+    w.finish().unwrap();
+}
+
+/// Every attribute of exa.meta has Exasol's value and type.
+#[test]
+fn exa_meta_has_exasols_values_and_types() {
+    let body = "\
+def show(v):
+    return '%s:%r' % (type(v).__name__, v)
+
+def run(ctx):
+    m = exa.meta
+    names = ['database_name', 'script_name', 'script_schema', 'current_user', 'scope_user',
+        'current_schema', 'script_language', 'session_id', 'vm_id', 'statement_id', 'node_count',
+        'node_id', 'memory_limit', 'input_column_count', 'output_column_count', 'input_type',
+        'output_type']
+    parts = [n + '=' + show(getattr(m, n)) for n in names]
+    assert isinstance(m.database_version, str) and m.script_code.startswith('def show')
+    for c in m.input_columns + m.output_columns:
+        parts.append('%s %s %s %s %s %s' % (c.name, c.type.__name__, c.sql_type, c.precision,
+            c.scale, c.length))
+    return '|'.join(parts)
+";
+    let ctx = WorkerContext {
+        session_id: u64::MAX,
+        statement_id: 12,
+        node_count: 1,
+        node_id: 0,
+        vm_id: 4,
+        current_user: "SYS".into(),
+        scope_user: "OWNER".into(),
+        current_schema: None,
+        memory_limit: 4 << 30,
+        device: None,
+    };
+    let inputs = cols(&[
+        ("i", "INTEGER"),
+        ("n", "DECIMAL(18,0)"),
+        ("d", "DECIMAL(10,3)"),
+        ("f", "DOUBLE"),
+        ("v", "VARCHAR(123)"),
+        ("c", "CHAR(10)"),
+        ("b", "BOOLEAN"),
+        ("dt", "DATE"),
+        ("ts", "TIMESTAMP"),
+    ]);
+    let s = spec(
+        ScriptInputType::Set,
+        Some(inputs.clone()),
+        returns("VARCHAR(2000)"),
+        body,
+    );
+    let mut w = start_ctx(s, ctx.clone());
+    let types: Vec<DataType> = inputs.iter().map(|c| c.sql_type.arrow_type()).collect();
+    let args: Vec<ArrayRef> = types
+        .iter()
+        .map(|t| arrow::array::new_null_array(t, 1))
+        .collect();
+    let out = strs(&w.run(1, &args).unwrap()[0]);
+    let text = out[0].clone().unwrap();
+    let parts: Vec<&str> = text.split('|').collect();
+    assert_eq!(
+        parts,
+        [
+            "database_name=str:'accelsql'",
+            "script_name=str:'F'",
+            "script_schema=str:'TEST'",
+            "current_user=str:'SYS'",
+            "scope_user=str:'OWNER'",
+            "current_schema=str:'NULL'",
+            &format!("script_language=str:'{}'", python_language()),
+            "session_id=str:'18446744073709551615'",
+            "vm_id=str:'4'",
+            "statement_id=int:12",
+            "node_count=int:1",
+            "node_id=int:0",
+            "memory_limit=int:4294967296",
+            "input_column_count=int:9",
+            "output_column_count=int:1",
+            "input_type=str:'SET'",
+            "output_type=str:'RETURN'",
+            "i int DECIMAL(18,0) 18 0 None",
+            "n int DECIMAL(18,0) 18 0 None",
+            "d Decimal DECIMAL(10,3) 10 3 None",
+            "f float DOUBLE None None None",
+            "v str VARCHAR(123) UTF8 None None 123",
+            "c str CHAR(10) UTF8 None None 10",
+            "b bool BOOLEAN None None None",
+            "dt date DATE None None None",
+            "ts datetime TIMESTAMP None None None",
+            "RETURN str VARCHAR(2000) UTF8 None None 2000",
+        ]
+    );
+    w.finish().unwrap();
+
+    // An open schema; SCALAR EMITS.
+    let ctx = WorkerContext {
+        current_schema: Some("FN1".into()),
+        ..ctx
+    };
+    let mut w = start_ctx(
+        spec(
+            ScriptInputType::Scalar,
+            Some(vec![]),
+            emits(&[("a", "VARCHAR(20)")]),
+            "def run(ctx):\n    ctx.emit(exa.meta.current_schema + exa.meta.input_type + exa.meta.output_type)\n",
+        ),
+        ctx,
+    );
+    assert_eq!(
+        strs(&w.run(1, &[]).unwrap()[0]),
+        [Some("FN1SCALAREMIT".to_string())]
+    );
+    w.finish().unwrap();
+}
+
+fn with_connections(s: Arc<ScriptSpec>, connections: ScriptConnections) -> Arc<ScriptSpec> {
+    let mut s = (*s).clone();
+    s.connections = connections;
+    Arc::new(s)
+}
+
+fn fooconn() -> ScriptConnections {
+    ScriptConnections::new(|name| match name {
+        "FOOCONN" => Ok(ConnectionInfo::password("a", "b", "c")),
+        other => Err(format!("connection {other} does not exist")),
+    })
+}
+
+/// exa.get_connection asks the engine (at the top level and in run()); a missing connection is
+/// Exasol's ImportError; str() and Debug leave the password out.
+#[test]
+fn get_connection_asks_the_engine() {
+    let body = "\
+top = exa.get_connection('FOOCONN')
+
+def run(ctx):
+    c = exa.get_connection('FOOCONN')
+    assert isinstance(c, exa.ConnectionInformation)
+    assert 'c' not in str(c).replace('ConnectionInformation', '') and str(c) == repr(c)
+    return '%s %s %s %s %s|%s' % (c.type, c.address, c.user, c.password, top.password, c)
+";
+    let mut w = start(with_connections(
+        spec(
+            ScriptInputType::Scalar,
+            Some(vec![]),
+            returns("VARCHAR(200)"),
+            body,
+        ),
+        fooconn(),
+    ));
+    assert_eq!(
+        one_str(&mut w),
+        "password a b c c|ConnectionInformation(type='password', address='a', user='b')"
+    );
+    w.finish().unwrap();
+
+    let mut w = start(with_connections(
+        spec(
+            ScriptInputType::Scalar,
+            Some(vec![]),
+            returns("VARCHAR(200)"),
+            "def run(ctx):\n    return exa.get_connection('FOO').address\n",
+        ),
+        fooconn(),
+    ));
+    let e = w.run(1, &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("ImportError: F-UDF-CL-SL-PYTHON-1121: get_connection for connection name FOO failed: connection FOO does not exist"),
+        "{e}"
+    );
+    let debug = format!("{:?}", ConnectionInfo::password("a", "b", "secret"));
+    assert!(!debug.contains("secret"), "{debug}");
+}
+
+fn call(body: &str, call: &SingleCall) -> Result<String, RuntimeError> {
+    let s = with_connections(
+        spec(
+            ScriptInputType::Set,
+            Some(cols(&[("x", "VARCHAR(123)"), ("y", "DOUBLE")])),
+            emits(&[("a", "VARCHAR(10)")]),
+            body,
+        ),
+        fooconn(),
+    );
+    accelsql_udf_runtime::script::single_call(&s, &WorkerContext::default(), call)
+}
+
+/// default_output_columns() sees the input columns and no output columns; errors for a missing
+/// function, a non-str and an empty result are 42U18 with Exasol's texts.
+#[test]
+fn single_call_default_output_columns() {
+    let body = "\
+def default_output_columns():
+    m = exa.meta
+    return ', '.join('%s_out %s' % (c.name, c.sql_type) for c in m.input_columns) + ' -- %d' % len(m.output_columns)
+";
+    assert_eq!(
+        call(body, &SingleCall::DefaultOutputColumns).unwrap(),
+        "x_out VARCHAR(123) UTF8, y_out DOUBLE -- 0"
+    );
+    let e = call(
+        "def run(ctx):\n    pass\n",
+        &SingleCall::DefaultOutputColumns,
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), "42U18");
+    assert!(e.to_string().contains("The script has dynamic return arguments. Either specify the return arguments in the query via EMITS or implement the method default_output_columns in the UDF."), "{e}");
+    let e = call(
+        "def default_output_columns():\n    return 3\n",
+        &SingleCall::DefaultOutputColumns,
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), "42U18");
+    assert!(
+        e.to_string()
+            .contains("default_output_columns did not return string type"),
+        "{e}"
+    );
+    let e = call(
+        "def default_output_columns():\n    return ''\n",
+        &SingleCall::DefaultOutputColumns,
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("Empty default output columns"),
+        "{e}"
+    );
+    // It raised: 22U10 with its traceback.
+    let e = call(
+        "def default_output_columns():\n    return 1 / 0\n",
+        &SingleCall::DefaultOutputColumns,
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), "22U10");
+    let text = e.to_string();
+    assert!(
+        text.contains("ZeroDivisionError") && text.contains("line 2"),
+        "{text}"
+    );
+}
+
+/// generate_sql_for_import_spec gets the spec with attribute and [key] access, a dict of
+/// parameters and the connection; exa.get_connection works in it.
+#[test]
+fn single_call_import_spec() {
+    let body = "\
+def generate_sql_for_import_spec(import_spec):
+    s = import_spec
+    c = s.connection
+    assert s['parameters'] is s.parameters and isinstance(s.parameters, dict)
+    named = exa.get_connection(s.connection_name)
+    return '%s|%s|%s|%s|%s %s %s %s|%s' % (s.is_subselect, s['subselect_column_names'],
+        s.subselect_column_types, sorted(s.parameters.items()), c.type, c.address, c.user,
+        c.password, named.address)
+";
+    let spec = ImportSpec {
+        is_subselect: true,
+        subselect_column_names: Some(vec!["A".into(), "B".into()]),
+        subselect_column_types: Some(vec!["DECIMAL(18,0)".into(), "VARCHAR(10) UTF8".into()]),
+        connection_name: Some("FOOCONN".into()),
+        connection: Some(ConnectionInfo::password("host:1", "u", "p")),
+        parameters: vec![("TABLE".into(), "t".into()), ("MODE".into(), "Fast".into())],
+    };
+    assert_eq!(
+        call(body, &SingleCall::ImportSpec(spec)).unwrap(),
+        "True|['A', 'B']|['DECIMAL(18,0)', 'VARCHAR(10) UTF8']|[('MODE', 'Fast'), ('TABLE', 't')]|\
+         password host:1 u p|a"
+    );
+    let e = call(
+        body.replace("import_spec(", "nothing(").as_str(),
+        &SingleCall::ImportSpec(ImportSpec::default()),
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), "42U18");
+    assert!(
+        e.to_string().contains("generate_sql_for_import_spec"),
+        "{e}"
+    );
+    let e = call(
+        "def generate_sql_for_import_spec(spec):\n    return None\n",
+        &SingleCall::ImportSpec(ImportSpec::default()),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("generate_sql_for_import_spec did not return string type"),
+        "{e}"
+    );
+    let e = call(
+        "def generate_sql_for_import_spec(spec):\n    return spec.nope\n",
+        &SingleCall::ImportSpec(ImportSpec::default()),
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), "22U10");
+    assert!(e.to_string().contains("AttributeError"), "{e}");
+}
+
+/// generate_sql_for_export_spec gets its spec; None fields are None.
+#[test]
+fn single_call_export_spec() {
+    let body = "\
+def generate_sql_for_export_spec(export_spec):
+    s = export_spec
+    return '%s|%s|%s|%s|%s|%s|%s' % (s.parameters, s.connection_name, s.connection, s.has_truncate,
+        s['has_replace'], s.created_by, s.source_column_names)
+";
+    let spec = ExportSpec {
+        parameters: vec![("K".into(), "v".into())],
+        has_truncate: true,
+        created_by: Some("CREATE TABLE t(a INT)".into()),
+        source_column_names: Some(vec!["\"T\".\"A\"".into()]),
+        ..ExportSpec::default()
+    };
+    assert_eq!(
+        call(body, &SingleCall::ExportSpec(spec)).unwrap(),
+        "{'K': 'v'}|None|None|True|False|CREATE TABLE t(a INT)|['\"T\".\"A\"']"
+    );
 }

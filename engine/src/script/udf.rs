@@ -68,6 +68,7 @@ pub(crate) fn script_spec(
         body: entry.code.clone(),
         env: entry.env.clone(),
         imports,
+        connections: Default::default(),
     })
 }
 
@@ -287,6 +288,7 @@ impl ScriptRunner {
                         node_id: ctx.node_id,
                         vm_id: ctx.instance_id,
                         device: ctx.device.clone(),
+                        ..Default::default()
                     },
                     &types,
                     ctx.run_timeout,

@@ -16,7 +16,7 @@
 //! the engine and its workers with it (`PR_SET_PDEATHSIG` on both). When a server cannot be
 //! started, dies or misbehaves, workers are spawned directly, as without it; a dead server is
 //! started again after [`RETRY_AFTER`]. The protocol is described in the Python side
-//! (`accelsql_worker.py`, "The fork server"). Linux only; elsewhere workers are always spawned.
+//! (`python/accelsql_worker/fork_server.py`). Linux only; elsewhere workers are always spawned.
 
 use std::ffi::OsString;
 use std::io;
@@ -474,8 +474,8 @@ mod tests {
 
     use super::super::worker::worker_env;
     use super::super::{
-        PythonWorker, ScriptImports, ScriptInputType, ScriptOutput, ScriptSpec, SqlType,
-        WorkerContext, find_python3,
+        PythonWorker, ScriptConnections, ScriptImports, ScriptInputType, ScriptOutput, ScriptSpec,
+        SqlType, WorkerContext, find_python3,
     };
     use super::*;
 
@@ -498,6 +498,7 @@ mod tests {
             body: body.into(),
             env,
             imports: ScriptImports::none(),
+            connections: ScriptConnections::none(),
         })
     }
 

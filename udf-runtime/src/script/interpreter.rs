@@ -11,8 +11,52 @@ use std::sync::OnceLock;
 
 use crate::{Result, RuntimeError};
 
-/// The worker module, compiled into the binary so that it works from any directory.
-pub(crate) const WORKER_SOURCE: &str = include_str!("../../python/accelsql_worker.py");
+/// The worker package `accelsql_worker` (`python/accelsql_worker/`), compiled into the binary so
+/// that it works from any directory: `(module name, source)` in an order in which each module's
+/// imports of its siblings come before it (the inline bootstrap runs them in this order).
+pub(crate) const WORKER_MODULES: &[(&str, &str)] = &[
+    (
+        "__init__",
+        include_str!("../../python/accelsql_worker/__init__.py"),
+    ),
+    (
+        "state",
+        include_str!("../../python/accelsql_worker/state.py"),
+    ),
+    ("wire", include_str!("../../python/accelsql_worker/wire.py")),
+    (
+        "values",
+        include_str!("../../python/accelsql_worker/values.py"),
+    ),
+    ("exa", include_str!("../../python/accelsql_worker/exa.py")),
+    (
+        "context",
+        include_str!("../../python/accelsql_worker/context.py"),
+    ),
+    (
+        "errors",
+        include_str!("../../python/accelsql_worker/errors.py"),
+    ),
+    (
+        "single_call",
+        include_str!("../../python/accelsql_worker/single_call.py"),
+    ),
+    (
+        "runner",
+        include_str!("../../python/accelsql_worker/runner.py"),
+    ),
+    (
+        "fork_server",
+        include_str!("../../python/accelsql_worker/fork_server.py"),
+    ),
+    (
+        "entry",
+        include_str!("../../python/accelsql_worker/entry.py"),
+    ),
+];
+
+/// The name of the worker package.
+const WORKER_PACKAGE: &str = "accelsql_worker";
 
 /// The oldest Python the worker runs on.
 pub const MIN_PYTHON: (u32, u32) = (3, 8);
@@ -22,25 +66,44 @@ pub(crate) const EXIT_TOO_OLD: i32 = 86;
 
 /// Checks the version (with syntax even Python 2 reads), drops the current directory from
 /// `sys.path` (a stray `struct.py` there must not shadow the standard library), then imports the
-/// worker from the cache directory `argv[1]`, so that its bytecode is cached in `__pycache__`.
+/// worker package from the cache directory `argv[1]`, so that its bytecode is cached in
+/// `__pycache__`, and starts it.
 const BOOTSTRAP_CACHED: &str = "import sys
 if sys.version_info < (3, 8):
     sys.stderr.write('accelsql: Python UDFs need Python 3.8 or newer; %s is Python %s\\n' % (sys.executable, sys.version.split()[0]))
     sys.exit(86)
 sys.path[:] = [p for p in sys.path if p not in ('', '.')]
 sys.path.insert(0, sys.argv.pop(1))
-import accelsql_worker
+from accelsql_worker.entry import start
+start()
 ";
 
-/// As [`BOOTSTRAP_CACHED`], with the worker's source in `argv[1]` (when no cache directory can
-/// be used; costs a compile of the module per start).
+/// As [`BOOTSTRAP_CACHED`], with the worker's modules in the arguments: `argv[1]` their count,
+/// then a name and a source for each, in [`WORKER_MODULES`]' order (when no cache directory can be
+/// used; costs a compile of the modules per start).
 const BOOTSTRAP_INLINE: &str = "import sys
 if sys.version_info < (3, 8):
     sys.stderr.write('accelsql: Python UDFs need Python 3.8 or newer; %s is Python %s\\n' % (sys.executable, sys.version.split()[0]))
     sys.exit(86)
 sys.path[:] = [p for p in sys.path if p not in ('', '.')]
-_src = sys.argv.pop(1)
-exec(compile(_src, '<accelsql worker>', 'exec'), {'__name__': 'accelsql_worker'})
+import types
+_pkg = types.ModuleType('accelsql_worker')
+_pkg.__path__ = []
+_pkg.__package__ = 'accelsql_worker'
+sys.modules['accelsql_worker'] = _pkg
+for _ in range(int(sys.argv.pop(1))):
+    _name, _src = sys.argv.pop(1), sys.argv.pop(1)
+    if _name == '__init__':
+        _mod = _pkg
+    else:
+        _mod = types.ModuleType('accelsql_worker.' + _name)
+        _mod.__package__ = 'accelsql_worker'
+        sys.modules[_mod.__name__] = _mod
+        setattr(_pkg, _name, _mod)
+    _mod.__file__ = '<accelsql worker %s.py>' % _name
+    exec(compile(_src, _mod.__file__, 'exec'), _mod.__dict__)
+from accelsql_worker.entry import start
+start()
 ";
 
 /// Finds `python3` on `PATH` (what the `builtin_python3` runtime means), checks that it is
@@ -154,12 +217,38 @@ pub(crate) fn worker_args() -> Vec<OsString> {
             BOOTSTRAP_CACHED.into(),
             dir.clone().into_os_string(),
         ],
-        None => vec!["-c".into(), BOOTSTRAP_INLINE.into(), WORKER_SOURCE.into()],
+        None => inline_worker_args(),
     }
 }
 
-/// `<tmp>/accelsql-<uid>/worker-<hash>/` holding `accelsql_worker.py`, written once per process
-/// and version of the module; `None` when it cannot be made safely (then the source is passed
+/// The arguments that start a worker with its modules inline ([`BOOTSTRAP_INLINE`]).
+fn inline_worker_args() -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![
+        "-c".into(),
+        BOOTSTRAP_INLINE.into(),
+        WORKER_MODULES.len().to_string().into(),
+    ];
+    for (name, source) in WORKER_MODULES {
+        args.push((*name).into());
+        args.push((*source).into());
+    }
+    args
+}
+
+/// A hash of every module's name and source: the cache directory's version.
+fn worker_hash() -> u64 {
+    let mut bytes = Vec::new();
+    for (name, source) in WORKER_MODULES {
+        bytes.extend_from_slice(name.as_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(source.as_bytes());
+        bytes.push(0);
+    }
+    fnv1a(&bytes)
+}
+
+/// `<tmp>/accelsql-<uid>/worker-<hash>/` holding the package `accelsql_worker/`, written once per
+/// process and version of the modules; `None` when it cannot be made safely (then the source is passed
 /// inline). The per-user directory must be ours and not writable by others, since its code runs.
 fn cached_worker_dir() -> Option<&'static PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
@@ -172,13 +261,20 @@ fn prepare_worker_dir(tmp: &Path) -> std::io::Result<PathBuf> {
     let uid = unsafe { libc::geteuid() };
     let base = tmp.join(format!("accelsql-{uid}"));
     ensure_private_dir(&base, uid)?;
-    let dir = base.join(format!("worker-{:016x}", fnv1a(WORKER_SOURCE.as_bytes())));
+    let dir = base.join(format!("worker-{:016x}", worker_hash()));
     ensure_private_dir(&dir, uid)?;
-    let file = dir.join("accelsql_worker.py");
-    if fs::read(&file).ok().as_deref() != Some(WORKER_SOURCE.as_bytes()) {
-        let tmp_file = dir.join(format!(".accelsql_worker.{}.tmp", std::process::id()));
+    let package = dir.join(WORKER_PACKAGE);
+    ensure_private_dir(&package, uid)?;
+    for (name, source) in WORKER_MODULES {
+        let file = package.join(format!("{name}.py"));
+        if fs::read(&file).ok().as_deref() == Some(source.as_bytes()) {
+            continue;
+        }
+        // Written under a temporary name and renamed: a concurrent start sees the old file or the
+        // whole new one, never a part.
+        let tmp_file = package.join(format!(".{name}.{}.tmp", std::process::id()));
         let mut f = fs::File::create(&tmp_file)?;
-        f.write_all(WORKER_SOURCE.as_bytes())?;
+        f.write_all(source.as_bytes())?;
         f.sync_all()?;
         fs::rename(&tmp_file, &file)?;
     }
@@ -227,13 +323,55 @@ mod tests {
         assert_eq!(e.code(), "58U14", "{e}");
     }
 
+    /// Both bootstraps run the worker package: it answers with HELLO on its socket (fd 0).
+    #[test]
+    fn both_bootstraps_start_the_worker() {
+        use std::io::Read;
+        use std::os::unix::net::UnixStream;
+
+        let exe = find_python3().unwrap();
+        let mut args = vec![inline_worker_args()];
+        args.extend(cached_worker_dir().map(|_| worker_args()));
+        assert_eq!(args.len(), 2, "no cache directory");
+        for args in args {
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            let child = Command::new(&exe)
+                .args(&args)
+                .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                    theirs,
+                )))
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut ours = ours;
+            let mut header = [0u8; 9];
+            let read = ours.read_exact(&mut header);
+            drop(ours); // the worker sees the engine gone and exits
+            let out = child.wait_with_output().unwrap();
+            read.unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+            assert_eq!(header[8], super::super::wire::F_HELLO);
+        }
+    }
+
     #[test]
     fn the_worker_dir_is_private_and_holds_the_module() {
         let tmp = std::env::temp_dir().join(format!("accelsql-test-{}", std::process::id()));
         fs::create_dir_all(&tmp).unwrap();
         let dir = prepare_worker_dir(&tmp).unwrap();
-        let src = fs::read_to_string(dir.join("accelsql_worker.py")).unwrap();
-        assert_eq!(src, WORKER_SOURCE);
+        for (name, source) in WORKER_MODULES {
+            let src = fs::read_to_string(dir.join(WORKER_PACKAGE).join(format!("{name}.py")));
+            assert_eq!(src.unwrap(), *source, "{name}");
+        }
+        // Every module of the package directory is embedded.
+        let shipped = fs::read_dir(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/python/accelsql_worker"
+        ))
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().into_string().ok())
+        .filter(|n| n.ends_with(".py"))
+        .count();
+        assert_eq!(shipped, WORKER_MODULES.len());
         // A second call reuses it.
         assert_eq!(prepare_worker_dir(&tmp).unwrap(), dir);
         // A directory others can write to is refused.

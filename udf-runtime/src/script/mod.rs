@@ -3,7 +3,7 @@
 //! The engine parses `CREATE PYTHON3 SCALAR|SET SCRIPT name(params) RETURNS t | EMITS (cols) AS
 //! body`, blanks the `%option` lines of the body, and describes the script with a
 //! [`ScriptSpec`]. Each instance of a call is a [`PythonWorker`]: a `python3` process running the
-//! worker module shipped in this crate (`python/accelsql_worker.py`, embedded in the binary),
+//! worker package shipped in this crate (`python/accelsql_worker/`, embedded in the binary),
 //! which runs the body's module-level code once, then `run(ctx)` per row (SCALAR) or per group
 //! (SET), and `cleanup()` at the end. Workers start warm: a fork server per interpreter and
 //! environment, which has imported the worker module and numpy, forks a fresh process for each
@@ -11,11 +11,21 @@
 //!
 //! The Python side is Exasol's API: `ctx.<col>`, `ctx[i]`, `ctx.next()`, `ctx.reset()`,
 //! `ctx.size()`, `ctx.emit(*values)`, `ctx.emit(DataFrame)`, `ctx.get_dataframe(num_rows,
-//! start_col)` and the global `exa.meta`; plus a vectorized form of our own: a SCALAR RETURNS
-//! script that defines `run_batch(ctx)` gets whole columns (`ctx.<col>` is a numpy array when
-//! numpy is importable, else a list; numeric and boolean columns without NULLs are typed arrays,
-//! the others object arrays with `None`) and returns one column (list, tuple, numpy array or
-//! pandas Series) — one Python call per batch instead of one per row.
+//! start_col)`, the global `exa` (`exa.meta` with Exasol's values and types,
+//! `exa.import_script(name)` through [`ScriptImports`], `exa.get_connection(name)` through
+//! [`ScriptConnections`]), Exasol's other globals without import (`sys`, `os`, `datetime`,
+//! `decimal`, `types`, `unicode`, `decodeUTF8`, `encodeUTF8`, `ExaUDFError`, the type codes
+//! `UNSUPPORTED` … `BOOLEAN`, `EXACTLY_ONCE`, `MULTIPLE`; `long` once the top level ran, as in
+//! Exasol), and single calls ([`single_call`]: `default_output_columns()`,
+//! `generate_sql_for_import_spec`, `generate_sql_for_export_spec`); plus a vectorized form of our
+//! own: a SCALAR RETURNS script that defines `run_batch(ctx)` gets whole columns (`ctx.<col>` is a
+//! numpy array when numpy is importable, else a list; numeric and boolean columns without NULLs
+//! are typed arrays, the others object arrays with `None`) and returns one column (list, tuple,
+//! numpy array or pandas Series) — one Python call per batch instead of one per row.
+//!
+//! Limits of one run today: a SET group travels to the worker in one RUN frame and is decoded
+//! whole, so the worker's memory grows with the group (a few times its size); a frame is at most
+//! 256 GiB and a run's returned text at most 2 GiB (22U13 beyond that).
 //!
 //! Values: integers ↔ `int`, DECIMAL(p,s) ↔ `decimal.Decimal` (`int` when s = 0), DOUBLE ↔
 //! `float`, BOOLEAN ↔ `bool`, VARCHAR/CHAR ↔ `str`, DATE ↔ `datetime.date`, TIMESTAMP ↔
@@ -31,15 +41,17 @@
 mod fork_server;
 mod interpreter;
 mod process;
+mod single_call;
 mod spec;
 mod sql_type;
 mod wire;
 mod worker;
 
 pub use interpreter::{MIN_PYTHON, PythonVersion, find_python3};
+pub use single_call::{ExportSpec, ImportSpec, SingleCall, single_call, single_call_with_timeout};
 pub use spec::{
-    ColumnSpec, ImportedScript, ScriptImports, ScriptInputType, ScriptOutput, ScriptSpec,
-    WorkerContext,
+    ColumnSpec, ConnectionInfo, ImportedScript, ScriptConnections, ScriptImports, ScriptInputType,
+    ScriptOutput, ScriptSpec, WorkerContext,
 };
 pub use sql_type::SqlType;
 pub use worker::PythonWorker;

@@ -71,6 +71,103 @@ pub struct ScriptSpec {
     pub env: Vec<(String, String)>,
     /// How `exa.import_script(name)` finds the code of other scripts.
     pub imports: ScriptImports,
+    /// How `exa.get_connection(name)` finds a connection (`CREATE CONNECTION`).
+    pub connections: ScriptConnections,
+}
+
+/// A connection as `exa.get_connection(name)` returns it (`exa.ConnectionInformation`): what
+/// `CREATE CONNECTION name TO 'address' USER 'user' IDENTIFIED BY 'password'` stored. Its
+/// `Debug` leaves the password out.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    /// The connection's kind; `password` for every connection `CREATE CONNECTION` makes.
+    pub kind: String,
+    /// The `TO` text.
+    pub address: String,
+    /// The `USER` text.
+    pub user: String,
+    /// The `IDENTIFIED BY` text.
+    pub password: String,
+}
+
+impl ConnectionInfo {
+    /// A `password` connection to `address` as `user` with `password`.
+    pub fn password(
+        address: impl Into<String>,
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        Self {
+            kind: "password".to_string(),
+            address: address.into(),
+            user: user.into(),
+            password: password.into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ConnectionInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionInfo")
+            .field("kind", &self.kind)
+            .field("address", &self.address)
+            .field("user", &self.user)
+            .field("password", &"<hidden>")
+            .finish()
+    }
+}
+
+/// The lookup behind `exa.get_connection(name)`: the name as the script wrote it in, the
+/// connection or why there is none out (the message follows Exasol's `get_connection for
+/// connection name NAME failed: `). Without one ([`ScriptConnections::none`]) every lookup fails.
+#[derive(Clone, Default)]
+pub struct ScriptConnections(Option<Arc<ConnectionLookup>>);
+
+/// The function behind [`ScriptConnections`].
+type ConnectionLookup = dyn Fn(&str) -> Result<ConnectionInfo, String> + Send + Sync;
+
+impl ScriptConnections {
+    /// No connections can be read.
+    pub fn none() -> Self {
+        Self(None)
+    }
+
+    /// Connections found by `lookup`, e.g. `|name| Err(format!("connection {name} does not
+    /// exist"))` for a name the catalog does not know.
+    pub fn new(
+        lookup: impl Fn(&str) -> Result<ConnectionInfo, String> + Send + Sync + 'static,
+    ) -> Self {
+        Self(Some(Arc::new(lookup)))
+    }
+
+    /// The connection `name` names, or why there is none.
+    pub fn find(&self, name: &str) -> Result<ConnectionInfo, String> {
+        match &self.0 {
+            Some(lookup) => lookup(name),
+            None => Err(format!("connection {name} does not exist")),
+        }
+    }
+}
+
+impl std::fmt::Debug for ScriptConnections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "ScriptConnections(catalog)"
+        } else {
+            "ScriptConnections(none)"
+        })
+    }
+}
+
+/// Two lookups are equal when they are the same one.
+impl PartialEq for ScriptConnections {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
 }
 
 /// A found script for `exa.import_script`: its qualified name and its code (option lines
@@ -157,17 +254,34 @@ impl ScriptSpec {
 
 /// Where one instance of a script runs: the values of `exa.meta` that describe the call, and the
 /// device the instance is pinned to.
+///
+/// Construct it with `..Default::default()` for the fields a caller does not know: new fields
+/// may be added.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WorkerContext {
-    /// `exa.meta.session_id`.
+    /// `exa.meta.session_id` (a decimal string in Python, as in Exasol).
     pub session_id: u64,
-    /// `exa.meta.statement_id`.
+    /// `exa.meta.statement_id` (an `int` in Python).
     pub statement_id: u64,
+    /// `exa.meta.current_user`: the user running the statement, as SQL names it (unquoted
+    /// names upper-case, e.g. `SYS`).
+    pub current_user: String,
+    /// `exa.meta.scope_user`: the user whose rights the script runs with; the same as
+    /// `current_user` unless a view owned by another user calls it (then that owner).
+    pub scope_user: String,
+    /// `exa.meta.current_schema`: the session's open schema; `None` (no schema open) is the
+    /// string `'NULL'` in Python, as in Exasol.
+    pub current_schema: Option<String>,
+    /// `exa.meta.memory_limit`, in bytes: the memory this instance may use. The engine passes
+    /// the per-instance budget it enforces (Exasol passes its UDF VM's limit); the runtime does
+    /// not enforce it. 0 when no limit is set.
+    pub memory_limit: u64,
     /// `exa.meta.node_count` (1 on a single node).
     pub node_count: usize,
     /// `exa.meta.node_id` (0 on a single node).
     pub node_id: usize,
-    /// `exa.meta.vm_id`: the instance number within the call; errors name it.
+    /// `exa.meta.vm_id`: the instance number within the call (a decimal string in Python, as in
+    /// Exasol); errors name it.
     pub vm_id: usize,
     /// The GPU this instance is pinned to; `None` runs it on the CPU with no GPU visible.
     pub device: Option<DeviceInfo>,

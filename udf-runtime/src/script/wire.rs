@@ -1,18 +1,37 @@
 //! The worker protocol's frames and its columnar encoding (the Python side is
-//! `udf-runtime/python/accelsql_worker.py`; the two must agree byte for byte).
+//! `udf-runtime/python/accelsql_worker/`, chiefly `wire.py`, `values.py` and `runner.py`; the two
+//! must agree byte for byte).
 //!
 //! A frame is `u64 LE payload length | u8 kind | payload`. One exchange per step:
 //!
 //! ```text
 //! worker → engine  HELLO   str interpreter description          (first thing it sends)
-//! engine → worker  INIT    script, exa.meta values, columns, body
+//! engine → worker  INIT    u32 protocol version, u8 mode, script, exa.meta values, columns, body
 //! worker → engine  READY   u8 has_run_batch, u8 has_cleanup      (module-level code ran)
 //! engine → worker  RUN     u64 rows, u32 columns, columns…       (a batch, or one SET group)
 //! worker → engine  RESULT  u32 columns, u64 rows, columns…
 //! engine → worker  FINISH                                         (calls cleanup())
 //! worker → engine  DONE
-//! worker → engine  ERROR   u8 kind, … (instead of READY, RESULT or DONE)
+//! worker → engine  ERROR   u8 kind, … (instead of READY, RESULT, SINGLE_RESULT or DONE)
 //! ```
+//!
+//! INIT (version [`PROTOCOL_VERSION`]; the worker refuses another): `u32 version | u8 mode (0:
+//! runs, 1: one single call) | str schema | str name | str language | u8 is_set | u8 emits | u64
+//! session_id | u64 statement_id | u32 node_count | u32 node_id | u32 vm_id | str current_user |
+//! str scope_user | u8 has_current_schema | str current_schema | u64 memory_limit | u8 variadic |
+//! u32 n, n input columns | u32 n, n output columns | str database version | str body`; a column
+//! is `str name | u8 type code | u8 wire type | u32 precision | i32 scale | u32 length | str
+//! declared type | str Exasol type text` (0 for a precision or length that does not apply; a
+//! RETURNS script's one output column is named `RETURN`).
+//!
+//! A single call (mode 1: [`single_call`](super::single_call)) goes INIT → READY, then
+//!
+//! ```text
+//! engine → worker  SINGLE_CALL    u8 function, its argument (see encode_single_call)
+//! worker → engine  SINGLE_RESULT  str what the function returned
+//! ```
+//!
+//! and FINISH → DONE.
 //!
 //! While the engine waits for READY, RESULT or DONE, the worker may ask for another script's
 //! code (`exa.import_script`) any number of times, each answered before it goes on:
@@ -20,6 +39,13 @@
 //! ```text
 //! worker → engine  IMPORT  str name
 //! engine → worker  SCRIPT  u8 1, str qualified name, str code  |  u8 0, str why not
+//! ```
+//!
+//! and, for `exa.get_connection`:
+//!
+//! ```text
+//! worker → engine  GET_CONNECTION  str name
+//! engine → worker  CONNECTION      u8 1, str kind, str address, str user, str password  |  u8 0, str why not
 //! ```
 //!
 //! Integers are little-endian; `str` is `u32 length | UTF-8`. A column is `u8 wire type | u8
@@ -39,8 +65,12 @@ use arrow::datatypes::{
 };
 
 use super::{
-    ColumnSpec, ImportedScript, ScriptInputType, ScriptOutput, ScriptSpec, SqlType, WorkerContext,
+    ColumnSpec, ConnectionInfo, ExportSpec, ImportSpec, ImportedScript, ScriptInputType,
+    ScriptOutput, ScriptSpec, SingleCall, SqlType, WorkerContext,
 };
+
+/// The protocol's version, the first field of INIT (the Python side checks it).
+pub(crate) const PROTOCOL_VERSION: u32 = 2;
 
 /// Bytes of a frame header: u64 length, u8 kind.
 pub(crate) const FRAME_HEADER_LEN: usize = 9;
@@ -60,9 +90,24 @@ pub(crate) const F_IMPORT: u8 = 9;
 /// Engine → worker, the answer to IMPORT: `u8 1, str qualified name, str code`, or `u8 0, str
 /// why not`.
 pub(crate) const F_SCRIPT: u8 = 10;
+/// Worker → engine, like IMPORT: `str name` of `exa.get_connection(name)`.
+pub(crate) const F_GET_CONNECTION: u8 = 11;
+/// Engine → worker, the answer to GET_CONNECTION: `u8 1, str kind, str address, str user, str
+/// password`, or `u8 0, str why not`.
+pub(crate) const F_CONNECTION: u8 = 12;
+/// Engine → worker, after READY in single-call mode: which function to call, and its argument.
+pub(crate) const F_SINGLE_CALL: u8 = 13;
+/// Worker → engine, the answer to SINGLE_CALL: `str` the function's result.
+pub(crate) const F_SINGLE_RESULT: u8 = 14;
 
 const E_EXCEPTION: u8 = 1;
 const E_BAD_OUTPUT: u8 = 2;
+const E_SINGLE_CALL: u8 = 3;
+
+/// INIT's mode: the worker runs `run(ctx)` on RUN frames.
+pub(crate) const MODE_RUNS: u8 = 0;
+/// INIT's mode: the worker answers one SINGLE_CALL (no `run` needed).
+pub(crate) const MODE_SINGLE_CALL: u8 = 1;
 
 const W_BOOL: u8 = 1;
 const W_I64: u8 = 2;
@@ -179,16 +224,33 @@ fn write_column_spec(w: &mut Writer, col: &ColumnSpec) {
     w.i32(t.scale().unwrap_or(0));
     w.u32(t.length().unwrap_or(0));
     w.str(&t.to_string());
+    w.str(&exasol_type_text(t));
 }
 
-/// The INIT payload.
+/// How Exasol's `exa.meta` columns write a type (`sql_type`): the integer types as the
+/// DECIMAL(p,0) they are, strings with their character set.
+pub(crate) fn exasol_type_text(t: &SqlType) -> String {
+    match t {
+        SqlType::SmallInt | SqlType::Integer | SqlType::BigInt => {
+            format!("DECIMAL({},0)", t.precision().unwrap_or(18))
+        }
+        SqlType::Varchar(n) => format!("VARCHAR({n}) UTF8"),
+        SqlType::Char(n) => format!("CHAR({n}) UTF8"),
+        other => other.to_string(),
+    }
+}
+
+/// The INIT payload ([`MODE_RUNS`] or [`MODE_SINGLE_CALL`]).
 pub(crate) fn encode_init(
     spec: &ScriptSpec,
     ctx: &WorkerContext,
+    mode: u8,
     inputs: &[ColumnSpec],
     outputs: &[ColumnSpec],
 ) -> Vec<u8> {
     let mut w = Writer::default();
+    w.u32(PROTOCOL_VERSION);
+    w.u8(mode);
     w.str(&spec.schema);
     w.str(&spec.name);
     w.str(&spec.language);
@@ -199,6 +261,11 @@ pub(crate) fn encode_init(
     w.u32(ctx.node_count as u32);
     w.u32(ctx.node_id as u32);
     w.u32(ctx.vm_id as u32);
+    w.str(&ctx.current_user);
+    w.str(&ctx.scope_user);
+    w.u8(u8::from(ctx.current_schema.is_some()));
+    w.str(ctx.current_schema.as_deref().unwrap_or(""));
+    w.u64(ctx.memory_limit);
     w.u8(u8::from(spec.inputs.is_none()));
     w.u32(inputs.len() as u32);
     for c in inputs {
@@ -206,7 +273,13 @@ pub(crate) fn encode_init(
     }
     w.u32(outputs.len() as u32);
     for c in outputs {
-        write_column_spec(&mut w, c);
+        match spec.output {
+            // Exasol names a RETURNS script's one output column RETURN.
+            ScriptOutput::Returns(_) => {
+                write_column_spec(&mut w, &ColumnSpec::new("RETURN", c.sql_type))
+            }
+            ScriptOutput::Emits(_) => write_column_spec(&mut w, c),
+        }
     }
     w.str(env!("CARGO_PKG_VERSION"));
     w.str(&spec.body);
@@ -423,6 +496,8 @@ pub(crate) enum WorkerError {
         /// 0-based row of the run's output.
         row: u64,
     },
+    /// A single call's function is missing or returned something other than a `str`.
+    SingleCall { function: String, message: String },
 }
 
 /// The name in an IMPORT frame.
@@ -452,6 +527,137 @@ pub(crate) fn encode_script(found: &Result<ImportedScript, String>) -> Vec<u8> {
     w.buf
 }
 
+/// The name in a GET_CONNECTION frame.
+pub(crate) fn decode_get_connection(payload: &[u8]) -> Result<String, String> {
+    let mut r = Reader::new(payload);
+    let name = r.str()?;
+    if !r.is_done() {
+        return Err("GET_CONNECTION frame has trailing bytes".into());
+    }
+    Ok(name)
+}
+
+fn write_connection(w: &mut Writer, c: &ConnectionInfo) {
+    w.str(&c.kind);
+    w.str(&c.address);
+    w.str(&c.user);
+    w.str(&c.password);
+}
+
+/// The CONNECTION frame answering a GET_CONNECTION.
+pub(crate) fn encode_connection(found: &Result<ConnectionInfo, String>) -> Vec<u8> {
+    let mut w = Writer::default();
+    match found {
+        Ok(c) => {
+            w.u8(1);
+            write_connection(&mut w, c);
+        }
+        Err(why) => {
+            w.u8(0);
+            w.str(why);
+        }
+    }
+    w.buf
+}
+
+fn write_opt_str(w: &mut Writer, s: Option<&str>) {
+    w.u8(u8::from(s.is_some()));
+    w.str(s.unwrap_or(""));
+}
+
+fn write_opt_list(w: &mut Writer, list: Option<&[String]>) {
+    w.u8(u8::from(list.is_some()));
+    let list = list.unwrap_or(&[]);
+    w.u32(list.len() as u32);
+    for s in list {
+        w.str(s);
+    }
+}
+
+fn write_connection_part(
+    w: &mut Writer,
+    parameters: &[(String, String)],
+    name: Option<&str>,
+    connection: Option<&ConnectionInfo>,
+) {
+    w.u32(parameters.len() as u32);
+    for (k, v) in parameters {
+        w.str(k);
+        w.str(v);
+    }
+    write_opt_str(w, name);
+    w.u8(u8::from(connection.is_some()));
+    if let Some(c) = connection {
+        write_connection(w, c);
+    }
+}
+
+/// The SINGLE_CALL payload: `u8 function (1 default_output_columns, 2
+/// generate_sql_for_import_spec, 3 generate_sql_for_export_spec)`, then for 2 `u8 is_subselect |
+/// opt-list subselect_column_names | opt-list subselect_column_types | parameters | opt-str
+/// connection_name | opt-connection`, for 3 `parameters | opt-str connection_name |
+/// opt-connection | u8 has_truncate | u8 has_replace | opt-str created_by | opt-list
+/// source_column_names`. An opt-str is `u8 present | str`, an opt-list `u8 present | u32 n | n
+/// str`, an opt-connection `u8 present | [str kind | str address | str user | str password]`,
+/// parameters `u32 n | n (str key | str value)`.
+pub(crate) fn encode_single_call(call: &SingleCall) -> Vec<u8> {
+    let mut w = Writer::default();
+    match call {
+        SingleCall::DefaultOutputColumns => w.u8(1),
+        SingleCall::ImportSpec(ImportSpec {
+            is_subselect,
+            subselect_column_names,
+            subselect_column_types,
+            connection_name,
+            connection,
+            parameters,
+        }) => {
+            w.u8(2);
+            w.u8(u8::from(*is_subselect));
+            write_opt_list(&mut w, subselect_column_names.as_deref());
+            write_opt_list(&mut w, subselect_column_types.as_deref());
+            write_connection_part(
+                &mut w,
+                parameters,
+                connection_name.as_deref(),
+                connection.as_ref(),
+            );
+        }
+        SingleCall::ExportSpec(ExportSpec {
+            parameters,
+            connection_name,
+            connection,
+            has_truncate,
+            has_replace,
+            created_by,
+            source_column_names,
+        }) => {
+            w.u8(3);
+            write_connection_part(
+                &mut w,
+                parameters,
+                connection_name.as_deref(),
+                connection.as_ref(),
+            );
+            w.u8(u8::from(*has_truncate));
+            w.u8(u8::from(*has_replace));
+            write_opt_str(&mut w, created_by.as_deref());
+            write_opt_list(&mut w, source_column_names.as_deref());
+        }
+    }
+    w.buf
+}
+
+/// The string of a SINGLE_RESULT frame.
+pub(crate) fn decode_single_result(payload: &[u8]) -> Result<String, String> {
+    let mut r = Reader::new(payload);
+    let s = r.str()?;
+    if !r.is_done() {
+        return Err("SINGLE_RESULT frame has trailing bytes".into());
+    }
+    Ok(s)
+}
+
 pub(crate) fn decode_error(payload: &[u8]) -> Result<WorkerError, String> {
     let mut r = Reader::new(payload);
     match r.u8()? {
@@ -468,6 +674,10 @@ pub(crate) fn decode_error(payload: &[u8]) -> Result<WorkerError, String> {
             value: r.str()?,
             message: r.str()?,
             row: r.u64()?,
+        }),
+        E_SINGLE_CALL => Ok(WorkerError::SingleCall {
+            function: r.str()?,
+            message: r.str()?,
         }),
         other => Err(format!("unknown error kind {other}")),
     }

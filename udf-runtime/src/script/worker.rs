@@ -49,7 +49,7 @@ const STDERR_SETTLE: Duration = Duration::from_millis(500);
 ///     inputs: Some(vec![ColumnSpec::new("x", SqlType::Double)]),
 ///     output: ScriptOutput::Returns(SqlType::Double),
 ///     body: "def run(ctx):\n    return ctx.x * 2\n".into(), env: vec![],
-///     imports: ScriptImports::none(),
+///     imports: ScriptImports::none(), connections: ScriptConnections::none(),
 /// });
 /// let mut w = PythonWorker::start(spec, WorkerContext::default(), &[DataType::Float64], None)?;
 /// let x: ArrayRef = Arc::new(Float64Array::from(vec![1.0, 2.5]));
@@ -88,10 +88,23 @@ impl PythonWorker {
         input_types: &[DataType],
         timeout: Option<Duration>,
     ) -> Result<Self> {
+        let outputs = spec.output_columns();
+        Self::start_in_mode(spec, ctx, input_types, timeout, wire::MODE_RUNS, outputs)
+    }
+
+    /// [`start`](Self::start) in `mode` ([`wire::MODE_RUNS`], or [`wire::MODE_SINGLE_CALL`],
+    /// which needs no `run`), with `outputs` as the output columns.
+    pub(crate) fn start_in_mode(
+        spec: Arc<ScriptSpec>,
+        ctx: WorkerContext,
+        input_types: &[DataType],
+        timeout: Option<Duration>,
+        mode: u8,
+        outputs: Vec<ColumnSpec>,
+    ) -> Result<Self> {
         let script = spec.qualified_name();
         let inputs = resolve_inputs(&spec, &script, input_types)?;
         let input_arrow = wire::input_arrow_types(&inputs);
-        let outputs = spec.output_columns();
         let began = Instant::now();
         let deadline = timeout.and_then(|t| began.checked_add(t));
 
@@ -136,7 +149,7 @@ impl PythonWorker {
             Err(IoEnd::Closed) => return Err(worker.start_failure()),
             Err(end) => return Err(worker.io_failure(end, "start")),
         }
-        let init = wire::encode_init(&worker.spec, &ctx, &worker.inputs, &worker.outputs);
+        let init = wire::encode_init(&worker.spec, &ctx, mode, &worker.inputs, &worker.outputs);
         let (kind, payload) = worker.exchange(wire::F_INIT, &init, deadline, "start")?;
         match kind {
             wire::F_READY => {
@@ -207,6 +220,19 @@ impl PythonWorker {
             return Err(self.protocol(format!("expected RESULT, got frame {kind}")));
         }
         wire::decode_result(&payload, &self.outputs).map_err(|e| self.protocol(e))
+    }
+
+    /// Calls the function of a single call; the worker must have been started in
+    /// [`wire::MODE_SINGLE_CALL`].
+    pub(crate) fn call_single(&mut self, call: &super::SingleCall) -> Result<String> {
+        let payload = wire::encode_single_call(call);
+        let deadline = self.deadline();
+        let phase = format!("single call {}", call.function());
+        let (kind, payload) = self.exchange(wire::F_SINGLE_CALL, &payload, deadline, &phase)?;
+        if kind != wire::F_SINGLE_RESULT {
+            return Err(self.protocol(format!("expected SINGLE_RESULT, got frame {kind}")));
+        }
+        wire::decode_single_result(&payload).map_err(|e| self.protocol(e))
     }
 
     /// Calls the script's `cleanup()` (if it defines one) and waits for the process to exit.
@@ -307,15 +333,27 @@ impl PythonWorker {
         let mut answer = process
             .send(kind, payload, deadline)
             .and_then(|()| process.recv(deadline));
-        // `exa.import_script` asks for other scripts' code before it answers.
-        while let Ok((wire::F_IMPORT, request)) = &answer {
-            let found = wire::decode_import(request)
-                .map_err(|e| format!("bad IMPORT frame: {e}"))
-                .and_then(|name| self.spec.imports.find(&name));
-            let reply = wire::encode_script(&found);
+        // `exa.import_script` asks for other scripts' code, `exa.get_connection` for connections,
+        // before it answers.
+        loop {
+            let (kind, reply) = match &answer {
+                Ok((wire::F_IMPORT, request)) => {
+                    let found = wire::decode_import(request)
+                        .map_err(|e| format!("bad IMPORT frame: {e}"))
+                        .and_then(|name| self.spec.imports.find(&name));
+                    (wire::F_SCRIPT, wire::encode_script(&found))
+                }
+                Ok((wire::F_GET_CONNECTION, request)) => {
+                    let found = wire::decode_get_connection(request)
+                        .map_err(|e| format!("bad GET_CONNECTION frame: {e}"))
+                        .and_then(|name| self.spec.connections.find(&name));
+                    (wire::F_CONNECTION, wire::encode_connection(&found))
+                }
+                _ => break,
+            };
             let process = self.process_mut()?;
             answer = process
-                .send(wire::F_SCRIPT, &reply, deadline)
+                .send(kind, &reply, deadline)
                 .and_then(|()| process.recv(deadline));
         }
         match answer {
@@ -361,12 +399,22 @@ impl PythonWorker {
             }) => RuntimeError::BadOutputValue(Box::new(BadOutputValueInfo {
                 script: self.script.clone(),
                 vm_id: self.vm_id,
-                column,
+                // The worker knows a RETURNS script's column as RETURN (exa.meta); errors name it
+                // after the script.
+                column: match (&self.spec.output, self.outputs.first()) {
+                    (super::ScriptOutput::Returns(_), Some(c)) => c.name.clone(),
+                    _ => column,
+                },
                 sql_type,
                 value,
                 message,
                 row: row + 1,
             })),
+            Ok(WorkerError::SingleCall { function, message }) => RuntimeError::SingleCall {
+                script: self.script.clone(),
+                function,
+                message,
+            },
             Err(e) => self.protocol(e),
         }
     }
@@ -576,7 +624,8 @@ mod tests {
     use arrow::array::{AsArray, Float64Array};
 
     use super::super::{
-        ImportedScript, ScriptImports, ScriptInputType, ScriptOutput, find_python3,
+        ImportedScript, ScriptConnections, ScriptImports, ScriptInputType, ScriptOutput,
+        find_python3,
     };
     use super::*;
 
@@ -596,6 +645,7 @@ mod tests {
             body: body.into(),
             env: vec![],
             imports,
+            connections: ScriptConnections::none(),
         });
         PythonWorker::start(spec, WorkerContext::default(), &[DataType::Float64], None).unwrap()
     }
