@@ -12,6 +12,7 @@ mod builtins;
 mod emits;
 mod engine;
 mod error;
+mod files;
 mod functions;
 mod options;
 mod placement;
