@@ -345,3 +345,35 @@ fn a_script_file_creates_and_calls_a_python_script() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out), "answer\n42\n");
 }
+
+#[test]
+fn a_file_name_is_a_table() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cities.csv"),
+        "name,population\nLyon,522\nNice,342\n",
+    )
+    .unwrap();
+    let csv = dir.path().join("cities.csv").display().to_string();
+    let sql = format!("SELECT name, population FROM '{csv}' ORDER BY population DESC");
+    let out = accelsql(&["-c", &sql, "--format", "csv"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "name,population\nLyon,522\nNice,342\n");
+
+    // A glob, and a missing file with its code.
+    let glob = dir.path().join("*.csv").display().to_string();
+    let out = accelsql(&[
+        "-c",
+        &format!("SELECT count(*) AS n FROM '{glob}'"),
+        "--format",
+        "csv",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "n\n2\n");
+    let missing = dir.path().join("missing.csv").display().to_string();
+    let out = accelsql(&["-c", &format!("SELECT * FROM '{missing}'")]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(code_after(&err, "ERROR ["), "58P01", "{err}");
+    assert!(err.contains("missing.csv"), "{err}");
+}

@@ -107,6 +107,8 @@ pub(crate) struct EngineInner {
     pub(crate) scripts: ScriptCatalog,
     /// Whether sessions may run script DDL.
     pub(crate) script_ddl: bool,
+    /// Whether sessions resolve unknown table names as files ([`EngineOptions::url_tables`]).
+    pub(crate) url_tables: bool,
     pub(crate) recent_calls: Mutex<VecDeque<UdfCallRecord>>,
 }
 
@@ -120,6 +122,14 @@ pub struct EngineOptions {
     /// Whether sessions may run `CREATE/DROP SCRIPT` (turn off for untrusted SQL: scripts run
     /// arbitrary code on this machine).
     pub script_ddl: bool,
+    /// Whether a file, folder or glob may be named where a table goes, as in datafusion-cli:
+    /// `SELECT * FROM 'data/x.parquet'`, `FROM 'logs/*.csv'`, `FROM 'data/'` (the format comes
+    /// from the extension: parquet, csv, json, arrow; compressed files such as `x.csv.gz` too).
+    /// Off by default: an embedding opts in (the `accelsql` shell and the Python package do).
+    /// `CREATE EXTERNAL TABLE` and `COPY … TO` work either way.
+    ///
+    /// With it off, such a name is an unknown table (42000).
+    pub url_tables: bool,
 }
 
 impl Default for EngineOptions {
@@ -128,6 +138,7 @@ impl Default for EngineOptions {
             scheduler: SchedulerConfig::default(),
             data_dir: None,
             script_ddl: true,
+            url_tables: false,
         }
     }
 }
@@ -166,8 +177,8 @@ impl Engine {
     }
 
     /// An engine with the devices of `options.scheduler`, the script catalog of
-    /// `options.data_dir` (in memory without one; a damaged catalog file is an error), and script
-    /// DDL allowed or not.
+    /// `options.data_dir` (in memory without one; a damaged catalog file is an error), script
+    /// DDL allowed or not, and files as tables or not.
     pub fn with_options(options: EngineOptions) -> Result<Self> {
         let config = options.scheduler.clone();
         let scripts = match &options.data_dir {
@@ -202,6 +213,7 @@ impl Engine {
                 next_session: AtomicU64::new(1),
                 scripts,
                 script_ddl: options.script_ddl,
+                url_tables: options.url_tables,
                 recent_calls: Mutex::new(VecDeque::new()),
             }),
         })

@@ -98,6 +98,29 @@ pub enum EngineError {
         reason: String,
     },
 
+    /// A file, folder or glob named as a table does not exist or matches no file (as do
+    /// DataFusion's own "not found" errors from `CREATE EXTERNAL TABLE` and `COPY`, which keep
+    /// their message but get this code).
+    #[error("[{}] {path}: {message}", Self::FILE_NOT_FOUND)]
+    FileNotFound {
+        /// The path as the statement gave it.
+        path: String,
+        /// What is missing.
+        message: String,
+    },
+
+    /// A file named as a table has an extension no file format is registered for.
+    #[error(
+        "[{}] cannot read {path} as a table: {message}",
+        Self::UNKNOWN_FILE_FORMAT
+    )]
+    UnknownFileFormat {
+        /// The path as the statement gave it.
+        path: String,
+        /// The extension found and the formats known.
+        message: String,
+    },
+
     /// The GPU lease, device inventory or device locks failed.
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
@@ -147,6 +170,12 @@ impl EngineError {
     pub const CANCELLED: &'static str = "57014";
     /// Code of [`EngineError::InvalidSetting`].
     pub const INVALID_SETTING: &'static str = "22E03";
+    /// Code of [`EngineError::FileNotFound`] (PostgreSQL's `undefined_file`).
+    pub const FILE_NOT_FOUND: &'static str = "58P01";
+    /// Code of [`EngineError::UnknownFileFormat`].
+    pub const UNKNOWN_FILE_FORMAT: &'static str = "42E04";
+    /// Code of other I/O failures DataFusion reports (SQLSTATE `io_error`).
+    pub const IO_ERROR: &'static str = "58030";
 
     /// The stable code of this error.
     pub fn code(&self) -> &'static str {
@@ -161,6 +190,8 @@ impl EngineError {
             Self::ScriptDefinition { .. } => Self::SCRIPT_DEFINITION,
             Self::DataDirectory { .. } => Self::DATA_DIRECTORY,
             Self::InvalidSetting { .. } => Self::INVALID_SETTING,
+            Self::FileNotFound { .. } => Self::FILE_NOT_FOUND,
+            Self::UnknownFileFormat { .. } => Self::UNKNOWN_FILE_FORMAT,
             Self::Scheduler(e) => e.code(),
             Self::Runtime(e) => e.code(),
             Self::Relayed { code, .. } => code,
@@ -189,6 +220,15 @@ fn sql_code(e: &DataFusionError) -> &'static str {
         }
         DataFusionError::Collection(errors) => errors.first().map_or("XX000", sql_code),
         DataFusionError::Shared(inner) => sql_code(inner),
+        DataFusionError::ObjectStore(inner) => match **inner {
+            datafusion::object_store::Error::NotFound { .. } => EngineError::FILE_NOT_FOUND,
+            _ => EngineError::IO_ERROR,
+        },
+        DataFusionError::IoError(inner) => match inner.kind() {
+            std::io::ErrorKind::NotFound => EngineError::FILE_NOT_FOUND,
+            _ => EngineError::IO_ERROR,
+        },
+        DataFusionError::ParquetError(_) => "22000",
         _ => "XX000",
     }
 }

@@ -13,6 +13,7 @@ mod emits;
 mod engine;
 mod error;
 mod exasol;
+mod files;
 mod functions;
 mod options;
 mod params;

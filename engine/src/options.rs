@@ -217,12 +217,9 @@ mod tests {
         assert!(e.to_string().contains("'maybe'"), "{e}");
         assert_eq!(o.optional_gpu_when_busy, OptionalGpuWhenBusy::Cpu);
         let shown = o.entries();
-        assert!(
-            shown
-                .iter()
-                .any(|e| e.key == "accelsql.optional_gpu_when_busy"
-                    && e.value.as_deref() == Some("cpu"))
-        );
+        assert!(shown.iter().any(
+            |e| e.key == "accelsql.optional_gpu_when_busy" && e.value.as_deref() == Some("cpu")
+        ));
         o.reset("optional_gpu_when_busy").unwrap();
         assert_eq!(o.optional_gpu_when_busy, OptionalGpuWhenBusy::Wait);
     }

@@ -66,7 +66,10 @@ impl Session {
             .with_default_features()
             .with_query_planner(Arc::new(AccelQueryPlanner))
             .build();
-        let ctx = SessionContext::new_with_state(state);
+        let mut ctx = SessionContext::new_with_state(state);
+        if engine.inner.url_tables {
+            ctx = crate::files::enable_url_tables(ctx);
+        }
         ctx.add_analyzer_rule(Arc::new(EmitsRule));
         for f in crate::functions::node_functions(0, 1) {
             ctx.register_udf(f);

@@ -20,8 +20,8 @@ use futures::{FutureExt, Stream, StreamExt};
 use crate::engine::{Engine, UdfCallRecord};
 use crate::options::OptionalGpuWhenBusy;
 use crate::placement::Placement;
-use accelsql_udf_runtime::AcceleratorRequest;
 use crate::statement::StatementScope;
+use accelsql_udf_runtime::AcceleratorRequest;
 
 /// Drives `inner` in a task of its own and forwards its batches: the statement's consumer then
 /// only awaits a channel, so it can cancel (drop the stream) even while a UDF blocks inside the

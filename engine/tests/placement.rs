@@ -289,8 +289,7 @@ async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_wait_unless
     let last = calls.last().unwrap();
     assert_eq!(last.decision.placement, Placement::Cpu);
     assert!(
-        last.decision.reason.contains("lease was busy")
-            && last.decision.reason.contains("'cpu'"),
+        last.decision.reason.contains("lease was busy") && last.decision.reason.contains("'cpu'"),
         "{:?}",
         last.decision
     );

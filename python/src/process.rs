@@ -84,6 +84,8 @@ pub(crate) fn shared_engine(key: &EngineKey) -> PyResult<Engine> {
         let engine = Engine::with_options(EngineOptions {
             scheduler,
             data_dir: key.data_dir.clone(),
+            // Files as tables (`SELECT * FROM 'x.parquet'`), as in datafusion-cli.
+            url_tables: true,
             ..EngineOptions::default()
         })
         .map_err(engine_error)?;

@@ -109,6 +109,13 @@ impl AsyncDB for AccelsqlDb {
     type ColumnType = DFColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DFOutput, SltError> {
+        let rewritten;
+        let sql = if self.flavor == Flavor::Upstream {
+            rewritten = crate::scratch::rewrite_sql(sql);
+            rewritten.as_str()
+        } else {
+            sql
+        };
         let stream = self
             .session
             .sql_stream(sql)
@@ -151,8 +158,9 @@ impl AsyncDB for AccelsqlDb {
 /// accelsql UDF calls.
 const NO_CALLS: &str = "no accelsql UDF calls";
 
-/// Drops the `gpu_placement | no accelsql UDF calls` row that accelsql appends to every EXPLAIN,
-/// so that upstream's EXPLAIN expectations compare DataFusion's plans only. A placement row that
+/// Drops the `gpu_placement | no accelsql UDF calls` row that accelsql appends to every EXPLAIN
+/// (and the `gpu_calls | no accelsql UDF calls` row of EXPLAIN ANALYZE), so that upstream's
+/// EXPLAIN expectations compare DataFusion's plans only. A placement row that
 /// names calls is kept: upstream files have none.
 fn drop_empty_placement_row(batches: &mut Vec<RecordBatch>) {
     let Some(last) = batches.last() else {
@@ -164,7 +172,8 @@ fn drop_empty_placement_row(batches: &mut Vec<RecordBatch>) {
     }
     let kind = last.column(0).as_string::<i32>();
     let plan = last.column(1).as_string::<i32>();
-    if !kind.is_null(0) && kind.value(0) == "gpu_placement" && plan.value(0) == NO_CALLS {
+    let accelsql_row = matches!(kind.value(0), "gpu_placement" | "gpu_calls");
+    if !kind.is_null(0) && accelsql_row && plan.value(0) == NO_CALLS {
         batches.pop();
     }
 }

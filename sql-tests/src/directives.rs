@@ -7,6 +7,9 @@ pub struct Directives {
     /// `simulated_gpus = N`: the file's engine simulates N devices, whatever
     /// `ACCELSQL_SIMULATED_GPUS` says.
     pub simulated_gpus: Option<usize>,
+    /// `url_tables = true`: the file's engine resolves a file, folder or glob named as a table
+    /// (`SELECT * FROM '$__TEST_DIR__/x.parquet'`), as `EngineOptions::url_tables` does.
+    pub url_tables: bool,
 }
 
 /// The prefix of a directive line.
@@ -48,9 +51,15 @@ impl Directives {
                     })?;
                     directives.simulated_gpus = Some(n);
                 }
+                "url_tables" => {
+                    let value = value.trim();
+                    directives.url_tables = value.parse::<bool>().map_err(|_| {
+                        format!("line {at}: url_tables = {value:?} is not true or false")
+                    })?;
+                }
                 other => {
                     return Err(format!(
-                        "line {at}: unknown directive {other:?} (known: simulated_gpus)"
+                        "line {at}: unknown directive {other:?} (known: simulated_gpus, url_tables)"
                     ));
                 }
             }
@@ -67,6 +76,12 @@ mod tests {
     fn directives_are_read_until_the_first_record() {
         let d = Directives::parse("# accelsql: simulated_gpus = 1\nstatement ok\nSELECT 1\n# accelsql: simulated_gpus = 3\n").unwrap();
         assert_eq!(d.simulated_gpus, Some(1));
+        assert!(!d.url_tables);
+        assert!(
+            Directives::parse("# accelsql: url_tables = true\n")
+                .unwrap()
+                .url_tables
+        );
         assert_eq!(
             Directives::parse("query I\nSELECT 1\n").unwrap(),
             Directives::default()
@@ -86,5 +101,10 @@ mod tests {
                 .contains("not a device count")
         );
         assert!(Directives::parse("# accelsql: simulated_gpus").is_err());
+        assert!(
+            Directives::parse("# accelsql: url_tables = yes")
+                .unwrap_err()
+                .contains("not true or false")
+        );
     }
 }

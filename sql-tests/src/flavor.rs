@@ -13,7 +13,7 @@ pub enum Flavor {
     /// Upstream DataFusion's files (any file under `upstream/datafusion-<version>/`): the
     /// session configured as upstream's runner configures its own, no fixtures and no devices,
     /// errors printed as upstream prints them (`DataFusion error: …`), the `Datafusion` label
-    /// set, and the `gpu_placement | no accelsql UDF calls` row accelsql adds to EXPLAIN left out.
+    /// set, and the `no accelsql UDF calls` rows accelsql adds to EXPLAIN (ANALYZE) left out.
     Upstream,
 }
 

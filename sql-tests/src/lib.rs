@@ -17,6 +17,7 @@ pub mod directives;
 pub mod discover;
 pub mod flavor;
 pub mod runner;
+pub mod scratch;
 pub mod upstream;
 
 pub use database::{AccelsqlDb, SltError};

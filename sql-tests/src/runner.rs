@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use accelsql_engine::{Engine, SchedulerConfig, testing};
+use accelsql_engine::{Engine, EngineOptions, SchedulerConfig, testing};
 use futures::StreamExt;
 use sqllogictest::{Condition, Record, Runner, parse_file, strict_column_validator};
 
@@ -123,7 +123,12 @@ fn engine_for(flavor: Flavor, directives: &Directives) -> Result<Engine, String>
             None => SchedulerConfig::from_env().map_err(|e| e.to_string())?,
         },
     };
-    let engine = Engine::with_config(config).map_err(|e| e.to_string())?;
+    let engine = Engine::with_options(EngineOptions {
+        scheduler: config,
+        url_tables: directives.url_tables,
+        ..EngineOptions::default()
+    })
+    .map_err(|e| e.to_string())?;
     if flavor == Flavor::Accelsql {
         testing::register_fixtures(&engine).map_err(|e| e.to_string())?;
     }
@@ -157,6 +162,16 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> FileReport {
     let records = match parse_file::<DFColumnType>(path) {
         Ok(records) => records,
         Err(e) => return FileReport::failed(path, flavor, format!("cannot parse: {e}"), start),
+    };
+    // Upstream's files write under test_files/scratch/<stem>/, empty when the file starts.
+    let scratch = match flavor {
+        Flavor::Upstream => match crate::scratch::setup(path) {
+            Ok(dir) => Some(dir),
+            Err(e) => {
+                return FileReport::failed(path, flavor, format!("no scratch folder: {e}"), start);
+            }
+        },
+        Flavor::Accelsql => None,
     };
 
     let mut runner = Runner::new(move || {
@@ -200,6 +215,10 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> FileReport {
         ));
     }
     runner.shutdown_async().await;
+    if let Some(dir) = scratch {
+        // Best effort: a leftover folder is emptied by the next run of the file.
+        let _ = std::fs::remove_dir_all(dir);
+    }
     report.elapsed = start.elapsed();
     report
 }

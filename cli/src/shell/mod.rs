@@ -79,6 +79,8 @@ impl Shell {
                 Engine::with_options(EngineOptions {
                     scheduler,
                     data_dir: args.data_dir.clone(),
+                    // Files as tables (`SELECT * FROM 'x.parquet'`), as in datafusion-cli.
+                    url_tables: true,
                     ..EngineOptions::default()
                 })
             })

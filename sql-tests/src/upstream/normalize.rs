@@ -22,7 +22,8 @@
 // - `expand_row` returns a `Vec` instead of an `itertools::Either` iterator (no itertools);
 // - `normalize_paths` replaces accelsql's workspace root (the parent of this crate's folder) with
 //   `WORKSPACE_ROOT` by plain text replacement (upstream uses `object_store::path::Path`, and
-//   the parent of the parent of its crate folder);
+//   the parent of the parent of its crate folder), after replacing the folder that stands for
+//   upstream's `datafusion/sqllogictest` (`crate::scratch`) with `WORKSPACE_ROOT/datafusion/sqllogictest`;
 // - cells are read with arrow's `AsArray` helpers instead of `downcast_ref().unwrap()` (same
 //   behaviour: the type is known from the `match` on the data type), and the two `unwrap()`s on
 //   the format options became `?`;
@@ -150,6 +151,10 @@ fn expand_row(mut row: Vec<String>) -> Vec<Vec<String>> {
 /// ```
 fn normalize_paths(mut row: Vec<String>) -> Vec<String> {
     row.iter_mut().for_each(|s| {
+        let scratch_root = crate::scratch::upstream_root_in_plans();
+        if s.contains(scratch_root) {
+            *s = s.replace(scratch_root, "WORKSPACE_ROOT/datafusion/sqllogictest");
+        }
         let workspace_root: &str = WORKSPACE_ROOT.as_ref();
         if !workspace_root.is_empty() && s.contains(workspace_root) {
             *s = s.replace(workspace_root, "WORKSPACE_ROOT");
