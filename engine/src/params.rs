@@ -67,7 +67,10 @@ mod tests {
             s.to_string(),
             "SELECT $1 + 1 FROM t WHERE a = $2 AND b IN ($3, 'x?')"
         );
-        let mut mixed = DFParser::parse_sql("SELECT ?, $1").unwrap().pop_front().unwrap();
+        let mut mixed = DFParser::parse_sql("SELECT ?, $1")
+            .unwrap()
+            .pop_front()
+            .unwrap();
         assert!(number_question_marks(&mut mixed).is_err());
     }
 }

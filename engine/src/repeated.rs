@@ -158,7 +158,10 @@ mod tests {
             aliased("SELECT * FROM (SELECT 1, 1) AS s"),
             "SELECT * FROM (SELECT 1, 1 AS \"1_2\") AS s"
         );
-        assert_eq!(aliased("SELECT *, x, x FROM t"), "SELECT *, x, x AS \"x_2\" FROM t");
+        assert_eq!(
+            aliased("SELECT *, x, x FROM t"),
+            "SELECT *, x, x AS \"x_2\" FROM t"
+        );
         assert_eq!(
             aliased("EXPLAIN SELECT 1, 1 UNION ALL SELECT 2, 2"),
             "EXPLAIN SELECT 1, 1 AS \"__accelsql_repeat_of_0_1\" UNION ALL SELECT 2, 2 AS \"2_2\""

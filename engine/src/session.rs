@@ -10,16 +10,16 @@ use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
 use datafusion::error::DataFusionError;
 use datafusion::execution::FunctionRegistry;
+use datafusion::execution::RecordBatchStream;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{AggregateUDF, LogicalPlan, ScalarUDF};
 use datafusion::physical_plan::execute_stream;
 use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParserBuilder, ResetStatement, Statement as DfStatement};
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
-use datafusion::execution::RecordBatchStream;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{StreamExt, TryStreamExt};
 
 use crate::emits::{AccelQueryPlanner, EmitsRule, expand_emits_calls};
@@ -592,10 +592,7 @@ fn register_set_udf(ctx: &SessionContext, def: Arc<SetUdf>) {
 }
 
 /// `stream` with its columns renamed to `schema`'s (same types, same order).
-fn with_schema(
-    stream: SendableRecordBatchStream,
-    schema: SchemaRef,
-) -> SendableRecordBatchStream {
+fn with_schema(stream: SendableRecordBatchStream, schema: SchemaRef) -> SendableRecordBatchStream {
     let out = Arc::clone(&schema);
     Box::pin(RecordBatchStreamAdapter::new(
         out,

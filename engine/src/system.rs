@@ -137,9 +137,8 @@ fn register_exasol_views(
     let scripts = |owner: bool| -> Box<Producer> {
         Box::new(move |engine| {
             let scripts = engine.inner.scripts.entries();
-            let column = |f: &dyn Fn(&ScriptEntry) -> Option<String>| {
-                strings(scripts.iter().map(|e| f(e)))
-            };
+            let column =
+                |f: &dyn Fn(&ScriptEntry) -> Option<String>| strings(scripts.iter().map(|e| f(e)));
             let mut columns = vec![
                 column(&|e| Some(exasol_name(&e.schema))),
                 column(&|e| Some(exasol_name(&e.name))),
@@ -169,8 +168,14 @@ fn register_exasol_views(
             Ok(columns)
         })
     };
-    ctx.register_table("sys.exa_all_scripts", table(&script_columns(true), scripts(true)))?;
-    ctx.register_table("sys.exa_user_scripts", table(&script_columns(false), scripts(false)))?;
+    ctx.register_table(
+        "sys.exa_all_scripts",
+        table(&script_columns(true), scripts(true)),
+    )?;
+    ctx.register_table(
+        "sys.exa_user_scripts",
+        table(&script_columns(false), scripts(false)),
+    )?;
 
     // Connections; no view ever shows a password.
     let connections = |dba: bool| -> Box<Producer> {
@@ -240,7 +245,9 @@ pub(crate) fn qualify_system_tables(
     has_table: &dyn Fn(&str) -> bool,
 ) {
     use datafusion::sql::parser::Statement as DfStatement;
-    use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectNamePart, VisitMut, VisitorMut};
+    use datafusion::sql::sqlparser::ast::{
+        Ident, ObjectName, ObjectNamePart, VisitMut, VisitorMut,
+    };
     use std::ops::ControlFlow;
 
     struct Qualifier<'a> {

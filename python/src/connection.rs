@@ -9,9 +9,9 @@ use accelsql_engine::datafusion::arrow::array::{
 };
 use accelsql_engine::datafusion::arrow::datatypes::DataType;
 use accelsql_engine::datafusion::arrow::ffi_stream::ArrowArrayStreamReader;
+use accelsql_engine::datafusion::common::ScalarValue;
 use accelsql_engine::splitter::split_statements;
 use accelsql_engine::{EngineError, ScalarUdf, Session};
-use accelsql_engine::datafusion::common::ScalarValue;
 use arrow_pyarrow::{FromPyArrow, IntoPyArrow, PyArrowType};
 use futures::TryStreamExt;
 use pyo3::prelude::*;

@@ -38,10 +38,7 @@ pub(crate) fn find_connection(
     name: &str,
 ) -> Result<ConnectionEntry, String> {
     let trimmed = name.trim();
-    let folded = match trimmed
-        .strip_prefix('"')
-        .and_then(|n| n.strip_suffix('"'))
-    {
+    let folded = match trimmed.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
         Some(quoted) => quoted.to_string(),
         None => trimmed.to_ascii_uppercase(),
     };
@@ -57,23 +54,47 @@ mod tests {
     #[test]
     fn connections_are_found_as_exasol_folds_names() {
         let catalog = ScriptCatalog::in_memory();
-        create_connection(&catalog, "MY_CONN".into(), "a".into(), "u".into(), "s3cret".into(), false)
-            .unwrap();
+        create_connection(
+            &catalog,
+            "MY_CONN".into(),
+            "a".into(),
+            "u".into(),
+            "s3cret".into(),
+            false,
+        )
+        .unwrap();
         assert_eq!(find_connection(&catalog, "my_conn").unwrap().address, "a");
         assert_eq!(find_connection(&catalog, "\"MY_CONN\"").unwrap().user, "u");
         assert_eq!(
             find_connection(&catalog, "\"my_conn\"").unwrap_err(),
             "connection my_conn does not exist"
         );
-        let e = create_connection(&catalog, "MY_CONN".into(), "b".into(), String::new(), "s3cret".into(), false)
-            .unwrap_err();
+        let e = create_connection(
+            &catalog,
+            "MY_CONN".into(),
+            "b".into(),
+            String::new(),
+            "s3cret".into(),
+            false,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("already exists"), "{e}");
-        create_connection(&catalog, "MY_CONN".into(), "b".into(), String::new(), "s3cret".into(), true)
-            .unwrap();
+        create_connection(
+            &catalog,
+            "MY_CONN".into(),
+            "b".into(),
+            String::new(),
+            "s3cret".into(),
+            true,
+        )
+        .unwrap();
         assert_eq!(find_connection(&catalog, "MY_CONN").unwrap().address, "b");
         // The password never shows in debug output.
         let shown = format!("{:?}", catalog.connections());
-        assert!(shown.contains("MY_CONN") && !shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("MY_CONN") && !shown.contains("s3cret"),
+            "{shown}"
+        );
         catalog.drop_connection("MY_CONN", false).unwrap();
         assert!(catalog.drop_connection("MY_CONN", false).is_err());
         catalog.drop_connection("MY_CONN", true).unwrap();

@@ -185,7 +185,9 @@ mod tests {
     #[test]
     fn exasol_functions_become_datafusion_expressions() {
         assert_eq!(
-            mapped("SELECT MOD(ROW_NUMBER() OVER (), 2), len(s), UnicodeChr(65), unicode(s) FROM t"),
+            mapped(
+                "SELECT MOD(ROW_NUMBER() OVER (), 2), len(s), UnicodeChr(65), unicode(s) FROM t"
+            ),
             "SELECT ((ROW_NUMBER() OVER ()) % (2)), character_length(s), chr(65), ascii(s) FROM t"
         );
         assert_eq!(
@@ -197,6 +199,9 @@ mod tests {
             "SELECT 'UTC' AS dbtimezone, 'EUROPE/BERLIN' AS sessiontimezone, 'LAB' AS s, \"dbtimezone\""
         );
         // Qualified calls are scripts'; other arities are left for DataFusion to judge.
-        assert_eq!(mapped("SELECT s.mod(1, 2), len(a, b)"), "SELECT s.mod(1, 2), len(a, b)");
+        assert_eq!(
+            mapped("SELECT s.mod(1, 2), len(a, b)"),
+            "SELECT s.mod(1, 2), len(a, b)"
+        );
     }
 }

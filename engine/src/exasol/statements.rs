@@ -467,7 +467,9 @@ mod tests {
     #[test]
     fn connections() {
         assert_eq!(
-            parsed("CREATE OR REPLACE CONNECTION my_conn TO 'https://x' USER 'u' IDENTIFIED BY 'p''w'"),
+            parsed(
+                "CREATE OR REPLACE CONNECTION my_conn TO 'https://x' USER 'u' IDENTIFIED BY 'p''w'"
+            ),
             Some(ExasolStatement::CreateConnection {
                 or_replace: true,
                 name: "MY_CONN".into(),

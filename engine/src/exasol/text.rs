@@ -178,7 +178,9 @@ mod tests {
     #[test]
     fn character_sets_are_dropped_after_string_types_only() {
         assert_eq!(
-            rewrite_exasol_text("CREATE TABLE t (a VARCHAR(100) UTF8, b CHAR(1) ascii, c DECIMAL(18,0))"),
+            rewrite_exasol_text(
+                "CREATE TABLE t (a VARCHAR(100) UTF8, b CHAR(1) ascii, c DECIMAL(18,0))"
+            ),
             "CREATE TABLE t (a VARCHAR(100), b CHAR(1), c DECIMAL(18,0))"
         );
         assert_eq!(

@@ -292,7 +292,11 @@ impl ScriptCatalog {
             .clone();
         f(&mut next)?;
         if let Some(file) = &self.file {
-            persist(file, &next, &self.connections.read().unwrap_or_else(|e| e.into_inner()))?;
+            persist(
+                file,
+                &next,
+                &self.connections.read().unwrap_or_else(|e| e.into_inner()),
+            )?;
         }
         *self.entries.write().unwrap_or_else(|e| e.into_inner()) = next;
         self.generation.fetch_add(1, Ordering::AcqRel);
@@ -363,9 +367,15 @@ impl ScriptCatalog {
             .clone();
         f(&mut next)?;
         if let Some(file) = &self.file {
-            persist(file, &self.entries.read().unwrap_or_else(|e| e.into_inner()), &next)?;
+            persist(
+                file,
+                &self.entries.read().unwrap_or_else(|e| e.into_inner()),
+                &next,
+            )?;
         }
         *self.connections.write().unwrap_or_else(|e| e.into_inner()) = next;
+        // Sessions register their scripts again, with the new connections.
+        self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-use accelsql_udf_runtime::script::{ScriptImports, find_python3};
+use accelsql_udf_runtime::script::{ConnectionInfo, ScriptConnections, find_python3};
 use datafusion::prelude::SessionContext;
 
 use super::catalog::{ScriptCatalog, ScriptEntry, StoredOutput};
@@ -13,7 +13,7 @@ use super::ddl::{DdlOutput, ScriptDdl, parse};
 use super::dynamic::rewrite_dynamic_emits;
 use super::names::{owns_plain_name, qualified_function, script_imports};
 use super::options::take_options;
-use super::udf::{ScriptUdf, script_spec, script_udf, script_udf_named};
+use super::udf::{ScriptLinks, ScriptUdf, script_spec, script_udf, script_udf_named};
 use crate::EngineError;
 
 /// The schema scripts are created in when the statement names none.
@@ -203,7 +203,7 @@ impl SessionScripts {
                 if check.output == StoredOutput::DynamicEmits {
                     check.output = StoredOutput::Emits(vec![("c".into(), "INTEGER".into())]);
                 }
-                script_spec(&check, PathBuf::new(), ScriptImports::none())?;
+                script_spec(&check, PathBuf::new(), &ScriptLinks::default())?;
                 script_udf(&check, PathBuf::new(), self.session_id)?;
                 catalog.create(entry, create.or_replace)
             }
@@ -228,7 +228,11 @@ impl SessionScripts {
             ctx.deregister_udaf(&name);
         }
         let entries = catalog.entries();
-        let imports = script_imports(entries.clone(), current.clone());
+        let links = ScriptLinks {
+            imports: script_imports(entries.clone(), current.clone()),
+            connections: script_connections(catalog),
+            current_schema: current.clone(),
+        };
         let builtins = self.builtins();
         for entry in &entries {
             if entry.output == StoredOutput::DynamicEmits {
@@ -247,7 +251,7 @@ impl SessionScripts {
                     &function,
                     interpreter.clone(),
                     self.session_id,
-                    imports.clone(),
+                    &links,
                 ) {
                     Ok(udf) => {
                         register(ctx, udf);
@@ -327,7 +331,11 @@ impl SessionScripts {
         };
         let (rewritten, calls) = rewrite_dynamic_emits(text, &find)?;
         let mut udfs = Vec::with_capacity(calls.len());
-        let imports = script_imports(all, current);
+        let links = ScriptLinks {
+            imports: script_imports(all, current.clone()),
+            connections: script_connections(catalog),
+            current_schema: current,
+        };
         for call in calls {
             let Some(entry) = dynamic
                 .iter()
@@ -345,11 +353,24 @@ impl SessionScripts {
                 &call.function,
                 Ok(interpreter),
                 self.session_id,
-                imports.clone(),
+                &links,
             )?);
         }
         Ok((rewritten, udfs))
     }
+}
+
+/// `exa.get_connection(name)`'s lookup: a snapshot of the catalog's connections (a change to
+/// them bumps the catalog's generation, so sessions register their scripts again).
+fn script_connections(catalog: &ScriptCatalog) -> ScriptConnections {
+    let snapshot = ScriptCatalog::in_memory();
+    for c in catalog.connections() {
+        let _ = snapshot.create_connection(c, true);
+    }
+    ScriptConnections::new(move |name| {
+        crate::exasol::connections::find_connection(&snapshot, name)
+            .map(|c| ConnectionInfo::password(c.address, c.user, c.password))
+    })
 }
 
 fn bad_languages(pair: &str) -> EngineError {

@@ -393,7 +393,10 @@ mod tests {
         let none = HashSet::new();
         assert!(resolved_in("SELECT f(1)", &entries, "a", &none).is_ok());
         let e = resolved_in("SELECT f(1)", &entries, "c", &none).unwrap_err();
-        assert!(e.to_string().contains("none is in the current schema c"), "{e}");
+        assert!(
+            e.to_string().contains("none is in the current schema c"),
+            "{e}"
+        );
         // A script named like a built-in: the plain name is the built-in's, the qualified one
         // the script's.
         let builtins = HashSet::from(["f".to_string(), "lower".to_string()]);

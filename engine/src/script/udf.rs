@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use accelsql_udf_runtime::script::{
-    ColumnSpec, PythonWorker, ScriptImports, ScriptInputType, ScriptOutput, ScriptSpec, SqlType,
-    WorkerContext,
+    ColumnSpec, PythonWorker, ScriptConnections, ScriptImports, ScriptInputType, ScriptOutput,
+    ScriptSpec, SqlType, WorkerContext,
 };
 use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
 use datafusion::arrow::array::ArrayRef;
@@ -35,7 +35,7 @@ fn definition_error(entry: &ScriptEntry, message: impl std::fmt::Display) -> Eng
 pub(crate) fn script_spec(
     entry: &ScriptEntry,
     interpreter: PathBuf,
-    imports: ScriptImports,
+    links: &ScriptLinks,
 ) -> crate::Result<ScriptSpec> {
     let parse = |ty: &str| SqlType::parse(ty).map_err(|e| definition_error(entry, e));
     let columns = |cols: &[(String, String)]| {
@@ -67,10 +67,23 @@ pub(crate) fn script_spec(
         output,
         body: entry.code.clone(),
         env: entry.env.clone(),
-        imports,
-        connections: Default::default(),
+        imports: links.imports.clone(),
+        connections: links.connections.clone(),
     })
 }
+
+/// What a session's scripts reach besides their own code: other scripts
+/// (`exa.import_script`), connections (`exa.get_connection`) and the current schema
+/// (`exa.meta.current_schema`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ScriptLinks {
+    pub(crate) imports: ScriptImports,
+    pub(crate) connections: ScriptConnections,
+    pub(crate) current_schema: String,
+}
+
+/// The user every script runs as: accelsql has no users yet.
+const SCRIPT_USER: &str = "SYS";
 
 /// Builds the UDF of `entry` for a session (`session_id`), running it with `interpreter`.
 pub(crate) fn script_udf(
@@ -83,7 +96,7 @@ pub(crate) fn script_udf(
         &entry.name,
         Ok(interpreter),
         session_id,
-        ScriptImports::none(),
+        &ScriptLinks::default(),
     )
 }
 
@@ -97,13 +110,13 @@ pub(crate) fn script_udf_named(
     function: &str,
     interpreter: Result<PathBuf, String>,
     session_id: u64,
-    imports: ScriptImports,
+    links: &ScriptLinks,
 ) -> crate::Result<ScriptUdf> {
     let (interpreter, unavailable) = match interpreter {
         Ok(path) => (path, None),
         Err(why) => (PathBuf::new(), Some(why)),
     };
-    let spec = Arc::new(script_spec(entry, interpreter, imports)?);
+    let spec = Arc::new(script_spec(entry, interpreter, links)?);
     let request = match &entry.accelerator {
         Some(text) => AcceleratorRequest::parse(text)?,
         None => AcceleratorRequest::None,
@@ -111,6 +124,7 @@ pub(crate) fn script_udf_named(
     let runner = Arc::new(ScriptRunner {
         spec: Arc::clone(&spec),
         session_id,
+        current_schema: links.current_schema.clone(),
         unavailable,
     });
     let input_types: Option<Vec<DataType>> = spec
@@ -240,6 +254,8 @@ pub(crate) fn finish_workers(
 struct ScriptRunner {
     spec: Arc<ScriptSpec>,
     session_id: u64,
+    /// The session's current schema when the script was registered (`exa.meta`).
+    current_schema: String,
     /// Why the script cannot run in this session (its language alias), if it cannot.
     unavailable: Option<String>,
 }
@@ -288,7 +304,10 @@ impl ScriptRunner {
                         node_id: ctx.node_id,
                         vm_id: ctx.instance_id,
                         device: ctx.device.clone(),
-                        ..Default::default()
+                        current_user: SCRIPT_USER.into(),
+                        scope_user: SCRIPT_USER.into(),
+                        current_schema: Some(crate::system::exasol_name(&self.current_schema)),
+                        memory_limit: 0,
                     },
                     &types,
                     ctx.run_timeout,

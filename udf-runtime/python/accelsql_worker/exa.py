@@ -244,8 +244,8 @@ def _make_exa(st):
     m = Meta()
     m.database_name = "accelsql"
     m.database_version = st.version
-    m.script_name = st.name
-    m.script_schema = st.schema
+    m.script_name = _exasol_name(st.name)
+    m.script_schema = _exasol_name(st.schema)
     m.current_user = st.current_user
     m.scope_user = st.scope_user
     m.current_schema = st.current_schema if st.current_schema is not None else "NULL"
@@ -264,3 +264,9 @@ def _make_exa(st):
     m.output_column_count = len(st.outputs)
     m.output_columns = st.outputs
     return Exa(m)
+
+
+def _exasol_name(name):
+    """A name as Exasol shows it: accelsql folds unquoted names to lower case where Exasol folds
+    them to upper case, so an all-lower-case name is shown upper-case, any other as it is."""
+    return name if any(c.isupper() for c in name) else name.upper()
