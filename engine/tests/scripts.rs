@@ -259,7 +259,7 @@ async fn malformed_script_ddl_is_a_clear_error() {
     .await;
     run(
         &s,
-        "CREATE MYPY SCALAR SCRIPT lang() RETURNS VARCHAR(20) AS\nimport sys\ndef run(ctx):\n    return exa.meta.script_language + ' ' + sys.executable\n/",
+        "CREATE MYPY SCALAR SCRIPT lang() RETURNS VARCHAR(20) AS\ndef run(ctx):\n    return exa.meta.script_language\n/",
     )
     .await;
     // exa.meta.script_language is Exasol's "Python X.Y.Z" of the alias's interpreter.
