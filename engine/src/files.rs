@@ -74,12 +74,14 @@ impl UrlTableFactory for FileTableFactory {
             .get()
             .and_then(|state| state())
             .ok_or_else(|| DataFusionError::Internal("the session is gone".into()))?;
-        // A plain name (`t`) that is no table may still be a folder of files, as in
-        // datafusion-cli; only a name that looks like a path fails with the file's error.
-        let path_like = looks_like_path(name);
+        // A plain name (`t`, `target`) is a table name, never a file: otherwise a folder that
+        // happens to sit in the working directory would shadow `CREATE TABLE target` ("already
+        // exists") or a table's "not found". A folder is named with its slash: `'data/'`.
+        if !looks_like_path(name) {
+            return Ok(None);
+        }
         let config = match ListingTableConfig::new(url).infer_options(&state).await {
             Ok(config) => config,
-            Err(_) if !path_like => return Ok(None),
             Err(e) => return Err(file_error(name, e, &state).into_datafusion()),
         };
         let config = config

@@ -177,6 +177,34 @@ async fn a_parquet_file_named_in_from_is_a_table_when_url_tables_is_on() {
 }
 
 #[tokio::test]
+async fn a_plain_table_name_is_never_a_folder_of_the_working_directory() {
+    // A folder of CSV files in the working directory, named as a table will be.
+    let dir = tempfile::Builder::new()
+        .prefix("plain_")
+        .tempdir_in(".")
+        .unwrap();
+    std::fs::write(dir.path().join("a.csv"), "x\n7\n").unwrap();
+    let name = dir.path().file_name().unwrap().to_str().unwrap().to_string();
+    let s = session(true);
+
+    // Not a table yet: "not found", not the folder's rows.
+    let e = s.sql(&format!("SELECT * FROM \"{name}\"")).await.unwrap_err();
+    assert_eq!(e.code(), "42000", "{e}");
+    // CREATE TABLE does not see the folder as an existing table.
+    s.sql(&format!("CREATE TABLE \"{name}\"(v BIGINT) AS VALUES (1)"))
+        .await
+        .unwrap();
+    let b = s.sql(&format!("SELECT v FROM \"{name}\"")).await.unwrap();
+    assert_eq!(int64s(&b, 0), [1]);
+    // The folder is still reachable as a path.
+    let b = s
+        .sql(&format!("SELECT count(*) FROM '{name}/'"))
+        .await
+        .unwrap();
+    assert_eq!(int64s(&b, 0), [1]);
+}
+
+#[tokio::test]
 async fn missing_files_and_unknown_formats_have_codes() {
     let dir = tempfile::tempdir().unwrap();
     let s = session(true);
