@@ -10,7 +10,7 @@ use accelsql_engine::datafusion::arrow::array::{
 use accelsql_engine::datafusion::arrow::datatypes::DataType;
 use accelsql_engine::datafusion::logical_expr::ColumnarValue;
 use accelsql_engine::{
-    AcceleratorRequest, Engine, InstanceContext, ScalarUdf, SchedulerConfig, testing,
+    AcceleratorRequest, Engine, InstanceContext, Placement, ScalarUdf, SchedulerConfig, testing,
 };
 
 fn engine(gpus: usize) -> Engine {
