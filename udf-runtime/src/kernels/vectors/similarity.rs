@@ -1,0 +1,586 @@
+//! `cosine_similarity`, `dot_product` and `l2_distance` on the CPU, row by row: both arguments
+//! viewed, NULLs and lengths checked, the sums taken (semantics in the module documentation).
+
+use std::ops::Range;
+
+use arrow::array::{BooleanBufferBuilder, Float64Array};
+use arrow::buffer::NullBuffer;
+
+use super::element::Element;
+use super::sums::{dot, dot_and_norm, dot_and_norms, squared_distance};
+use super::view::{Elements, Vectors};
+use crate::Result;
+use crate::kernels::{Operand, check_rows, invalid_argument};
+
+/// Which similarity (or distance) of two vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VectorOp {
+    /// `cosine_similarity(a, b)`: `a·b / (|a|·|b|)`, NULL when a norm is 0.
+    Cosine,
+    /// `dot_product(a, b)`: `a·b`.
+    Dot,
+    /// `l2_distance(a, b)`: `|a − b|`.
+    L2,
+}
+
+impl VectorOp {
+    /// Every operation, in SQL-name order.
+    pub const ALL: [VectorOp; 3] = [Self::Cosine, Self::Dot, Self::L2];
+
+    /// The SQL name of the built-in computing it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cosine => "cosine_similarity",
+            Self::Dot => "dot_product",
+            Self::L2 => "l2_distance",
+        }
+    }
+}
+
+/// `op` of `a` and `b`, row by row: the CPU kernel of `cosine_similarity`, `dot_product` and
+/// `l2_distance` (semantics in the module documentation).
+///
+/// Either side may be a scalar (the query vector of a search, which is never replicated); its
+/// norm is computed once.
+///
+/// ```
+/// use std::sync::Arc;
+/// use accelsql_udf_runtime::kernels::Operand;
+/// use accelsql_udf_runtime::kernels::vectors::{VectorOp, vector_similarity};
+/// use arrow::array::{Array, FixedSizeListArray, ListArray};
+/// use arrow::datatypes::{Float32Type, Float64Type};
+///
+/// // Two rows of 2-element FLOAT embeddings against one DOUBLE query vector.
+/// let emb = FixedSizeListArray::from_iter_primitive::<Float32Type, _, _>(
+///     [Some([Some(1.0), Some(0.0)]), Some([Some(3.0), Some(4.0)])],
+///     2,
+/// );
+/// let query = ListArray::from_iter_primitive::<Float64Type, _, _>([Some([Some(1.0), Some(0.0)])]);
+/// let scores = vector_similarity(
+///     VectorOp::Cosine,
+///     2,
+///     &Operand::Column(Arc::new(emb)),
+///     &Operand::Scalar(Arc::new(query)),
+/// )?;
+/// assert_eq!(scores.values().to_vec(), vec![1.0, 0.6]);
+/// # Ok::<(), accelsql_udf_runtime::RuntimeError>(())
+/// ```
+pub fn vector_similarity(
+    op: VectorOp,
+    rows: usize,
+    a: &Operand,
+    b: &Operand,
+) -> Result<Float64Array> {
+    similarity(op.name(), [1, 2], op, rows, a, b, 0)
+}
+
+/// [`vector_similarity`] on behalf of `function`, whose arguments `positions` (1-based) `a` and
+/// `b` are (for error messages), over rows that messages number from `first_row + 1`.
+pub(super) fn similarity(
+    function: &str,
+    positions: [usize; 2],
+    op: VectorOp,
+    rows: usize,
+    a: &Operand,
+    b: &Operand,
+    first_row: usize,
+) -> Result<Float64Array> {
+    check_rows(function, positions[0], a, rows)?;
+    check_rows(function, positions[1], b, rows)?;
+    let va = Vectors::new(function, positions[0], a.array())?;
+    let vb = Vectors::new(function, positions[1], b.array())?;
+    let scalar = |o: &Operand| matches!(o, Operand::Scalar(_));
+    // Every operation is symmetric: put a column first, so that only the second side can be a
+    // scalar (whose norm is then computed once).
+    let swapped = scalar(a) && !scalar(b);
+    let (x, y) = if swapped {
+        ((&vb, scalar(b)), (&va, scalar(a)))
+    } else {
+        ((&va, scalar(a)), (&vb, scalar(b)))
+    };
+    let job = Job {
+        function,
+        op,
+        rows,
+        first_row,
+        swapped,
+    };
+    match (x.0.elements, y.0.elements) {
+        (Elements::F32(p), Elements::F32(q)) => job.run(side(x, p), side(y, q)),
+        (Elements::F32(p), Elements::F64(q)) => job.run(side(x, p), side(y, q)),
+        (Elements::F64(p), Elements::F32(q)) => job.run(side(x, p), side(y, q)),
+        (Elements::F64(p), Elements::F64(q)) => job.run(side(x, p), side(y, q)),
+    }
+}
+
+/// One side of a computation: its vectors, their elements typed, and whether it is a scalar.
+struct Side<'a, T> {
+    vectors: &'a Vectors<'a>,
+    values: &'a [T],
+    scalar: bool,
+}
+
+fn side<'a, T>(of: (&'a Vectors<'a>, bool), values: &'a [T]) -> Side<'a, T> {
+    Side {
+        vectors: of.0,
+        values,
+        scalar: of.1,
+    }
+}
+
+impl<'a, T: Element> Side<'a, T> {
+    /// The elements in `range`, or why there are none.
+    #[inline]
+    fn slice(&self, function: &str, range: Range<usize>) -> Result<&'a [T]> {
+        self.values.get(range).ok_or_else(|| {
+            invalid_argument(
+                function,
+                "a vector lies outside its array's values (a malformed array)",
+            )
+        })
+    }
+}
+
+/// What a row gives before the operation: NULL, or the two vectors.
+enum RowInput<'a, A, B> {
+    Null,
+    Vectors(&'a [A], &'a [B]),
+}
+
+/// One call of [`similarity`], after the arguments are viewed.
+struct Job<'f> {
+    function: &'f str,
+    op: VectorOp,
+    rows: usize,
+    /// How many rows precede these in what messages call the batch (a group given in chunks).
+    first_row: usize,
+    /// Whether the sides were swapped (for the order of lengths in messages).
+    swapped: bool,
+}
+
+impl Job<'_> {
+    fn run<A: Element, B: Element>(&self, x: Side<'_, A>, y: Side<'_, B>) -> Result<Float64Array> {
+        // Both scalars: one value for every row.
+        let computed = if x.scalar {
+            self.rows.min(1)
+        } else {
+            self.rows
+        };
+        let mut out = Vec::with_capacity(self.rows);
+        let mut valid = BooleanBufferBuilder::new(self.rows);
+        // The scalar side's squared norm, once (cosine only).
+        let mut y_norm = None;
+        if y.scalar && self.op == VectorOp::Cosine && !y.vectors.is_null(0) {
+            let range = y.vectors.range(0);
+            if !y.vectors.has_null_element(&range) {
+                let v = y.slice(self.function, range)?;
+                y_norm = Some(dot(v, v));
+            }
+        }
+        for row in 0..computed {
+            let value = match self.row_input(&x, &y, row)? {
+                RowInput::Null => None,
+                RowInput::Vectors(a, b) => match self.op {
+                    VectorOp::Dot => Some(dot(a, b)),
+                    VectorOp::L2 => Some(squared_distance(a, b).sqrt()),
+                    VectorOp::Cosine => {
+                        let (d, na, nb) = match y_norm {
+                            Some(nb) => {
+                                let (d, na) = dot_and_norm(a, b);
+                                (d, na, nb)
+                            }
+                            None => dot_and_norms(a, b),
+                        };
+                        (na != 0.0 && nb != 0.0).then(|| d / (na.sqrt() * nb.sqrt()))
+                    }
+                },
+            };
+            out.push(value.unwrap_or(0.0));
+            valid.append(value.is_some());
+        }
+        if computed < self.rows {
+            let (value, is_valid) = (out.first().copied(), valid.get_bit(0));
+            out.resize(self.rows, value.unwrap_or(0.0));
+            valid.append_n(self.rows - computed, is_valid);
+        }
+        let valid = NullBuffer::new(valid.finish());
+        let valid = (valid.null_count() > 0).then_some(valid);
+        Ok(Float64Array::new(out.into(), valid))
+    }
+
+    /// Row `row`'s two vectors, NULL, or the length-mismatch error.
+    #[inline]
+    fn row_input<'v, A: Element, B: Element>(
+        &self,
+        x: &Side<'v, A>,
+        y: &Side<'v, B>,
+        row: usize,
+    ) -> Result<RowInput<'v, A, B>> {
+        let (xi, yi) = (
+            if x.scalar { 0 } else { row },
+            if y.scalar { 0 } else { row },
+        );
+        if x.vectors.is_null(xi) || y.vectors.is_null(yi) {
+            return Ok(RowInput::Null);
+        }
+        let (xr, yr) = (x.vectors.range(xi), y.vectors.range(yi));
+        if xr.len() != yr.len() {
+            let (la, lb) = if self.swapped {
+                (yr.len(), xr.len())
+            } else {
+                (xr.len(), yr.len())
+            };
+            return Err(invalid_argument(
+                self.function,
+                format!(
+                    "vectors of different lengths ({la} and {lb}) in row {} of the batch",
+                    self.first_row + row + 1
+                ),
+            ));
+        }
+        if x.vectors.has_null_element(&xr) || y.vectors.has_null_element(&yr) {
+            return Ok(RowInput::Null);
+        }
+        Ok(RowInput::Vectors(
+            x.slice(self.function, xr)?,
+            y.slice(self.function, yr)?,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{
+        Array, FixedSizeListArray, Float32Array, LargeListArray, ListArray, NullArray,
+    };
+    use arrow::buffer::OffsetBuffer;
+    use arrow::datatypes::{DataType, Field, Float32Type, Float64Type, Int64Type};
+
+    use super::super::test_support::{Rows, close, list, some};
+    use super::*;
+
+    fn list32(rows: Rows) -> ListArray {
+        ListArray::from_iter_primitive::<Float32Type, _, _>(
+            rows.into_iter()
+                .map(|r| r.map(|v| v.into_iter().map(|e| e.map(|e| e as f32)))),
+        )
+    }
+
+    fn fixed32(size: i32, rows: Rows) -> FixedSizeListArray {
+        FixedSizeListArray::from_iter_primitive::<Float32Type, _, _>(
+            rows.into_iter()
+                .map(|r| r.map(|v| v.into_iter().map(|e| e.map(|e| e as f32)))),
+            size,
+        )
+    }
+
+    fn col(array: impl Array + 'static) -> Operand {
+        Operand::Column(Arc::new(array))
+    }
+
+    fn scalar(v: Vec<f64>) -> Operand {
+        Operand::Scalar(Arc::new(list(vec![Some(
+            v.into_iter().map(Some).collect(),
+        )])))
+    }
+
+    fn run(op: VectorOp, rows: usize, a: &Operand, b: &Operand) -> Vec<Option<f64>> {
+        vector_similarity(op, rows, a, b).unwrap().iter().collect()
+    }
+
+    /// The plain left-to-right definition, in f64.
+    fn naive(op: VectorOp, a: &[f64], b: &[f64]) -> Option<f64> {
+        let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        match op {
+            VectorOp::Dot => Some(dot),
+            VectorOp::L2 => Some(
+                a.iter()
+                    .zip(b)
+                    .map(|(x, y)| (x - y) * (x - y))
+                    .sum::<f64>()
+                    .sqrt(),
+            ),
+            VectorOp::Cosine => {
+                let na: f64 = a.iter().map(|x| x * x).sum();
+                let nb: f64 = b.iter().map(|x| x * x).sum();
+                (na != 0.0 && nb != 0.0).then(|| dot / (na.sqrt() * nb.sqrt()))
+            }
+        }
+    }
+
+    #[test]
+    fn known_values() {
+        let a = col(list(vec![some(&[1.0, 2.0, 3.0]), some(&[3.0, 4.0, 0.0])]));
+        let b = col(list(vec![some(&[4.0, 5.0, 6.0]), some(&[0.0, 0.0, 5.0])]));
+        assert_eq!(run(VectorOp::Dot, 2, &a, &b), vec![Some(32.0), Some(0.0)]);
+        let l2 = run(VectorOp::L2, 2, &a, &b);
+        assert!(
+            close(l2[0], 27f64.sqrt()) && close(l2[1], 50f64.sqrt()),
+            "{l2:?}"
+        );
+        let cos = run(VectorOp::Cosine, 2, &a, &b);
+        assert!(
+            close(cos[0], 32.0 / (14f64.sqrt() * 77f64.sqrt())),
+            "{cos:?}"
+        );
+        assert_eq!(cos[1], Some(0.0));
+        // Opposite directions, and a vector with itself.
+        let c = col(list(vec![some(&[1.0, -2.0]), some(&[0.5, 0.25])]));
+        let d = col(list(vec![some(&[-2.0, 4.0]), some(&[0.5, 0.25])]));
+        let cos = run(VectorOp::Cosine, 2, &c, &d);
+        assert!(close(cos[0], -1.0) && close(cos[1], 1.0), "{cos:?}");
+        assert_eq!(
+            VectorOp::ALL.map(VectorOp::name),
+            ["cosine_similarity", "dot_product", "l2_distance"]
+        );
+    }
+
+    #[test]
+    fn nulls_zero_norms_and_empty_vectors() {
+        let a = col(list(vec![
+            None,
+            some(&[1.0, 2.0]),
+            Some(vec![Some(1.0), None]),
+            some(&[0.0, 0.0]),
+            some(&[]),
+        ]));
+        let b = col(list(vec![
+            some(&[1.0, 2.0]),
+            None,
+            some(&[1.0, 2.0]),
+            some(&[1.0, 2.0]),
+            some(&[]),
+        ]));
+        assert_eq!(
+            run(VectorOp::Cosine, 5, &a, &b),
+            vec![None, None, None, None, None]
+        );
+        assert_eq!(
+            run(VectorOp::Dot, 5, &a, &b),
+            vec![None, None, None, Some(0.0), Some(0.0)]
+        );
+        assert_eq!(
+            run(VectorOp::L2, 5, &a, &b),
+            vec![None, None, None, Some(5f64.sqrt()), Some(0.0)]
+        );
+        // A NULL scalar makes every row NULL; a Null-typed argument (SQL NULL) too.
+        let null_scalar = Operand::Scalar(Arc::new(list(vec![None])));
+        assert_eq!(run(VectorOp::Dot, 5, &a, &null_scalar), vec![None; 5]);
+        let null = Operand::Scalar(Arc::new(NullArray::new(1)));
+        assert_eq!(run(VectorOp::L2, 5, &null, &b), vec![None; 5]);
+        // NULL elements in the scalar: NULL rows, but lengths are still checked first.
+        let with_null = Operand::Scalar(Arc::new(list(vec![Some(vec![None, Some(1.0)])])));
+        let pair = col(list(vec![some(&[1.0, 2.0])]));
+        assert_eq!(run(VectorOp::Dot, 1, &pair, &with_null), vec![None]);
+        let e = vector_similarity(VectorOp::Dot, 5, &b, &with_null).unwrap_err();
+        assert!(e.to_string().contains("(0 and 2) in row 5"), "{e}");
+    }
+
+    #[test]
+    fn different_lengths_are_an_error_naming_row_and_lengths() {
+        let a = col(list(vec![some(&[1.0, 2.0]), some(&[1.0, 2.0, 3.0])]));
+        let b = col(list(vec![some(&[1.0, 2.0]), some(&[1.0, 2.0, 3.0, 4.0])]));
+        let e = vector_similarity(VectorOp::Cosine, 2, &a, &b).unwrap_err();
+        assert_eq!(e.code(), "22U20");
+        assert_eq!(
+            e.to_string(),
+            "[22U20] cosine_similarity: vectors of different lengths (3 and 4) in row 2 of the batch"
+        );
+        // With a scalar first argument the lengths are still in argument order.
+        let e = vector_similarity(VectorOp::L2, 2, &scalar(vec![1.0]), &b).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("l2_distance: vectors of different lengths (1 and 2) in row 1"),
+            "{e}"
+        );
+        // A NULL row never fails.
+        let n = col(list(vec![None, None]));
+        assert_eq!(
+            run(VectorOp::Dot, 2, &scalar(vec![1.0]), &n),
+            vec![None, None]
+        );
+    }
+
+    #[test]
+    fn scalar_operands_on_either_side() {
+        let emb = col(list(vec![
+            some(&[1.0, 0.0]),
+            some(&[3.0, 4.0]),
+            None,
+            some(&[0.0, 0.0]),
+        ]));
+        let q = scalar(vec![1.0, 0.0]);
+        let want = vec![Some(1.0), Some(0.6), None, None];
+        assert_eq!(run(VectorOp::Cosine, 4, &emb, &q), want);
+        assert_eq!(run(VectorOp::Cosine, 4, &q, &emb), want);
+        assert_eq!(
+            run(VectorOp::L2, 4, &q, &emb),
+            vec![Some(0.0), Some(20f64.sqrt()), None, Some(1.0)]
+        );
+        // Both scalars: one value for every row; an empty batch; a one-row batch.
+        assert_eq!(
+            run(VectorOp::Dot, 3, &q, &scalar(vec![2.0, 5.0])),
+            vec![Some(2.0); 3]
+        );
+        assert_eq!(run(VectorOp::Dot, 0, &q, &scalar(vec![2.0])), vec![]);
+        assert_eq!(run(VectorOp::Dot, 0, &col(list(vec![])), &q), vec![]);
+        assert_eq!(
+            run(VectorOp::Dot, 1, &col(list(vec![some(&[2.0, 2.0])])), &q),
+            vec![Some(2.0)]
+        );
+    }
+
+    #[test]
+    fn list_kinds_and_element_types_mix() {
+        let rows = vec![some(&[1.5, -2.0, 0.25]), None, some(&[0.0, 3.0, 4.0])];
+        let query = [0.1, 0.2, 0.3];
+        let f64_list = col(list(rows.clone()));
+        let f32_list = col(list32(rows.clone()));
+        let f32_fixed = col(fixed32(3, rows.clone()));
+        let large = col(LargeListArray::from_iter_primitive::<Float64Type, _, _>(
+            rows.clone(),
+        ));
+        let q64 = scalar(query.to_vec());
+        let q32 = Operand::Scalar(Arc::new(fixed32(3, vec![some(&query)])));
+        for op in VectorOp::ALL {
+            let want = run(op, 3, &f64_list, &q64);
+            for (a, b) in [
+                (&f32_list, &q64),
+                (&f32_fixed, &q64),
+                (&large, &q32),
+                (&f32_fixed, &q32),
+                (&q32, &f32_list),
+            ] {
+                let got = run(op, 3, a, b);
+                assert_eq!(got[1], None);
+                for i in [0, 2] {
+                    // f32 inputs are exact here except the query's 0.1 etc., widened from f32.
+                    let w = want[i].unwrap();
+                    let g = got[i].unwrap();
+                    assert!(
+                        (g - w).abs() < 1e-6 * w.abs().max(1.0),
+                        "{op:?} row {i}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+        // f32 elements are widened before multiplying: no f32 rounding of the products.
+        let big = col(list32(vec![some(&[16_777_217.0, 1.0])]));
+        let got = run(
+            VectorOp::Dot,
+            1,
+            &big,
+            &col(list32(vec![some(&[3.0, 1.0])])),
+        );
+        assert_eq!(got, vec![Some(f64::from(16_777_216f32) * 3.0 + 1.0)]);
+    }
+
+    #[test]
+    fn sliced_arrays_respect_offsets() {
+        let rows: Rows = (0..12)
+            .map(|i| {
+                (i % 5 != 4).then(|| (0..4).map(|j| Some((i * 4 + j) as f64 - 20.0)).collect())
+            })
+            .collect();
+        let fixed = fixed32(4, rows.clone()).slice(3, 7);
+        let listed = list(rows.clone()).slice(3, 7);
+        let other = list(rows.iter().rev().cloned().collect()).slice(2, 7);
+        for op in VectorOp::ALL {
+            let got_fixed = run(op, 7, &col(fixed.clone()), &col(other.clone()));
+            let got_list = run(op, 7, &col(listed.clone()), &col(other.clone()));
+            for i in 0..7 {
+                let (a, b) = (&rows[3 + i], &rows[12 - 1 - (2 + i)]);
+                let want = match (a, b) {
+                    (Some(a), Some(b)) => {
+                        let a: Vec<f64> = a.iter().map(|v| v.unwrap_or(f64::NAN)).collect();
+                        let b: Vec<f64> = b.iter().map(|v| v.unwrap_or(f64::NAN)).collect();
+                        naive(op, &a, &b)
+                    }
+                    _ => None,
+                };
+                for got in [got_fixed[i], got_list[i]] {
+                    match want {
+                        Some(w) => assert!(close(got, w), "{op:?} row {i}: {got:?} vs {w}"),
+                        None => assert_eq!(got, None, "{op:?} row {i}"),
+                    }
+                }
+            }
+        }
+        // A list whose values child is itself a slice, with NULL elements past the window.
+        let values =
+            Float64Array::from(vec![Some(9.0), None, Some(1.0), Some(2.0), Some(3.0), None]);
+        let field = Arc::new(Field::new_list_field(DataType::Float64, true));
+        let lists = ListArray::new(
+            field,
+            OffsetBuffer::from_lengths([2, 1]),
+            Arc::new(values.slice(2, 3)),
+            None,
+        );
+        assert_eq!(
+            run(
+                VectorOp::Dot,
+                2,
+                &col(lists),
+                &col(list(vec![some(&[1.0, 1.0]), some(&[2.0])]))
+            ),
+            vec![Some(3.0), Some(6.0)]
+        );
+    }
+
+    #[test]
+    fn agrees_with_the_naive_definition_for_every_length() {
+        // Lengths 0..=40 cover the eight-lane loop and every tail length.
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        };
+        let (mut a_rows, mut b_rows) = (Vec::new(), Vec::new());
+        for len in 0..=40 {
+            a_rows.push((0..len).map(|_| next()).collect::<Vec<_>>());
+            b_rows.push((0..len).map(|_| next()).collect::<Vec<_>>());
+        }
+        let wrap = |rows: &[Vec<f64>]| col(list(rows.iter().map(|r| some(r)).collect()));
+        let (a, b) = (wrap(&a_rows), wrap(&b_rows));
+        for op in VectorOp::ALL {
+            let got = run(op, 41, &a, &b);
+            for (len, got) in got.into_iter().enumerate() {
+                match naive(op, &a_rows[len], &b_rows[len]) {
+                    Some(w) => assert!(close(got, w), "{op:?} len {len}: {got:?} vs {w}"),
+                    None => assert_eq!(got, None),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn arguments_that_are_not_float_vectors_are_invalid() {
+        let ints = col(ListArray::from_iter_primitive::<Int64Type, _, _>([Some([
+            Some(1),
+        ])]));
+        let e = vector_similarity(VectorOp::Dot, 1, &ints, &scalar(vec![1.0])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "[22U20] dot_product: argument 1 is a vector of Int64; expected FLOAT or DOUBLE elements"
+        );
+        let floats = col(Float32Array::from(vec![1.0]));
+        let e = vector_similarity(VectorOp::Dot, 1, &scalar(vec![1.0]), &floats).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("argument 2 is Float32; expected a vector"),
+            "{e}"
+        );
+        let e = vector_similarity(VectorOp::Dot, 2, &scalar(vec![1.0]), &scalar(vec![1.0]));
+        assert!(e.is_ok());
+        let e = vector_similarity(VectorOp::Dot, 2, &col(list(vec![])), &scalar(vec![1.0]));
+        assert!(
+            e.unwrap_err()
+                .to_string()
+                .contains("argument 1 has 0 values")
+        );
+    }
+}
