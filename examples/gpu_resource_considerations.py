@@ -27,41 +27,64 @@ import pyarrow as pa
 
 import accelsql
 
-# The notebook's scripts (each ends with a line holding only "/").
-SCRIPTS = r"""
-CREATE OR REPLACE PYTHON3 SCALAR SCRIPT long_running_gpu(seconds DOUBLE)
-EMITS (device VARCHAR(200), start_time TIMESTAMP, end_time TIMESTAMP) AS
-%perInstanceRequiredAcceleratorDevices GpuNvidia;
-import datetime, os, time
+# The notebook's scripts exactly as it writes them (cells 11, 16, 18 and 23; its
+# `{slc.language_alias}` is PYTHON3): `os` and `datetime` are used without an import, as
+# Exasol's script environment allows. Each ends with a line holding only "/".
+NOTEBOOK_SCRIPTS = r"""
+CREATE OR REPLACE PYTHON3 SCALAR SCRIPT
+long_running_gpu(id INTEGER)
+EMITS (ID INT, START_TIME VARCHAR(1000), END_TIME VARCHAR(1000), NVIDIA_VISIBLE_DEVICES VARCHAR(10000)) AS
+ %perInstanceRequiredAcceleratorDevices GpuNvidia|None;
+import time
+def timestamp():
+    now = datetime.datetime.now().time()
+    return str(now)
 def run(ctx):
-    start = datetime.datetime.now()
-    time.sleep(ctx.seconds)
-    ctx.emit(os.environ.get("CUDA_VISIBLE_DEVICES", ""), start, datetime.datetime.now())
+    start_timestamp = timestamp() 
+    time.sleep(5)
+    nvidia_vis_devices = os.getenv('NVIDIA_VISIBLE_DEVICES', "<invalid>")
+    end_timestamp = timestamp()
+    ctx.emit(ctx.id, start_timestamp, end_timestamp,  nvidia_vis_devices)
 /
 
-CREATE OR REPLACE PYTHON3 SCALAR SCRIPT gpu_required() RETURNS VARCHAR(200) AS
-%perInstanceRequiredAcceleratorDevices GpuNvidia;
-import os
+CREATE OR REPLACE PYTHON3 SCALAR SCRIPT
+gpu_required()
+RETURNS VARCHAR(10000) AS
+ %perInstanceRequiredAcceleratorDevices GpuNvidia;
 def run(ctx):
-    return os.environ.get("CUDA_VISIBLE_DEVICES") or "<invalid>"
+    return os.getenv('NVIDIA_VISIBLE_DEVICES', "<invalid>")
 /
 
-CREATE OR REPLACE PYTHON3 SCALAR SCRIPT gpu_optional() RETURNS VARCHAR(200) AS
-%perInstanceRequiredAcceleratorDevices GpuNvidia|None;
-import os
+CREATE OR REPLACE PYTHON3 SCALAR SCRIPT
+gpu_optional()
+RETURNS VARCHAR(10000) AS
+ %perInstanceRequiredAcceleratorDevices GpuNvidia|None;
 def run(ctx):
-    return os.environ.get("CUDA_VISIBLE_DEVICES") or "<invalid>"
+    return os.getenv('NVIDIA_VISIBLE_DEVICES', "<invalid>")
 /
 
-CREATE OR REPLACE PYTHON3 SCALAR SCRIPT nvidia_smi() RETURNS VARCHAR(2000) AS
-%perInstanceRequiredAcceleratorDevices GpuNvidia|None;
-import shutil, subprocess
+CREATE OR REPLACE PYTHON3 SCALAR SCRIPT
+gpu_nvidia_smi()
+RETURNS VARCHAR(10000) AS
+ %perInstanceRequiredAcceleratorDevices GpuNvidia;
+import subprocess
 def run(ctx):
-    if shutil.which("nvidia-smi") is None:
-        return "nvidia-smi is not installed on this machine (no NVIDIA driver here)"
-    return subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip()
+    cmd = ["nvidia-smi"] #List GPUs
+    process = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    exit_code = process.wait()
+    if exit_code != 0:
+        raise Exception(f"nvidia-smi returned non-zero exit code: '{process.stderr}'")
+    return process.stdout.read()
 /
+"""
 
+# Beyond the notebook: a SET script grouped per GPU.
+SCRIPTS = NOTEBOOK_SCRIPTS + r"""
 CREATE OR REPLACE PYTHON3 SET SCRIPT population_per_country(country VARCHAR(100), population BIGINT)
 EMITS (country VARCHAR(100), population BIGINT, device VARCHAR(200)) AS
 %perInstanceRequiredAcceleratorDevices GpuNvidia|None;
@@ -86,7 +109,9 @@ CITIES = pd.DataFrame(
     }
 )
 
-LONG_RUNNING = "SELECT long_running_gpu(1.0)"
+def long_running(id):
+    """Cell 13's statement."""
+    return f"SELECT long_running_gpu({id});"
 
 
 def show(conn, title, sql):
@@ -100,10 +125,10 @@ def show(conn, title, sql):
 
 def print_sessions(frames):
     """The two sessions' rows, ordered by START, and whether they overlapped."""
-    df = pd.concat(frames, ignore_index=True).sort_values("start_time")
-    print(df.rename(columns={"start_time": "START", "end_time": "END"}).to_string(index=False))
+    df = pd.concat(frames, ignore_index=True).sort_values(by="START_TIME")
+    print(df.to_string(index=False))
     first, second = df.iloc[0], df.iloc[1]
-    verdict = "serialized" if first["end_time"] <= second["start_time"] else "OVERLAPPED"
+    verdict = "serialized" if first["END_TIME"] <= second["START_TIME"] else "OVERLAPPED"
     print(f"=> {verdict}: the second START comes {'after' if verdict == 'serialized' else 'before'} the first END\n")
 
 
@@ -113,8 +138,7 @@ def run_in_threads(gpus, data_dir):
 
     def session(i):
         with accelsql.connect(gpus, data_dir=data_dir) as conn:
-            df = conn.export_to_pandas(LONG_RUNNING)
-            df.insert(0, "session", "AB"[i])
+            df = conn.export_to_pandas(long_running(i + 1))
             frames[i] = df
 
     threads = [threading.Thread(target=session, args=(i,)) for i in range(2)]
@@ -129,15 +153,13 @@ def pool_session(args):
     """One worker process's session (its own engine; scripts from the shared data directory)."""
     label, gpus, data_dir = args
     with accelsql.connect(gpus, data_dir=data_dir) as conn:
-        df = conn.export_to_pandas(LONG_RUNNING)
-    df.insert(0, "session", label)
-    return df
+        return conn.export_to_pandas(long_running(label))
 
 
 def run_in_processes(gpus, data_dir):
     """Two worker processes, as the notebook's multiprocessing.Pool."""
     with multiprocessing.get_context("spawn").Pool(2) as pool:
-        print_sessions(pool.map(pool_session, [("A", gpus, data_dir), ("B", gpus, data_dir)]))
+        print_sessions(pool.map(pool_session, [(1, gpus, data_dir), (2, gpus, data_dir)]))
 
 
 def main():
@@ -161,19 +183,24 @@ def main():
     conn.import_from_pandas(CITIES, "cities")
 
     how = "processes (multiprocessing.Pool)" if args.processes else "threads"
-    print(f"-- two sessions ({how}), each {LONG_RUNNING}, at the same time")
+    print(f"-- two sessions ({how}), each {long_running('<id>')}, at the same time")
     if args.processes:
         run_in_processes(gpus, data_dir)
     else:
         run_in_threads(gpus, data_dir)
 
-    show(conn, "two GPU-required calls in one select: 22069", "SELECT gpu_required() AS a, gpu_required() AS b")
+    show(conn, "two GPU-required calls in one select: 22069", "SELECT gpu_required(), gpu_required();")
     show(
         conn,
         "four optional calls: exactly one gets a device, the others run on the CPU",
-        "SELECT gpu_optional() AS a, gpu_optional() AS b, gpu_optional() AS c, gpu_optional() AS d",
+        "SELECT gpu_optional() as udf1, gpu_optional() as udf2, gpu_optional() as udf3, gpu_optional() as udf4;",
     )
-    show(conn, "the nvidia-smi probe", "SELECT nvidia_smi()")
+    show(conn, "the nvidia-smi probe (fails where nvidia-smi is not installed)", "SELECT gpu_nvidia_smi();")
+    show(
+        conn,
+        "the number of GPUs",
+        "SELECT PARAM_VALUE FROM EXA_METADATA WHERE PARAM_NAME='acceleratorDeviceGpuNvidiaCount'",
+    )
     show(
         conn,
         "population per country, one group per node (GROUP BY iproc())",

@@ -35,7 +35,7 @@ pub use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
 pub use datafusion;
 pub use engine::{Engine, EngineOptions, RECENT_CALLS, UdfCallRecord};
 pub use error::{EngineError, Result};
-pub use options::{AccelsqlOptions, OptionalGpuWhenBusy};
+pub use options::{AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy};
 pub use placement::{Placement, PlacementDecision};
 pub use session::Session;
 pub use udf::{

@@ -30,8 +30,29 @@ impl OptionalGpuWhenBusy {
     }
 }
 
+/// How unquoted identifiers are shown in results: DataFusion's (and PostgreSQL's) lower case, or
+/// Exasol's upper case (`SELECT 1 AS a` returns column `A`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IdentifierCase {
+    /// Unquoted names keep DataFusion's lower case (the default).
+    #[default]
+    Lower,
+    /// Unquoted names in a result are upper case, as Exasol folds them; quoted ones keep theirs.
+    Upper,
+}
+
+impl IdentifierCase {
+    /// The setting's value as `SET` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Lower => "lower",
+            Self::Upper => "upper",
+        }
+    }
+}
+
 /// accelsql's session settings, set with `SET accelsql.<name> = <value>`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccelsqlOptions {
     /// Longest wait for the node's GPU lease, e.g. '30s' or '5min'; empty: the engine's default.
     pub gpu_wait_timeout: String,
@@ -40,10 +61,26 @@ pub struct AccelsqlOptions {
     pub udf_timeout: String,
     /// What a GPU-placed optional call does when the lease is busy: `wait` (default) or `cpu`.
     pub optional_gpu_when_busy: OptionalGpuWhenBusy,
+    /// Whether `CREATE SCHEMA s` also makes `s` the current schema, as in Exasol (default true).
+    pub create_schema_opens: bool,
+    /// How unquoted names are shown in results: `lower` (default) or Exasol's `upper`.
+    pub identifier_case: IdentifierCase,
+}
+
+impl Default for AccelsqlOptions {
+    fn default() -> Self {
+        Self {
+            gpu_wait_timeout: String::new(),
+            udf_timeout: String::new(),
+            optional_gpu_when_busy: OptionalGpuWhenBusy::default(),
+            create_schema_opens: true,
+            identifier_case: IdentifierCase::default(),
+        }
+    }
 }
 
 /// The settings: name, description.
-const SETTINGS: [(&str, &str); 3] = [
+const SETTINGS: [(&str, &str); 5] = [
     (
         "gpu_wait_timeout",
         "Longest wait for the node's GPU lease, e.g. '30s' or '5min'; empty: the engine's default",
@@ -56,6 +93,15 @@ const SETTINGS: [(&str, &str); 3] = [
         "optional_gpu_when_busy",
         "What a GPU-placed optional (GpuNvidia|None) call does when the GPU lease is busy: \
          'wait' for it (default, as Exasol) or run on the 'cpu' at once",
+    ),
+    (
+        "create_schema_opens",
+        "Whether CREATE SCHEMA s also makes s the current schema, as Exasol does (default true)",
+    ),
+    (
+        "identifier_case",
+        "How unquoted names are shown in results: 'lower' (default, as DataFusion) or 'upper' \
+         (as Exasol: SELECT 1 AS a returns column A; quoted names keep their case)",
     ),
 ];
 
@@ -90,6 +136,8 @@ impl ExtensionOptions for AccelsqlOptions {
                     "gpu_wait_timeout" => self.gpu_wait_timeout.clone(),
                     "udf_timeout" => self.udf_timeout.clone(),
                     "optional_gpu_when_busy" => self.optional_gpu_when_busy.as_str().to_string(),
+                    "create_schema_opens" => self.create_schema_opens.to_string(),
+                    "identifier_case" => self.identifier_case.as_str().to_string(),
                     _ => String::new(),
                 }),
                 description,
@@ -123,16 +171,27 @@ impl AccelsqlOptions {
                 self.udf_timeout = value.to_string();
             }
             "optional_gpu_when_busy" => {
-                self.optional_gpu_when_busy = match value.to_ascii_lowercase().as_str() {
-                    "wait" => OptionalGpuWhenBusy::Wait,
-                    "cpu" => OptionalGpuWhenBusy::Cpu,
-                    _ => {
-                        return Err(EngineError::InvalidSetting {
-                            name: "accelsql.optional_gpu_when_busy".into(),
-                            message: format!("'{value}' is neither 'wait' nor 'cpu'"),
-                        });
-                    }
-                };
+                self.optional_gpu_when_busy = choose(
+                    key,
+                    value,
+                    [
+                        ("wait", OptionalGpuWhenBusy::Wait),
+                        ("cpu", OptionalGpuWhenBusy::Cpu),
+                    ],
+                )?;
+            }
+            "create_schema_opens" => {
+                self.create_schema_opens = choose(key, value, [("true", true), ("false", false)])?;
+            }
+            "identifier_case" => {
+                self.identifier_case = choose(
+                    key,
+                    value,
+                    [
+                        ("lower", IdentifierCase::Lower),
+                        ("upper", IdentifierCase::Upper),
+                    ],
+                )?;
             }
             _ => return Err(no_such_setting(key)),
         }
@@ -148,10 +207,27 @@ impl AccelsqlOptions {
             "optional_gpu_when_busy" => {
                 self.optional_gpu_when_busy = default.optional_gpu_when_busy
             }
+            "create_schema_opens" => self.create_schema_opens = default.create_schema_opens,
+            "identifier_case" => self.identifier_case = default.identifier_case,
             _ => return Err(no_such_setting(key)),
         }
         Ok(())
     }
+}
+
+/// The choice `value` names (case-insensitively) among `choices`; 22E03 listing them otherwise.
+fn choose<T: Copy, const N: usize>(key: &str, value: &str, choices: [(&str, T); N]) -> Result<T> {
+    choices
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(value))
+        .map(|(_, choice)| *choice)
+        .ok_or_else(|| EngineError::InvalidSetting {
+            name: format!("accelsql.{key}"),
+            message: format!(
+                "'{value}' is not one of {}",
+                choices.map(|(name, _)| format!("'{name}'")).join(", ")
+            ),
+        })
 }
 
 /// 22E03 for a name that is not one of [`SETTINGS`].
@@ -222,5 +298,22 @@ mod tests {
         ));
         o.reset("optional_gpu_when_busy").unwrap();
         assert_eq!(o.optional_gpu_when_busy, OptionalGpuWhenBusy::Wait);
+    }
+
+    #[test]
+    fn exasol_forms_have_settings() {
+        let mut o = AccelsqlOptions::default();
+        assert!(o.create_schema_opens);
+        assert_eq!(o.identifier_case, IdentifierCase::Lower);
+        o.set("create_schema_opens", "FALSE").unwrap();
+        o.set("identifier_case", "upper").unwrap();
+        assert!(!o.create_schema_opens);
+        assert_eq!(o.identifier_case, IdentifierCase::Upper);
+        let e = EngineError::from(o.set("identifier_case", "title").unwrap_err());
+        assert!(e.to_string().contains("'lower', 'upper'"), "{e}");
+        assert_eq!(o.identifier_case, IdentifierCase::Upper);
+        o.reset("create_schema_opens").unwrap();
+        o.reset("identifier_case").unwrap();
+        assert_eq!(o, AccelsqlOptions::default());
     }
 }

@@ -23,12 +23,13 @@ use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use futures::{StreamExt, TryStreamExt};
 
 use crate::emits::{AccelQueryPlanner, EmitsRule, expand_emits_calls};
+use crate::exasol::case::{quoted_output_names, upper_case_names};
 use crate::exasol::schemas::{no_such_schema, schema_has_scripts};
 use crate::exasol::{
     DEFAULT_SCHEMA, ExasolStatement, SchemaChange, SessionValues, map_exasol_functions,
     parse_exasol_statement, rewrite_exasol_text, schema_change,
 };
-use crate::options::AccelsqlOptions;
+use crate::options::{AccelsqlOptions, IdentifierCase};
 use crate::params::number_question_marks;
 use crate::placement::PlacementRule;
 use crate::repeated::{alias_repeated_select_items, restore_repeated_names};
@@ -106,6 +107,11 @@ impl Session {
     /// The engine this session belongs to.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The session's side of scripts (languages, current schema, registered functions).
+    pub(crate) fn scripts(&self) -> &SessionScripts {
+        &self.scripts
     }
 
     /// Registers a scalar UDF in this session only (other sessions do not see it): the way an
@@ -232,9 +238,11 @@ impl Session {
                 continue;
             }
             let text = rewrite_exasol_text(&piece.text);
+            let target = self.insert_target_columns(&text).await;
             let (text, extra) = self
                 .scripts
-                .rewrite_dynamic(&text, &self.engine.inner.scripts)?;
+                .rewrite_dynamic(&text, &self.engine.inner.scripts, target.as_deref())
+                .await?;
             let mut statements = self.parse(&text)?;
             let last = if is_last_piece {
                 statements.pop_back()
@@ -255,6 +263,42 @@ impl Session {
                 "no SQL statement given".into(),
             ))),
         }
+    }
+
+    /// For `INSERT INTO t [(cols)] …`: the target's columns (those listed, or all) as (name, SQL
+    /// type), which an `EMITS (...)` call without an EMITS list emits, as in Exasol. `None` for
+    /// other statements, or when `t` is unknown (planning then says so).
+    async fn insert_target_columns(&self, text: &str) -> Option<Vec<(String, String)>> {
+        use datafusion::sql::sqlparser::ast::{Statement, TableObject};
+        if !text.trim_start().get(..6)?.eq_ignore_ascii_case("INSERT") {
+            return None;
+        }
+        let statement = self.parse(text).ok()?.pop_front()?;
+        let DfStatement::Statement(inner) = statement else {
+            return None;
+        };
+        let Statement::Insert(insert) = *inner else {
+            return None;
+        };
+        let TableObject::TableName(name) = &insert.table else {
+            return None;
+        };
+        let table = self.ctx.table_provider(name.to_string()).await.ok()?;
+        let schema = table.schema();
+        let wanted: Vec<String> = insert
+            .columns
+            .iter()
+            .map(|c| c.to_string().to_ascii_lowercase())
+            .collect();
+        schema
+            .fields()
+            .iter()
+            .filter(|f| wanted.is_empty() || wanted.contains(&f.name().to_ascii_lowercase()))
+            .map(|f| {
+                let ty = accelsql_udf_runtime::script::SqlType::from_arrow(f.data_type()).ok()?;
+                Some((f.name().clone(), ty.to_string()))
+            })
+            .collect()
     }
 
     /// Runs one script statement (`CREATE … SCRIPT`, `DROP SCRIPT`, `ALTER SESSION SET
@@ -443,6 +487,8 @@ impl Session {
                 }
             }
         }
+        // Before the front end's rewrites, which quote the names they write.
+        let quoted = quoted_output_names(&statement);
         let current = self.scripts.current_schema();
         resolve_script_calls(
             &mut statement,
@@ -475,7 +521,9 @@ impl Session {
         let scope = Arc::new(scope);
         state.add_analyzer_rule(Arc::new(PlacementRule::new(Arc::clone(&scope))));
         number_question_marks(&mut statement)?;
-        let schema_change = schema_change(&statement);
+        let schema_change = schema_change(&statement)
+            .filter(|c| own.create_schema_opens || !matches!(c, SchemaChange::Create(_)));
+        let upper_case = (own.identifier_case == IdentifierCase::Upper).then_some(quoted);
         let mut plan = state.statement_to_plan(statement).await?;
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;
@@ -526,9 +574,18 @@ impl Session {
         if is_analyze {
             stream = stream.with_call_report();
         }
-        Ok(match restore_repeated_names(&stream.schema()) {
-            Some(schema) => with_schema(Box::pin(stream), schema),
-            None => Box::pin(stream),
+        let mut schema = stream.schema();
+        let mut renamed = false;
+        if let Some(restored) = restore_repeated_names(&schema) {
+            (schema, renamed) = (restored, true);
+        }
+        if let Some(upper) = upper_case.and_then(|quoted| upper_case_names(&schema, &quoted)) {
+            (schema, renamed) = (upper, true);
+        }
+        Ok(if renamed {
+            with_schema(Box::pin(stream), schema)
+        } else {
+            Box::pin(stream)
         })
     }
 }

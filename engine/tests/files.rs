@@ -184,11 +184,20 @@ async fn a_plain_table_name_is_never_a_folder_of_the_working_directory() {
         .tempdir_in(".")
         .unwrap();
     std::fs::write(dir.path().join("a.csv"), "x\n7\n").unwrap();
-    let name = dir.path().file_name().unwrap().to_str().unwrap().to_string();
+    let name = dir
+        .path()
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
     let s = session(true);
 
     // Not a table yet: "not found", not the folder's rows.
-    let e = s.sql(&format!("SELECT * FROM \"{name}\"")).await.unwrap_err();
+    let e = s
+        .sql(&format!("SELECT * FROM \"{name}\""))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), "42000", "{e}");
     // CREATE TABLE does not see the folder as an existing table.
     s.sql(&format!("CREATE TABLE \"{name}\"(v BIGINT) AS VALUES (1)"))

@@ -43,6 +43,7 @@ class Connection:
         *,
         script_python: Optional[str] = CURRENT_INTERPRETER,
         schema: Optional[str] = None,
+        lower_ident: bool = False,
         **settings: Any,
     ) -> None:
         """See :func:`connect`."""
@@ -57,6 +58,7 @@ class Connection:
                     f"script_python must be an absolute path without spaces or quotes: {script_python!r}"
                 )
             self.execute(f"ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3={script_python}'")
+        self.set("identifier_case", "lower" if lower_ident else "upper")
         for name, value in settings.items():
             self.set(name, value)
         if schema:
@@ -216,6 +218,7 @@ def connect(
     *,
     script_python: Optional[str] = CURRENT_INTERPRETER,
     schema: Optional[str] = None,
+    lower_ident: bool = False,
     **settings: Any,
 ) -> Connection:
     """Opens a connection to this process's engine.
@@ -229,12 +232,23 @@ def connect(
     - ``schema``: the schema to open, as pyexasol's ``schema=``: unqualified tables and scripts
       are created and found there. A connection's tables are its own, so the schema is created
       in this connection when it is new (in Exasol it must exist).
+    - ``lower_ident``: as pyexasol's. False (the default): result column names come as Exasol
+      folds them, unquoted names upper case (``SELECT 1 AS a`` has column ``A``; ``AS "a"``
+      keeps ``a``), the ``accelsql.identifier_case = 'upper'`` setting. True: lower case, as
+      DataFusion names them. Either way, names in SQL text are found whatever their case.
     - ``settings``: ``SET`` for this connection, e.g. ``gpu_wait_timeout='30s'`` (an accelsql
       setting) or ``**{'datafusion.execution.batch_size': 65536}``.
 
     Connections with the same ``simulated_gpus`` and ``data_dir`` share one engine.
     """
-    return Connection(simulated_gpus, data_dir, script_python=script_python, schema=schema, **settings)
+    return Connection(
+        simulated_gpus,
+        data_dir,
+        script_python=script_python,
+        schema=schema,
+        lower_ident=lower_ident,
+        **settings,
+    )
 
 
 def _quoted_identifier(text: str) -> str:

@@ -11,8 +11,10 @@ _names = itertools.count()
 
 @pytest.fixture
 def conn():
-    """A connection to this process's engine with two simulated GPUs."""
-    with accelsql.connect(simulated_gpus=2) as c:
+    """A connection to this process's engine with two simulated GPUs, naming result columns in
+    DataFusion's lower case (``lower_ident=True``); the default, Exasol's upper case, is tested
+    in test_exasol.py."""
+    with accelsql.connect(simulated_gpus=2, lower_ident=True) as c:
         yield c
 
 

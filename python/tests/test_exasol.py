@@ -39,6 +39,18 @@ def test_pyexasol_named_params(conn):
         conn.execute("SELECT * FROM {t!i}", {"t": "items; DROP TABLE items"})
 
 
+def test_result_names_fold_to_upper_case_as_in_exasol_by_default():
+    with accelsql.connect(simulated_gpus=0) as conn:
+        conn.execute("CREATE TABLE t(id BIGINT, Label VARCHAR) AS VALUES (1, 'a')")
+        st = conn.execute('SELECT id, label, 1 AS a, 2 AS "b", 3 AS "MiXed" FROM t')
+        assert st.column_names() == ["ID", "LABEL", "A", "b", "MiXed"]
+        assert list(conn.export_to_pandas("t").columns) == ["ID", "LABEL"]
+        # Names in SQL are found whatever their case.
+        assert conn.execute("SELECT ID FROM T WHERE LABEL = 'a'").fetchval() == 1
+    with accelsql.connect(simulated_gpus=0, lower_ident=True) as conn:
+        assert conn.execute("SELECT 1 AS a").column_names() == ["a"]
+
+
 def test_exasol_style_flow(unique):
     schema = unique("flow")
     with accelsql.connect(simulated_gpus=1) as setup:
@@ -68,3 +80,33 @@ def run(ctx):
         with pytest.raises(accelsql.AccelsqlError) as e:
             conn.execute("OPEN SCHEMA no_such_schema_anywhere")
         assert e.value.code == "42000"
+
+
+def test_import_from_script_loads_rows_through_the_users_python(unique):
+    schema = unique("imp")
+    with accelsql.connect(simulated_gpus=0, schema=schema) as conn:
+        conn.execute(
+            f"CREATE OR REPLACE CONNECTION {schema}_src TO 'mem://numbers' USER 'reader' IDENTIFIED BY 'pw'"
+        )
+        conn.execute(
+            """CREATE OR REPLACE PYTHON3 SCALAR SCRIPT numbers(n INTEGER, src VARCHAR(100))
+EMITS (n INTEGER, square DOUBLE, src VARCHAR(100)) AS
+def run(ctx):
+    for i in range(1, ctx.n + 1):
+        ctx.emit(i, float(i * i), ctx.src)
+
+def generate_sql_for_import_spec(import_spec):
+    c = exa.get_connection(import_spec.connection_name)
+    return "SELECT numbers(%d, '%s')" % (int(import_spec.parameters['COUNT']), c.address)
+/"""
+        )
+        conn.execute("CREATE TABLE squares(n INT, square DOUBLE, src VARCHAR(100))")
+        conn.execute(f"IMPORT INTO squares FROM SCRIPT numbers AT {schema}_src WITH count = '4'")
+        df = conn.export_to_pandas("SELECT * FROM squares ORDER BY n")
+        assert list(df.columns) == ["N", "SQUARE", "SRC"]
+        assert df["SQUARE"].tolist() == [1.0, 4.0, 9.0, 16.0]
+        assert set(df["SRC"]) == {"mem://numbers"}
+        with pytest.raises(accelsql.AccelsqlError) as e:
+            conn.execute("IMPORT INTO squares FROM SCRIPT no_such_script")
+        assert e.value.code == "42000" and "not found" in e.value.message
+        assert conn.execute("SELECT count(*) FROM squares").fetchval() == 4

@@ -26,7 +26,7 @@ def slow_gpu_udf(conn, spans, seconds=0.3, accelerator="GpuNvidia"):
 
 def test_gpu_statements_of_two_connections_are_serialized():
     spans = []
-    conns = [accelsql.connect(simulated_gpus=2) for _ in range(2)]
+    conns = [accelsql.connect(simulated_gpus=2, lower_ident=True) for _ in range(2)]
     for c in conns:
         slow_gpu_udf(c, spans)
     threads = [threading.Thread(target=c.execute, args=("SELECT slow(1)",)) for c in conns]
@@ -42,7 +42,7 @@ def test_gpu_statements_of_two_connections_are_serialized():
 
 def test_cpu_statements_of_two_connections_run_at_once():
     spans = []
-    conns = [accelsql.connect(simulated_gpus=2) for _ in range(2)]
+    conns = [accelsql.connect(simulated_gpus=2, lower_ident=True) for _ in range(2)]
     for c in conns:
         slow_gpu_udf(c, spans, accelerator="None")
     threads = [threading.Thread(target=c.execute, args=("SELECT slow(1)",)) for c in conns]
@@ -58,7 +58,7 @@ def test_cpu_statements_of_two_connections_run_at_once():
 
 def test_the_script_notebook_scenario_is_serialized(unique):
     name = unique("long_running_gpu")
-    conns = [accelsql.connect(simulated_gpus=2) for _ in range(2)]
+    conns = [accelsql.connect(simulated_gpus=2, lower_ident=True) for _ in range(2)]
     conns[0].execute(
         f"CREATE OR REPLACE PYTHON3 SCALAR SCRIPT {name}(seconds DOUBLE)\n"
         "EMITS (device VARCHAR(200), start_time TIMESTAMP, end_time TIMESTAMP) AS\n"

@@ -55,6 +55,8 @@ impl Flavor {
             Self::Upstream => &[
                 "SET datafusion.execution.target_partitions = 4",
                 "SET datafusion.catalog.information_schema = false",
+                // DataFusion's CREATE SCHEMA leaves the current schema alone.
+                "SET accelsql.create_schema_opens = false",
             ],
         }
     }

@@ -3,21 +3,22 @@
 //! `DUAL` and Exasol's scalar functions. Differences that remain are listed in the README
 //! ("Differences from Exasol").
 
+pub(crate) mod case;
 pub(crate) mod connections;
 pub(crate) mod functions;
 pub(crate) mod schemas;
 pub(crate) mod statements;
 pub(crate) mod text;
+pub(crate) mod transfer;
 
 pub(crate) use functions::{SessionValues, map_exasol_functions};
 pub(crate) use schemas::{DEFAULT_SCHEMA, SchemaChange, schema_change};
 pub(crate) use statements::{ExasolStatement, parse_exasol_statement};
 pub(crate) use text::rewrite_exasol_text;
 
-use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 
-use crate::{EngineError, Result, Session};
+use crate::{Result, Session};
 
 /// Runs the Exasol statements that need the engine's catalog (connections, IMPORT, EXPORT).
 pub(crate) async fn run_statement(
@@ -36,11 +37,8 @@ pub(crate) async fn run_statement(
         ExasolStatement::DropConnection { if_exists, name } => {
             catalog.drop_connection(&name, if_exists)?
         }
-        ExasolStatement::Import(_) | ExasolStatement::Export(_) => {
-            return Err(EngineError::Sql(DataFusionError::NotImplemented(
-                "IMPORT/EXPORT … SCRIPT is not available yet".into(),
-            )));
-        }
+        ExasolStatement::Import(transfer) => return transfer::import(session, transfer).await,
+        ExasolStatement::Export(transfer) => return transfer::export(session, transfer).await,
         ExasolStatement::OpenSchema(_)
         | ExasolStatement::CloseSchema
         | ExasolStatement::Transaction => {}

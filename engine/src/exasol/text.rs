@@ -28,6 +28,27 @@ pub(crate) fn rewrite_exasol_text(text: &str) -> String {
     tokens.iter().map(|t| t.to_string()).collect()
 }
 
+/// `sql` with each `FROM DUAL` reading `table` (an identifier as SQL writes it) instead.
+pub(crate) fn replace_from_dual(sql: &str, table: &str) -> String {
+    let dialect = GenericDialect {};
+    let Ok(tokens) = Tokenizer::new(&dialect, sql)
+        .with_unescape(false)
+        .tokenize()
+    else {
+        return sql.to_string();
+    };
+    let mut out = String::with_capacity(sql.len());
+    for (i, t) in tokens.iter().enumerate() {
+        let after_from = prev_solid(&tokens, i).is_some_and(|p| is_word(&tokens[p], "FROM"));
+        if after_from && is_word(t, "DUAL") {
+            out.push_str(table);
+        } else {
+            out.push_str(&t.to_string());
+        }
+    }
+    out
+}
+
 fn is_word(t: &Token, word: &str) -> bool {
     matches!(t, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
 }
@@ -108,6 +129,37 @@ fn drop_character_sets(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
         .collect()
 }
 
+/// Whether the `VALUES` at `at` opens a row list: it starts the statement or a query (after `(`,
+/// `AS`, a set operator), or follows `INSERT INTO t [(columns)]`.
+fn starts_row_list(tokens: &[Token], at: usize) -> bool {
+    const BEFORE: [&str; 6] = ["AS", "UNION", "ALL", "DISTINCT", "EXCEPT", "INTERSECT"];
+    let Some(prev) = prev_solid(tokens, at) else {
+        return true;
+    };
+    if tokens[prev] == Token::LParen
+        || tokens[prev] == Token::SemiColon
+        || BEFORE.iter().any(|k| is_word(&tokens[prev], k))
+    {
+        return true;
+    }
+    // `INSERT INTO name [(columns)] VALUES`: the statement's words before are INSERT, INTO and
+    // the target's name (no FROM, JOIN or TABLE).
+    let start = (0..at)
+        .rev()
+        .find(|&j| tokens[j] == Token::SemiColon)
+        .map_or(0, |j| j + 1);
+    let words: Vec<&Token> = tokens[start..at]
+        .iter()
+        .filter(|t| matches!(t, Token::Word(_)))
+        .collect();
+    words.first().is_some_and(|t| is_word(t, "INSERT"))
+        && !words.iter().any(|t| {
+            ["FROM", "JOIN", "TABLE", "SELECT"]
+                .iter()
+                .any(|k| is_word(t, k))
+        })
+}
+
 /// `VALUES a, b` → `VALUES (a), (b)`: after a `VALUES` not followed by `(`, each top-level
 /// comma-separated item up to the end of the list (a closing parenthesis, `;`, or a keyword
 /// that ends it) becomes a row of its own.
@@ -125,7 +177,14 @@ fn parenthesize_values(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
         let Some(first) = next_solid(&tokens, i - 1) else {
             continue;
         };
-        if tokens[first] == Token::LParen {
+        // `VALUES (…)` is standard, `VALUES ROW(…)` MySQL's; a table named `values` (`FROM
+        // values`, `CREATE TABLE values(…)`, `(values.a`) is no row list.
+        if matches!(
+            tokens[first],
+            Token::LParen | Token::SemiColon | Token::Period | Token::Comma | Token::RParen
+        ) || is_word(&tokens[first], "ROW")
+            || !starts_row_list(&tokens, i - 1)
+        {
             continue;
         }
         *changed = true;
@@ -198,6 +257,18 @@ mod tests {
     }
 
     #[test]
+    fn from_dual_reads_the_given_table() {
+        assert_eq!(
+            replace_from_dual("SELECT f(\"T\".\"A\") FROM dual GROUP BY iproc()", "\"T\""),
+            "SELECT f(\"T\".\"A\") FROM \"T\" GROUP BY iproc()"
+        );
+        assert_eq!(
+            replace_from_dual("SELECT 'dual' AS dual", "x"),
+            "SELECT 'dual' AS dual"
+        );
+    }
+
+    #[test]
     fn bare_values_become_rows() {
         assert_eq!(
             rewrite_exasol_text("INSERT INTO t VALUES false"),
@@ -210,6 +281,26 @@ mod tests {
         assert_eq!(
             rewrite_exasol_text("SELECT * FROM (VALUES 1, 2) AS v(x) ORDER BY x"),
             "SELECT * FROM (VALUES (1), (2)) AS v(x) ORDER BY x"
+        );
+        for same in [
+            "CREATE TABLE values(a INT)",
+            "SELECT a FROM values AS v WHERE a = 1",
+            "SELECT * FROM values",
+            "SELECT * FROM s.values JOIN values ON true",
+            "SELECT * FROM (VALUES ROW('a'), ROW('b')) AS t(x)",
+            "DROP TABLE values;",
+            "INSERT INTO t SELECT * FROM values",
+            "SELECT named_struct(values.a, 'a') FROM values",
+        ] {
+            assert_eq!(rewrite_exasol_text(same), same);
+        }
+        assert_eq!(
+            rewrite_exasol_text("CREATE TABLE t AS VALUES 1, 2"),
+            "CREATE TABLE t AS VALUES (1), (2)"
+        );
+        assert_eq!(
+            rewrite_exasol_text("INSERT INTO s.t (a) VALUES 1"),
+            "INSERT INTO s.t (a) VALUES (1)"
         );
         let same = "INSERT INTO t VALUES (1, 2), (3, 4)";
         assert_eq!(rewrite_exasol_text(same), same);

@@ -13,8 +13,9 @@ pub(crate) struct DynamicCall {
     pub(crate) function: String,
     /// The script called, as `find` named it.
     pub(crate) script: String,
-    /// Its EMITS columns at this call site, as (name, type).
-    pub(crate) columns: Vec<(String, String)>,
+    /// Its EMITS columns at this call site, as (name, type); `None` when the call gives no
+    /// EMITS list (the script's `default_output_columns()` says them).
+    pub(crate) columns: Option<Vec<(String, String)>>,
 }
 
 /// Rewrites the calls of `EMITS (...)` scripts; returns the new text and the calls. `find` gets
@@ -74,25 +75,27 @@ pub(crate) fn rewrite_dynamic_emits(
                         .get(emits_at + 5)
                         .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_');
                 let open = skip_space(bytes, emits_at + 5);
-                if !has_emits || bytes.get(open) != Some(&b'(') {
-                    return Err(dynamic_err(
-                        &word,
-                        "its EMITS columns are given at the call site: \
-                         SELECT f(…) EMITS (a INT, b VARCHAR(20)) FROM …",
-                    ));
-                }
-                let close = matching_paren(bytes, open)
-                    .ok_or_else(|| dynamic_err(&word, "its EMITS list is not closed"))?;
-                let columns = parse_columns(&text[open + 1..close - 1])
-                    .map_err(|e| dynamic_err(&word, &format!("in its EMITS list: {e}")))?;
                 let function = format!("{word}__emits_{}", calls.len() + 1);
                 out.push_str(&text[copied..start]);
                 out.push('"');
                 out.push_str(&function.replace('"', "\"\""));
                 out.push('"');
-                out.push_str(&text[i..args_end]);
-                copied = close;
-                i = close;
+                let columns = if has_emits && bytes.get(open) == Some(&b'(') {
+                    let close = matching_paren(bytes, open)
+                        .ok_or_else(|| dynamic_err(&word, "its EMITS list is not closed"))?;
+                    let columns = parse_columns(&text[open + 1..close - 1])
+                        .map_err(|e| dynamic_err(&word, &format!("in its EMITS list: {e}")))?;
+                    out.push_str(&text[i..args_end]);
+                    copied = close;
+                    i = close;
+                    Some(columns)
+                } else {
+                    // No EMITS list: the script's default_output_columns() gives them.
+                    out.push_str(&text[i..args_end]);
+                    copied = args_end;
+                    i = args_end;
+                    None
+                };
                 calls.push(DynamicCall {
                     function,
                     script,
@@ -210,13 +213,15 @@ mod tests {
         assert_eq!(calls.len(), 1);
         assert_eq!(
             calls[0].columns,
-            [
+            Some(vec![
                 ("word".to_string(), "VARCHAR(20)".to_string()),
                 ("n".to_string(), "DECIMAL(18, 0)".to_string())
-            ]
+            ])
         );
-        let e = rewrite_dynamic_emits("SELECT split(x) FROM t", &dynamic).unwrap_err();
-        assert!(e.to_string().contains("given at the call site"), "{e}");
+        // Without an EMITS list the call is renamed; its columns come from the script.
+        let (text, calls) = rewrite_dynamic_emits("SELECT split(x) FROM t", &dynamic).unwrap();
+        assert_eq!(text, "SELECT \"split__emits_1\"(x) FROM t");
+        assert_eq!(calls[0].columns, None);
         let (same, none) = rewrite_dynamic_emits("SELECT 'split(x)' FROM t", &dynamic).unwrap();
         assert_eq!((same.as_str(), none.len()), ("SELECT 'split(x)' FROM t", 0));
         let (text, calls) = rewrite_dynamic_emits(

@@ -5,13 +5,16 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-use accelsql_udf_runtime::script::{ConnectionInfo, ScriptConnections, find_python3};
+use accelsql_udf_runtime::script::{
+    ConnectionInfo, ScriptConnections, ScriptSpec, SingleCall, WorkerContext, find_python3,
+    single_call,
+};
 use datafusion::prelude::SessionContext;
 
 use super::catalog::{ScriptCatalog, ScriptEntry, StoredOutput};
-use super::ddl::{DdlOutput, ScriptDdl, parse};
+use super::ddl::{DdlOutput, ScriptDdl, parse, parse_columns};
 use super::dynamic::rewrite_dynamic_emits;
-use super::names::{owns_plain_name, qualified_function, script_imports};
+use super::names::{find_script, owns_plain_name, qualified_function, script_imports};
 use super::options::take_options;
 use super::udf::{ScriptLinks, ScriptUdf, script_spec, script_udf, script_udf_named};
 use crate::EngineError;
@@ -265,6 +268,40 @@ impl SessionScripts {
         synced.1 = current;
     }
 
+    /// The session's number, as scripts see it (`exa.meta.session_id`).
+    pub(crate) fn session_id(&self) -> u64 {
+        self.session_id
+    }
+
+    /// The runtime's view of the script `name` names (`s`, `schema.s`), for a single call of
+    /// one of its functions (`generate_sql_for_import_spec`, …): its imports and connections
+    /// reachable as in a call.
+    pub(crate) fn single_call_spec(
+        &self,
+        catalog: &ScriptCatalog,
+        name: &str,
+    ) -> crate::Result<ScriptSpec> {
+        let entries = catalog.entries();
+        let current = self.current_schema();
+        let entry = find_script(name, &entries, &current)?;
+        let interpreter =
+            self.interpreter(&entry.language)
+                .map_err(|why| EngineError::ScriptDefinition {
+                    message: format!("script {}.{}: {why}", entry.schema, entry.name),
+                })?;
+        let mut entry = entry.as_ref().clone();
+        if entry.output == StoredOutput::DynamicEmits {
+            // Its columns are not needed for a single call.
+            entry.output = StoredOutput::Emits(Vec::new());
+        }
+        let links = ScriptLinks {
+            imports: script_imports(entries, current.clone()),
+            connections: script_connections(catalog),
+            current_schema: current,
+        };
+        script_spec(&entry, interpreter, &links)
+    }
+
     /// The current schema: where unqualified scripts are created and found first.
     pub(crate) fn current_schema(&self) -> String {
         self.current_schema
@@ -298,10 +335,11 @@ impl SessionScripts {
 impl SessionScripts {
     /// Rewrites the calls of `EMITS (...)` scripts in `text` (see `dynamic.rs`); returns the
     /// statement to parse and the UDFs its calls need, for this statement only.
-    pub(crate) fn rewrite_dynamic(
+    pub(crate) async fn rewrite_dynamic(
         &self,
         text: &str,
         catalog: &ScriptCatalog,
+        insert_target: Option<&[(String, String)]>,
     ) -> crate::Result<(String, Vec<ScriptUdf>)> {
         let dynamic: Vec<_> = catalog
             .entries()
@@ -344,10 +382,20 @@ impl SessionScripts {
                 continue;
             };
             let mut entry = (**entry).clone();
-            entry.output = StoredOutput::Emits(call.columns);
             let interpreter = self
                 .interpreter(&entry.language)
                 .map_err(|message| EngineError::ScriptDefinition { message })?;
+            // The call's EMITS list; else, in `INSERT INTO t SELECT f(…)`, t's columns; else the
+            // script's default_output_columns().
+            let columns = match (call.columns, insert_target) {
+                (Some(columns), _) => columns,
+                (None, Some(target)) if !target.is_empty() => target.to_vec(),
+                (None, _) => {
+                    default_output_columns(&entry, interpreter.clone(), &links, self.session_id)
+                        .await?
+                }
+            };
+            entry.output = StoredOutput::Emits(columns);
             udfs.push(script_udf_named(
                 &entry,
                 &call.function,
@@ -358,6 +406,50 @@ impl SessionScripts {
         }
         Ok((rewritten, udfs))
     }
+}
+
+/// The EMITS columns of a call of `entry` (an `EMITS (...)` script) that gives none: what its
+/// `default_output_columns()` returns, called once in a worker of its own, as Exasol does.
+async fn default_output_columns(
+    entry: &ScriptEntry,
+    interpreter: PathBuf,
+    links: &ScriptLinks,
+    session_id: u64,
+) -> crate::Result<Vec<(String, String)>> {
+    let dynamic_err = |message: &str| EngineError::ScriptDefinition {
+        message: format!("script {}.{}: {message}", entry.schema, entry.name),
+    };
+    if !entry.code.contains("default_output_columns") {
+        // Exasol's words.
+        return Err(dynamic_err(
+            "The script has dynamic return arguments. Either specify the return arguments in \
+             the query via EMITS or implement the method default_output_columns in the UDF.",
+        ));
+    }
+    let mut spec_entry = entry.clone();
+    spec_entry.output = StoredOutput::Emits(Vec::new());
+    let spec = script_spec(&spec_entry, interpreter, links)?;
+    let ctx = WorkerContext {
+        session_id,
+        current_user: "SYS".into(),
+        scope_user: "SYS".into(),
+        current_schema: Some(crate::system::exasol_name(&links.current_schema)),
+        node_count: 1,
+        ..WorkerContext::default()
+    };
+    let text = tokio::task::spawn_blocking(move || {
+        single_call(&spec, &ctx, &SingleCall::DefaultOutputColumns)
+    })
+    .await
+    .map_err(|e| dynamic_err(&format!("default_output_columns() did not finish: {e}")))??;
+    if text.trim().is_empty() {
+        return Err(dynamic_err("Empty default output columns"));
+    }
+    parse_columns(&text).map_err(|e| {
+        dynamic_err(&format!(
+            "default_output_columns() returned {text:?}, which is no column list: {e}"
+        ))
+    })
 }
 
 /// `exa.get_connection(name)`'s lookup: a snapshot of the catalog's connections (a change to

@@ -55,6 +55,53 @@ fn plain_candidates<'a>(
     }
 }
 
+/// The script `text` names as SQL writes it (`s`, `schema.s`, quoted parts keep their case): a
+/// qualified name in its schema; a plain one in the current schema, else the only script of
+/// that name. 42000 when there is none, or several and none in the current schema.
+pub(crate) fn find_script(
+    text: &str,
+    entries: &[Arc<ScriptEntry>],
+    current: &str,
+) -> crate::Result<Arc<ScriptEntry>> {
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let name = Parser::new(&GenericDialect {})
+        .try_with_sql(text)
+        .and_then(|mut p| p.parse_object_name(false))
+        .map_err(|e| name_error(format!("{text} is not a script name: {e}")))?;
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .filter_map(|part| part.as_ident().map(folded))
+        .collect();
+    let found: Vec<&Arc<ScriptEntry>> = match parts.as_slice() {
+        [schema, script] => entries
+            .iter()
+            .filter(|e| &e.schema == schema && &e.name == script)
+            .collect(),
+        [plain] => {
+            let candidates = plain_candidates(plain, entries, current);
+            entries
+                .iter()
+                .filter(|e| candidates.iter().any(|c| std::ptr::eq(*c, e.as_ref())))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    match found.as_slice() {
+        [one] => Ok(Arc::clone(one)),
+        [] => Err(name_error(format!("script {text} not found"))),
+        many => Err(name_error(format!(
+            "script name {text} is ambiguous: scripts {} exist and none is in the current \
+             schema {current}; qualify the name",
+            many.iter()
+                .map(|e| qualified_function(&e.schema, &e.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
 /// Renames the schema-qualified script calls in `statement` (see the module docs), and fails a
 /// plain call that could mean scripts of several schemas, or a qualified call of a script that
 /// exists only in other schemas.

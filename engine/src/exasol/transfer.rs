@@ -1,0 +1,255 @@
+//! `IMPORT … FROM SCRIPT` and `EXPORT … INTO SCRIPT`, as Exasol runs them: the script's
+//! `generate_sql_for_import_spec(import_spec)` (or `generate_sql_for_export_spec`) is called once
+//! in a worker, and the SQL it returns is run — for IMPORT, its rows go into the target table
+//! (or, for `IMPORT INTO (a INT, …)`, they are the statement's result, cast to those columns).
+//!
+//! For EXPORT, the returned SQL reads the exported rows: it runs with the source as a common
+//! table expression named as the table (`"T"`; a query source is `"EXPORT_SOURCE"`), whose
+//! columns carry Exasol's names (`source_column_names` are `"T"."A"`), and a `FROM DUAL` in it
+//! reads that source, as in the statements Exasol's export scripts generate (`SELECT
+//! s.export_udf(…, "T"."A") FROM DUAL GROUP BY iproc()`).
+
+use accelsql_udf_runtime::script::{
+    ConnectionInfo, ExportSpec, ImportSpec, SingleCall, WorkerContext, single_call_with_timeout,
+};
+use datafusion::error::DataFusionError;
+use datafusion::execution::SendableRecordBatchStream;
+
+use super::connections::find_connection;
+use super::statements::ScriptTransfer;
+use crate::options::AccelsqlOptions;
+use crate::{EngineError, Result, Session};
+
+/// The user a single call runs as (accelsql has no users yet).
+const SCRIPT_USER: &str = "SYS";
+
+/// The error for generated SQL that is empty, or more than one statement (the script's fault).
+fn generated_error(script: &str, function: &str, message: &str) -> EngineError {
+    EngineError::ScriptDefinition {
+        message: format!("script {script}: {function} {message}"),
+    }
+}
+
+/// The connection `AT name` or `AT 'address' USER … IDENTIFIED BY …` gives the script.
+fn connection_of(session: &Session, t: &ScriptTransfer) -> Result<Option<ConnectionInfo>> {
+    if let Some(name) = &t.connection_name {
+        let found = find_connection(&session.engine().inner.scripts, name)
+            .map_err(|m| EngineError::Sql(DataFusionError::Plan(m)))?;
+        return Ok(Some(ConnectionInfo::password(
+            found.address,
+            found.user,
+            found.password,
+        )));
+    }
+    Ok(t.connection
+        .as_ref()
+        .map(|(address, user, password)| ConnectionInfo::password(address, user, password)))
+}
+
+/// Calls `call` of the script `t` names, in a worker off the async runtime; returns the SQL it
+/// generated, one statement without its trailing `;`.
+async fn generate(session: &Session, t: &ScriptTransfer, call: SingleCall) -> Result<String> {
+    let spec = session
+        .scripts()
+        .single_call_spec(&session.engine().inner.scripts, &t.script)?;
+    let ctx = WorkerContext {
+        session_id: session.scripts().session_id(),
+        statement_id: session.engine().next_statement_id(),
+        current_user: SCRIPT_USER.into(),
+        scope_user: SCRIPT_USER.into(),
+        current_schema: Some(crate::system::exasol_name(&session.current_schema())),
+        node_count: 1,
+        ..WorkerContext::default()
+    };
+    let timeout = session.accelsql_options().udf_timeout()?;
+    let function = call.function();
+    let script = spec.qualified_name();
+    let sql =
+        tokio::task::spawn_blocking(move || single_call_with_timeout(&spec, &ctx, &call, timeout))
+            .await
+            .map_err(|e| EngineError::Sql(DataFusionError::External(Box::new(e))))??;
+    let sql = sql.trim().trim_end_matches(';').trim().to_string();
+    if sql.is_empty() {
+        return Err(generated_error(&script, function, "returned no SQL"));
+    }
+    if crate::splitter::split_statements(&sql).len() > 1 {
+        return Err(generated_error(
+            &script,
+            function,
+            "returned more than one statement",
+        ));
+    }
+    Ok(sql)
+}
+
+/// `IMPORT INTO t [(a, b)] FROM SCRIPT s [AT c] [WITH k = 'v' …]`, or `IMPORT INTO (a INT, …)
+/// FROM SCRIPT …` (a result of its own).
+pub(crate) async fn import(
+    session: &Session,
+    t: ScriptTransfer,
+) -> Result<SendableRecordBatchStream> {
+    let subselect = t.table.is_none();
+    let (names, types): (Vec<String>, Vec<String>) = t
+        .columns
+        .iter()
+        .map(|(name, ty)| (name.clone(), ty.clone().unwrap_or_default()))
+        .unzip();
+    if subselect && (names.is_empty() || types.iter().any(String::is_empty)) {
+        return Err(EngineError::Sql(DataFusionError::Plan(
+            "IMPORT INTO (…) FROM SCRIPT needs each column's name and type".into(),
+        )));
+    }
+    let spec = ImportSpec {
+        is_subselect: subselect,
+        subselect_column_names: subselect.then(|| {
+            names
+                .iter()
+                .map(|n| crate::system::exasol_name(n))
+                .collect()
+        }),
+        subselect_column_types: subselect.then(|| types.iter().map(|t| type_text(t)).collect()),
+        connection_name: t.connection_name.clone(),
+        connection: connection_of(session, &t)?,
+        parameters: t.parameters.clone(),
+    };
+    let generated = generate(session, &t, SingleCall::ImportSpec(spec)).await?;
+    let sql = match &t.table {
+        Some(table) => {
+            let columns = if names.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", names.join(", "))
+            };
+            format!("INSERT INTO {table}{columns} {generated}")
+        }
+        None => {
+            let casts: Vec<String> = names
+                .iter()
+                .zip(&types)
+                .map(|(n, ty)| format!("CAST({n} AS {ty}) AS {n}"))
+                .collect();
+            format!(
+                "SELECT {} FROM ({generated}) AS import_result({})",
+                casts.join(", "),
+                names.join(", ")
+            )
+        }
+    };
+    Box::pin(session.sql_stream(&sql)).await
+}
+
+/// A column type as Exasol writes it: upper case, no spaces inside parentheses (`VARCHAR(20)`,
+/// `DECIMAL(18,0)`).
+fn type_text(ty: &str) -> String {
+    let mut out = String::with_capacity(ty.len());
+    let words = ty.split_whitespace().collect::<Vec<_>>();
+    for (i, w) in words.iter().enumerate() {
+        let glued = matches!(*w, "(" | ")" | ",")
+            || out.ends_with(['(', ','])
+            || (i > 0 && w.starts_with(['(', ')', ',']));
+        if i > 0 && !glued {
+            out.push(' ');
+        }
+        out.push_str(&w.to_uppercase());
+    }
+    out
+}
+
+/// `EXPORT t|(query) INTO SCRIPT s [AT c] [WITH k = 'v' …]`.
+pub(crate) async fn export(
+    session: &Session,
+    t: ScriptTransfer,
+) -> Result<SendableRecordBatchStream> {
+    let Some(source) = t.table.clone() else {
+        return Err(EngineError::Sql(DataFusionError::Plan(
+            "EXPORT needs a table or a (query) to export".into(),
+        )));
+    };
+    let query_source = source.trim_start().starts_with('(');
+    let name = if query_source {
+        "EXPORT_SOURCE".to_string()
+    } else {
+        // The last part of `schema.t`, as Exasol names it.
+        let last = source.rsplit('.').next().unwrap_or(&source).trim();
+        match last.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+            Some(quoted) => quoted.to_string(),
+            None => crate::system::exasol_name(&last.to_ascii_lowercase()),
+        }
+    };
+    let select = if query_source {
+        format!("SELECT * FROM {source} AS export_source")
+    } else {
+        format!("SELECT * FROM {source}")
+    };
+    let schema = Box::pin(session.sql_stream(&format!("SELECT * FROM ({select}) LIMIT 0")))
+        .await?
+        .schema();
+    let quoted = |n: &str| format!("\"{}\"", n.replace('"', "\"\""));
+    let source_column_names = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            format!(
+                "{}.{}",
+                quoted(&name),
+                quoted(&crate::system::exasol_name(f.name()))
+            )
+        })
+        .collect();
+    let spec = ExportSpec {
+        parameters: t.parameters.clone(),
+        connection_name: t.connection_name.clone(),
+        connection: connection_of(session, &t)?,
+        has_truncate: t.truncate,
+        has_replace: t.replace,
+        created_by: t.created_by.clone(),
+        source_column_names: Some(source_column_names),
+    };
+    let generated = generate(session, &t, SingleCall::ExportSpec(spec)).await?;
+    // The source under the name its columns are qualified with, each column as Exasol names it.
+    let renamed: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            format!(
+                "{} AS {}",
+                quoted(f.name()),
+                quoted(&crate::system::exasol_name(f.name()))
+            )
+        })
+        .collect();
+    let sql = format!(
+        "WITH {} AS (SELECT {} FROM ({select})) {}",
+        quoted(&name),
+        renamed.join(", "),
+        super::text::replace_from_dual(&generated, &quoted(&name))
+    );
+    Box::pin(session.sql_stream(&sql)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn types_are_written_as_exasol_writes_them() {
+        assert_eq!(type_text("varchar ( 20 )"), "VARCHAR(20)");
+        assert_eq!(type_text("DECIMAL ( 18 , 0 )"), "DECIMAL(18,0)");
+        assert_eq!(type_text("double precision"), "DOUBLE PRECISION");
+        assert_eq!(type_text("VARCHAR(10) UTF8"), "VARCHAR(10) UTF8");
+    }
+}
+
+impl Session {
+    /// The session's accelsql settings.
+    pub(crate) fn accelsql_options(&self) -> AccelsqlOptions {
+        self.context()
+            .state_ref()
+            .read()
+            .config_options()
+            .extensions
+            .get::<AccelsqlOptions>()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
