@@ -138,7 +138,7 @@ async fn emits_calls_in_illegal_positions_are_coded_errors() {
     let s = session(0);
     s.sql(T).await.unwrap();
     for sql in [
-        "SELECT explode(2), 1",
+        "SELECT explode(CAST(group_sum(x) AS BIGINT)) FROM t",
         "SELECT explode(2) + 1",
         "SELECT * FROM t WHERE k IN (SELECT 'a' FROM t WHERE explode(1) IS NOT NULL)",
         "SELECT explode(1) AS e",
@@ -154,6 +154,12 @@ async fn emits_calls_in_illegal_positions_are_coded_errors() {
             "{message}"
         );
     }
+    // Items beside a SCALAR EMITS call are repeated for each row their input row emits.
+    let b = s
+        .sql("SELECT k, explode(CAST(x AS BIGINT)), 1 AS one FROM t WHERE x < 3 ORDER BY k, i")
+        .await
+        .unwrap();
+    assert_eq!(flat(&b), ["a|1|1", "a|1|1", "a|2|1"]);
     // Columns beside a SET EMITS call must be GROUP BY keys: DataFusion's own check answers.
     let (code, message) = err_code(&s, "SELECT x, group_probe(x) FROM t GROUP BY k").await;
     assert_eq!(code, "42000", "{message}");

@@ -16,6 +16,7 @@
 //! | 58U21 | [`RuntimeError::GpuUnavailable`] | the CUDA driver or NVRTC cannot be loaded or initialised, a device cannot be opened, or it failed in a way that leaves its context unusable |
 //! | 58U22 | [`RuntimeError::Gpu`] | a CUDA call failed (compile, launch, copy) |
 //! | 53U23 | [`RuntimeError::GpuOutOfMemory`] | a batch does not fit in device memory even when split as far as it goes |
+//! | 54U24 | [`RuntimeError::RunTooLarge`] | a run's output passes a stated limit (more than 2 GiB of text in one output column of one run) |
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -180,6 +181,23 @@ pub enum RuntimeError {
         /// How much was needed and how much was free.
         message: String,
     },
+
+    /// A run's output passes one of the limits of one run (see the `script` module's docs).
+    #[error(
+        "[{}] Python script {script} (instance {vm_id}): output column {column}: {message}; \
+         split the work into more groups (GROUP BY) or emit less per group",
+        Self::RUN_TOO_LARGE
+    )]
+    RunTooLarge {
+        /// The script, `SCHEMA.NAME`.
+        script: String,
+        /// The instance.
+        vm_id: usize,
+        /// The output column.
+        column: String,
+        /// Which limit it passed.
+        message: String,
+    },
 }
 
 /// What [`RuntimeError::PythonException`] says (boxed: it is the largest error).
@@ -271,6 +289,8 @@ impl RuntimeError {
     pub const GPU: &'static str = "58U22";
     /// Code of [`RuntimeError::GpuOutOfMemory`].
     pub const GPU_OUT_OF_MEMORY: &'static str = "53U23";
+    /// Code of [`RuntimeError::RunTooLarge`].
+    pub const RUN_TOO_LARGE: &'static str = "54U24";
 
     /// The stable code of this error.
     pub fn code(&self) -> &'static str {
@@ -289,6 +309,7 @@ impl RuntimeError {
             Self::GpuUnavailable { .. } => Self::GPU_UNAVAILABLE,
             Self::Gpu { .. } => Self::GPU,
             Self::GpuOutOfMemory { .. } => Self::GPU_OUT_OF_MEMORY,
+            Self::RunTooLarge { .. } => Self::RUN_TOO_LARGE,
         }
     }
 }

@@ -1482,6 +1482,7 @@ def run(ctx):
         current_schema: None,
         memory_limit: 4 << 30,
         device: None,
+        ..WorkerContext::default()
     };
     let inputs = cols(&[
         ("i", "INTEGER"),

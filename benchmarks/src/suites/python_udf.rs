@@ -57,6 +57,22 @@ def run(ctx):
     ctx.emit(n, total)
 /";
 
+const SET_TOTAL: &str = "CREATE OR REPLACE PYTHON3 SET SCRIPT set_total(x DOUBLE) RETURNS DOUBLE AS
+def run(ctx):
+    total = 0.0
+    while True:
+        total += ctx.x
+        if not ctx.next():
+            break
+    return total
+/";
+
+/// Rows of the batch-size case: the table of an issue's report (16k rows built by many small
+/// INSERTs), at every scale.
+const SMALL_BATCH_ROWS: u64 = 16_000;
+const ONE_ROW_BATCHES: &str = "accelsql, 1-row batches";
+const FULL_BATCHES: &str = "accelsql, 8192-row batches";
+
 const PY_ONE: &str = "CREATE OR REPLACE PYTHON3 SCALAR SCRIPT py_one() RETURNS BIGINT AS
 def run(ctx):
     return 1
@@ -123,6 +139,76 @@ fn duck_figure(engine: &str, rows: u64, case: &DuckCase) -> Figure {
     }
 }
 
+/// A SET script over the same 16k rows stored as 1-row batches (as many small INSERTs leave a
+/// table) and as 8192-row batches: the script's share of the time should not depend on the
+/// input's batch sizes. A built-in aggregate over the same tables shows what DataFusion itself
+/// pays per batch.
+async fn batch_sizes(ctx: &Context, runner: &Runner, progress: &Progress) -> Result<Table> {
+    let rows = SMALL_BATCH_ROWS;
+    let mut table = Table::new(
+        "python-udf: SET script over 16k rows, by input batch size",
+        "rows",
+        Some(FULL_BATCHES),
+    );
+    for (batch_size, name) in [(1, "tiny_batches"), (8192, "full_batches")] {
+        runner
+            .query(&format!(
+                "SET datafusion.execution.batch_size = {batch_size}"
+            ))
+            .await?;
+        runner
+            .query(&format!(
+                "CREATE OR REPLACE TABLE {name} AS SELECT value % 16 AS g, CAST(value AS DOUBLE) \
+                 AS x FROM range({rows})"
+            ))
+            .await?;
+    }
+    runner
+        .query("SET datafusion.execution.batch_size = 8192")
+        .await?;
+    let n = rows as f64;
+    for (engine, name) in [
+        (ONE_ROW_BATCHES, "tiny_batches"),
+        (FULL_BATCHES, "full_batches"),
+    ] {
+        progress.set_message(&format!("{engine} @ {rows} rows"));
+        let returns = timed(
+            ctx,
+            runner,
+            &format!("SELECT set_total(x) FROM {name}"),
+            progress,
+            &[n * (n - 1.0) / 2.0],
+        )
+        .await;
+        table.push(Figure::new("SET RETURNS, one group", engine, rows, returns));
+        let emits = timed(
+            ctx,
+            runner,
+            &format!("SELECT count(*), sum(n), sum(total) FROM (SELECT grp_sum(x) FROM {name} GROUP BY g)"),
+            progress,
+            &[16.0, n, n * (n - 1.0) / 2.0],
+        )
+        .await;
+        table.push(Figure::new("SET EMITS, 16 groups", engine, rows, emits));
+        // What DataFusion itself pays for the batches: a built-in aggregate over the same table.
+        let builtin = timed(
+            ctx,
+            runner,
+            &format!("SELECT count(*), sum(s) FROM (SELECT g, sum(x) AS s FROM {name} GROUP BY g)"),
+            progress,
+            &[16.0, n * (n - 1.0) / 2.0],
+        )
+        .await;
+        table.push(Figure::new(
+            "built-in sum(x), 16 groups (reference)",
+            engine,
+            rows,
+            builtin,
+        ));
+    }
+    Ok(table)
+}
+
 async fn timed(
     ctx: &Context,
     runner: &Runner,
@@ -180,10 +266,11 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
              PATH (run_batch gets lists without numpy); DuckDB's figures are unavailable."
         )),
     }
-    for ddl in [F_ROW, F_BATCH, GRP_SUM, PY_ONE] {
+    for ddl in [F_ROW, F_BATCH, GRP_SUM, SET_TOTAL, PY_ONE] {
         runner.query(ddl).await?;
     }
-    let total = sizes.len() * 5 * ctx.plan.total() + 3 * (ctx.plan.total() + 10);
+    let total =
+        sizes.len() * 5 * ctx.plan.total() + 3 * (ctx.plan.total() + 10) + 6 * ctx.plan.total();
     let progress = Progress::new("python-udf", total as u64, "runs");
     let mut row_table = Table::new("python-udf: per-row form", "rows", Some(DUCK_NATIVE));
     let mut batch_table = Table::new("python-udf: batch form", "rows", Some(DUCK_ARROW));
@@ -239,6 +326,8 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
         }
         progress.inc(2 * ctx.plan.total() as u64);
     }
+
+    let input_batches_table = batch_sizes(ctx, &runner, &progress).await?;
 
     // Starting a worker: a one-row statement with a Python call, beside a bare interpreter.
     let start_plan = crate::measure::RunPlan {
@@ -297,8 +386,12 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
             s.median_s * 1e3
         ));
     }
-    result
-        .tables
-        .extend([row_table, batch_table, set_table, start_table]);
+    result.tables.extend([
+        row_table,
+        batch_table,
+        set_table,
+        input_batches_table,
+        start_table,
+    ]);
     Ok(())
 }

@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
-use datafusion::arrow::compute::partition;
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{concat, partition, take};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -49,6 +49,9 @@ pub(crate) struct CallSpec {
     /// Which keys the output shows, before the EMITS columns.
     pub(crate) output_keys: Vec<usize>,
     pub(crate) args: Vec<Arc<dyn PhysicalExpr>>,
+    /// SCALAR EMITS: the select list's other items, repeated for each row their input row emits;
+    /// the output's first columns.
+    pub(crate) carried: Vec<Arc<dyn PhysicalExpr>>,
     pub(crate) schema: SchemaRef,
     pub(crate) placed: Option<Arc<PlacedCall>>,
 }
@@ -135,7 +138,13 @@ impl ExecutionPlan for UdfCallExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
     ) -> DfResult<TreeNodeRecursion> {
-        for e in self.call.keys.iter().chain(&self.call.args) {
+        for e in self
+            .call
+            .keys
+            .iter()
+            .chain(&self.call.args)
+            .chain(&self.call.carried)
+        {
             if f(e)? == TreeNodeRecursion::Stop {
                 return Ok(TreeNodeRecursion::Stop);
             }
@@ -195,8 +204,10 @@ impl ExecutionPlan for UdfCallExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
+        let batch_size = context.session_config().batch_size();
         let input = self.input.execute(partition, context)?;
         let state = RunState {
+            batch_size,
             call: Arc::clone(&self.call),
             input,
             partition,
@@ -253,6 +264,18 @@ impl ExecutionPlan for UdfCallExec {
 struct Group {
     key: Vec<ScalarValue>,
     input: RunInput,
+    /// The carried items' values for the run's rows, batch by batch (one list per item).
+    carried: Vec<Vec<ArrayRef>>,
+}
+
+impl Group {
+    fn new(key: Vec<ScalarValue>, carried: usize) -> Self {
+        Self {
+            key,
+            input: RunInput::new(),
+            carried: vec![Vec::new(); carried],
+        }
+    }
 }
 
 /// One partition's progress.
@@ -265,6 +288,9 @@ struct RunState {
     partition: usize,
     /// Runs started so far in this partition.
     runs_started: usize,
+    /// The session's batch size: a SCALAR EMITS run gathers input rows until it has this many
+    /// (or the input ends), so that small input batches do not each cost a run.
+    batch_size: usize,
     group: Option<Group>,
     pending: VecDeque<RecordBatch>,
     done: bool,
@@ -282,9 +308,18 @@ impl RunState {
         self.rows_in.add(rows);
         let args = evaluate_values(&self.call.args, batch)?;
         if self.call.def.input_type() == InputType::Scalar {
-            let mut input = RunInput::new();
-            input.push(RunChunk::new(rows, args));
-            return self.run(&[], &input);
+            let carried = evaluate(&self.call.carried, batch)?;
+            let group = self
+                .group
+                .get_or_insert_with(|| Group::new(Vec::new(), carried.len()));
+            group.input.push(RunChunk::new(rows, args))?;
+            for (values, column) in group.carried.iter_mut().zip(carried) {
+                values.push(column);
+            }
+            if group.input.num_rows() >= self.batch_size {
+                self.finish_group()?;
+            }
+            return Ok(());
         }
         let keys = evaluate(&self.call.keys, batch)?;
         let ranges: Vec<std::ops::Range<usize>> = if keys.is_empty() {
@@ -300,10 +335,7 @@ impl RunState {
             if self.group.as_ref().is_some_and(|g| g.key != key) {
                 self.finish_group()?;
             }
-            let group = self.group.get_or_insert_with(|| Group {
-                key,
-                input: RunInput::new(),
-            });
+            let group = self.group.get_or_insert_with(|| Group::new(key, 0));
             let chunk = args
                 .iter()
                 .map(|arg| match arg {
@@ -313,7 +345,7 @@ impl RunState {
                     other => other.clone(),
                 })
                 .collect();
-            group.input.push(RunChunk::new(range.len(), chunk));
+            group.input.push(RunChunk::new(range.len(), chunk))?;
         }
         Ok(())
     }
@@ -323,11 +355,13 @@ impl RunState {
         let Some(group) = self.group.take() else {
             return Ok(());
         };
-        self.run(&group.key, &group.input)
+        self.run(&group)
     }
 
-    /// One run: the kernel's rows, checked against EMITS, behind the run's key columns.
-    fn run(&mut self, key: &[ScalarValue], input: &RunInput) -> crate::Result<()> {
+    /// One run: the kernel's rows, checked against EMITS, behind the run's key columns (SET) or
+    /// carried items (SCALAR).
+    fn run(&mut self, group: &Group) -> crate::Result<()> {
+        let (key, input) = (&group.key, &group.input);
         let rows = input.num_rows();
         let call = Arc::clone(&self.call);
         let def = &call.def;
@@ -343,10 +377,19 @@ impl RunState {
             def.accelerator(),
             def.cpu.as_ref(),
             def.gpu.as_deref(),
-            |kernel, context| kernel.run_input(context, input),
+            |kernel, context| {
+                if group.carried.is_empty() {
+                    Ok((kernel.run_input(context, input)?, None))
+                } else {
+                    let (columns, ends) = kernel.run_input_traced(context, input)?;
+                    Ok((columns, Some(ends)))
+                }
+            },
         )?;
         self.runs.add(1);
-        let emitted = check_emitted(def, &call.schema, call.output_keys.len(), ran.value)?;
+        let (value, row_ends) = ran.value;
+        let leading = call.output_keys.len() + group.carried.len();
+        let emitted = check_emitted(def, &call.schema, leading, value)?;
         let out_rows = emitted.first().map_or(0, |c| c.len());
         if let Some(placed) = &call.placed {
             placed
@@ -362,6 +405,9 @@ impl RunState {
             .filter_map(|&i| key.get(i))
             .map(|k| k.to_array_of_size(out_rows))
             .collect::<DfResult<Vec<_>>>()?;
+        if let Some(ends) = row_ends {
+            columns.extend(carry(def, &group.carried, &ends, rows, out_rows)?);
+        }
         columns.extend(emitted);
         let batch = RecordBatch::try_new(Arc::clone(&call.schema), columns).map_err(|e| {
             EngineError::BadUdfResult {
@@ -372,6 +418,49 @@ impl RunState {
         self.pending.push_back(batch);
         Ok(())
     }
+}
+
+/// The carried items' values for a run's output rows: each input row's values repeated for
+/// each row it emitted (`ends`: the running count of emitted rows after each input row).
+fn carry(
+    def: &SetUdf,
+    carried: &[Vec<ArrayRef>],
+    ends: &[u64],
+    rows: usize,
+    out_rows: usize,
+) -> crate::Result<Vec<ArrayRef>> {
+    let bad = |message: String| EngineError::BadUdfResult {
+        udf: def.name().to_string(),
+        message,
+    };
+    if ends.len() != rows || ends.last().copied().unwrap_or(0) != out_rows as u64 {
+        return Err(bad(format!(
+            "it traced {} input rows and {} output rows for a run of {rows} rows that emitted \
+             {out_rows}",
+            ends.len(),
+            ends.last().copied().unwrap_or(0)
+        )));
+    }
+    let mut origins = Vec::with_capacity(out_rows);
+    let mut start = 0u64;
+    for (row, &end) in ends.iter().enumerate() {
+        if end < start {
+            return Err(bad("its emitted-row counts decrease".to_string()));
+        }
+        let row = u32::try_from(row).map_err(|_| bad(format!("{rows} rows in one run")))?;
+        origins.extend(std::iter::repeat_n(row, (end - start) as usize));
+        start = end;
+    }
+    let origins = UInt32Array::from(origins);
+    carried
+        .iter()
+        .map(|parts| {
+            let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+            let values = concat(&refs)?;
+            Ok(take(values.as_ref(), &origins, None)?)
+        })
+        .collect::<DfResult<Vec<_>>>()
+        .map_err(EngineError::from)
 }
 
 /// The arguments for `batch`: constants stay scalars.

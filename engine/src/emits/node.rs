@@ -22,8 +22,16 @@ pub(crate) struct UdfCallNode {
     /// Which keys start the output, before the EMITS columns (those the select list shows).
     pub(crate) output_keys: Vec<usize>,
     pub(crate) args: Vec<Expr>,
+    /// SCALAR EMITS: the select list's other items, evaluated on each input row and repeated for
+    /// each row it emits; the output's first columns, named [`carried_name`].
+    pub(crate) carried: Vec<Expr>,
     pub(crate) schema: DFSchemaRef,
     pub(crate) placed: Option<Arc<PlacedCall>>,
+}
+
+/// The output column of the `i`th carried item of a `UdfCall` node.
+pub(crate) fn carried_name(i: usize) -> String {
+    format!("__accelsql_carried_{i}")
 }
 
 impl UdfCallNode {
@@ -43,6 +51,7 @@ impl PartialEq for UdfCallNode {
             && self.keys == other.keys
             && self.output_keys == other.output_keys
             && self.args == other.args
+            && self.carried == other.carried
             && self.schema == other.schema
             && same_placement(&self.placed, &other.placed)
     }
@@ -62,6 +71,7 @@ impl Hash for UdfCallNode {
         self.input.hash(state);
         self.keys.hash(state);
         self.args.hash(state);
+        self.carried.hash(state);
         self.placed.as_ref().map(|c| c.decision.call_id).hash(state);
     }
 }
@@ -80,7 +90,12 @@ impl UserDefinedLogicalNodeCore for UdfCallNode {
     }
 
     fn expressions(&self) -> Vec<Expr> {
-        self.keys.iter().chain(&self.args).cloned().collect()
+        self.keys
+            .iter()
+            .chain(&self.args)
+            .chain(&self.carried)
+            .cloned()
+            .collect()
     }
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -96,6 +111,16 @@ impl UserDefinedLogicalNodeCore for UdfCallNode {
             write!(f, "{a}")?;
         }
         write!(f, ") {}", self.def.output())?;
+        if !self.carried.is_empty() {
+            f.write_str(", carrying [")?;
+            for (i, c) in self.carried.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{c}")?;
+            }
+            f.write_str("]")?;
+        }
         if !self.keys.is_empty() {
             f.write_str(", group by [")?;
             for (i, k) in self.keys.iter().enumerate() {
@@ -117,7 +142,9 @@ impl UserDefinedLogicalNodeCore for UdfCallNode {
         exprs: Vec<Expr>,
         mut inputs: Vec<LogicalPlan>,
     ) -> DfResult<Self> {
-        if inputs.len() != 1 || exprs.len() != self.keys.len() + self.args.len() {
+        if inputs.len() != 1
+            || exprs.len() != self.keys.len() + self.args.len() + self.carried.len()
+        {
             return Err(DataFusionError::Internal(format!(
                 "UdfCall of {} rebuilt with {} inputs and {} expressions",
                 self.def.name(),
@@ -126,11 +153,13 @@ impl UserDefinedLogicalNodeCore for UdfCallNode {
             )));
         }
         let mut keys = exprs;
-        let args = keys.split_off(self.keys.len());
+        let mut args = keys.split_off(self.keys.len());
+        let carried = args.split_off(self.args.len());
         Ok(Self {
             input: inputs.remove(0),
             keys,
             args,
+            carried,
             ..self.clone()
         })
     }

@@ -64,6 +64,7 @@ impl ExtensionPlanner for UdfCallPlanner {
             keys: plan(&call.keys)?,
             output_keys: call.output_keys.clone(),
             args: plan(&call.args)?,
+            carried: plan(&call.carried)?,
             schema: Arc::new(call.schema.as_arrow().clone()),
             placed: call.placed.clone(),
         };

@@ -15,9 +15,9 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::AnalyzerRule;
 
-use super::node::UdfCallNode;
+use super::node::{UdfCallNode, carried_name};
 use crate::emits_err;
-use crate::udf::{SetUdf, emits_of, emits_of_aggregate};
+use crate::udf::{SetUdf, as_accel_aggregate, emits_of, emits_of_aggregate};
 
 /// Rewrites EMITS calls into `UdfCall` nodes.
 #[derive(Debug, Default)]
@@ -108,8 +108,8 @@ fn scalar_emits_in(projection: &Projection) -> Option<(Arc<SetUdf>, Vec<Expr>)> 
 fn alone_err(def: &SetUdf) -> datafusion::error::DataFusionError {
     emits_err!(
         def.name(),
-        "an EMITS call shares its select list only with GROUP BY keys; select other \
-         expressions in an outer query"
+        "a SET EMITS call shares its select list only with GROUP BY keys (as in Exasol); \
+         select other expressions in an outer query"
     )
     .into_datafusion()
 }
@@ -118,30 +118,77 @@ fn rewrite_scalar(
     projection: Projection,
     (def, args): (Arc<SetUdf>, Vec<Expr>),
 ) -> DfResult<LogicalPlan> {
+    reject_set_arguments(&def, &args, &projection.input)?;
     let mut exprs = Vec::with_capacity(projection.expr.len());
+    let mut carried = Vec::new();
+    let mut carried_fields = Vec::new();
     for (i, expr) in projection.expr.iter().enumerate() {
-        let Some((Expr::ScalarFunction(ScalarFunction { func, args: a }), name)) =
+        if let Some((Expr::ScalarFunction(ScalarFunction { func, args: a }), name)) =
             field_access(expr)
-        else {
-            return Err(alone_err(&def));
-        };
-        if emits_of(func).is_none_or(|d| !Arc::ptr_eq(d, &def)) || a != &args {
-            return Err(alone_err(&def));
+            && emits_of(func).is_some()
+        {
+            if emits_of(func).is_none_or(|d| !Arc::ptr_eq(d, &def)) || a != &args {
+                return Err(emits_err!(
+                    def.name(),
+                    "only one EMITS call may stand in a select list; call the other in a subquery"
+                )
+                .into_datafusion());
+            }
+            exprs.push(renamed(&projection, i, Column::new_unqualified(name)));
+            continue;
         }
+        // Another item (Exasol allows them beside a SCALAR EMITS call): evaluated on each input
+        // row and repeated for each row that row emits.
+        let name = carried_name(carried.len());
+        let (_, field) = projection.schema.qualified_field(i);
+        carried_fields.push(Arc::new(field.as_ref().clone().with_name(&name)));
+        carried.push(strip_alias(expr).clone());
         exprs.push(renamed(&projection, i, Column::new_unqualified(name)));
     }
-    let fields = def.emits().cloned().unwrap_or_default();
-    let schema = DFSchema::from_unqualified_fields(fields, Default::default())?;
+    let mut fields = carried_fields;
+    fields.extend(def.emits().into_iter().flatten().cloned());
+    let schema = DFSchema::from_unqualified_fields(fields.into(), Default::default())?;
     let node = UdfCallNode {
         def,
         input: Arc::unwrap_or_clone(projection.input),
         keys: Vec::new(),
         output_keys: Vec::new(),
         args,
+        carried,
         schema: Arc::new(schema),
         placed: None,
     };
     project_over(node, exprs)
+}
+
+/// Rejects a SCALAR EMITS call whose arguments read a SET call of the aggregate below it.
+fn reject_set_arguments(def: &SetUdf, args: &[Expr], input: &LogicalPlan) -> DfResult<()> {
+    let LogicalPlan::Aggregate(agg) = input else {
+        return Ok(());
+    };
+    let keys = agg.group_expr.len();
+    let mut used = HashSet::new();
+    for arg in args {
+        expr_to_columns(arg, &mut used)?;
+    }
+    for (i, aggr) in agg.aggr_expr.iter().enumerate() {
+        let Expr::AggregateFunction(f) = strip_alias(aggr) else {
+            continue;
+        };
+        if as_accel_aggregate(f.func.inner().as_ref()).is_none() {
+            continue;
+        }
+        let (q, field) = agg.schema.qualified_field(keys + i);
+        if used.contains(&Column::new(q.cloned(), field.name())) {
+            return Err(emits_err!(
+                def.name(),
+                "a SET UDF call cannot be an argument of a SCALAR EMITS call (Exasol rejects it \
+                 too); call the SET UDF in a subquery and pass its column"
+            )
+            .into_datafusion());
+        }
+    }
+    Ok(())
 }
 
 /// The SET EMITS UDF an aggregate expression calls, with its arguments.
@@ -241,12 +288,24 @@ fn rewrite_set(projection: Projection, agg: Aggregate) -> DfResult<LogicalPlan> 
         )
         .into_datafusion()
     })?;
+    // A NULL key (the front end adds one, see `sql.rs`) groups nothing: left out unless shown.
+    let kept: Vec<usize> = (0..keys)
+        .filter(|i| {
+            output_keys.contains(i)
+                || !matches!(&agg.group_expr[*i], Expr::Literal(v, _) if v.is_null())
+        })
+        .collect();
+    let output_keys = output_keys
+        .iter()
+        .filter_map(|i| kept.iter().position(|k| k == i))
+        .collect();
     let node = UdfCallNode {
         def,
         input: Arc::unwrap_or_clone(agg.input),
-        keys: agg.group_expr,
+        keys: kept.iter().map(|&i| agg.group_expr[i].clone()).collect(),
         output_keys,
         args: function.params.args.clone(),
+        carried: Vec::new(),
         schema: Arc::new(schema),
         placed: None,
     };
@@ -278,8 +337,9 @@ fn reject_leftovers(plan: &LogicalPlan) -> DfResult<()> {
                 match def {
                     Some(def) => Err(emits_err!(
                         def.name(),
-                        "an EMITS call must stand alone in its select list (beside GROUP BY \
-                         keys), with no HAVING, window or expression around it"
+                        "emitting function in expression (as Exasol says): an EMITS call must \
+                         be an item of its select list, with no HAVING, window or expression \
+                         around it"
                     )
                     .into_datafusion()),
                     None => Ok(TreeNodeRecursion::Continue),

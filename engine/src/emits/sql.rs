@@ -10,11 +10,11 @@ use std::sync::Arc;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
     Expr as SqlExpr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
-    FunctionArguments, Ident, ObjectName, ObjectNamePart, Select, SelectItem, Statement, Value,
-    VisitMut, VisitorMut, visit_expressions,
+    FunctionArguments, GroupByExpr, Ident, ObjectName, ObjectNamePart, Select, SelectItem,
+    Statement, Value, VisitMut, VisitorMut, visit_expressions,
 };
 
-use crate::udf::SetUdf;
+use crate::udf::{InputType, SetUdf};
 use crate::{EngineError, emits_err};
 
 /// Rewrites the EMITS calls of `statement`; `lookup` finds the EMITS UDF a function name calls.
@@ -53,8 +53,9 @@ fn expand_in(
     if expander.expanded < calls.len() {
         return Err(emits_err!(
             first.name(),
-            "an EMITS call must stand alone as an item of a select list (beside GROUP BY keys), \
-             not inside an expression, a WHERE, GROUP BY or ORDER BY clause, or a function argument"
+            "emitting function in expression (as Exasol says): an EMITS call must be an item \
+             of a select list, not inside an expression, a WHERE, GROUP BY or ORDER BY clause, \
+             or a function argument"
         ));
     }
     Ok(())
@@ -127,8 +128,24 @@ impl VisitorMut for Expander<'_> {
                 alias: Ident::with_quote('"', field.name()),
             });
         select.projection.splice(i..=i, items);
+        if def.input_type() == InputType::Set {
+            hide_group_uniqueness(select);
+        }
         self.expanded += 1;
         ControlFlow::Continue(())
+    }
+}
+
+/// A SET EMITS call's select emits any number of rows per group, but DataFusion's planner takes a
+/// GROUP BY's keys to be unique in its output (a functional dependency): an outer `GROUP BY k`
+/// over it would then also group by every emitted column. A NULL among the keys, which the
+/// select list does not show, keeps the dependency from reaching the select's output; it does not
+/// change the groups.
+fn hide_group_uniqueness(select: &mut Select) {
+    if let GroupByExpr::Expressions(keys, _) = &mut select.group_by
+        && !keys.is_empty()
+    {
+        keys.push(SqlExpr::value(Value::Null));
     }
 }
 

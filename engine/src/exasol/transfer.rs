@@ -227,19 +227,6 @@ pub(crate) async fn export(
     Box::pin(session.sql_stream(&sql)).await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn types_are_written_as_exasol_writes_them() {
-        assert_eq!(type_text("varchar ( 20 )"), "VARCHAR(20)");
-        assert_eq!(type_text("DECIMAL ( 18 , 0 )"), "DECIMAL(18,0)");
-        assert_eq!(type_text("double precision"), "DOUBLE PRECISION");
-        assert_eq!(type_text("VARCHAR(10) UTF8"), "VARCHAR(10) UTF8");
-    }
-}
-
 impl Session {
     /// The session's accelsql settings.
     pub(crate) fn accelsql_options(&self) -> AccelsqlOptions {
@@ -251,5 +238,18 @@ impl Session {
             .get::<AccelsqlOptions>()
             .cloned()
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn types_are_written_as_exasol_writes_them() {
+        assert_eq!(type_text("varchar ( 20 )"), "VARCHAR(20)");
+        assert_eq!(type_text("DECIMAL ( 18 , 0 )"), "DECIMAL(18,0)");
+        assert_eq!(type_text("double precision"), "DOUBLE PRECISION");
+        assert_eq!(type_text("VARCHAR(10) UTF8"), "VARCHAR(10) UTF8");
     }
 }

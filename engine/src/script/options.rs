@@ -30,7 +30,9 @@ pub(crate) fn take_options(body: &str) -> Result<(ScriptOptions, String), Engine
         let fail = |message: String| EngineError::ScriptDefinition {
             message: format!("script line {}: {message}", i + 1),
         };
-        let option = option.trim_end().trim_end_matches(';').trim_end();
+        let option = option.trim_end();
+        let terminated = option.ends_with(';');
+        let option = option.trim_end_matches(';').trim_end();
         let (key, value) = option
             .split_once(char::is_whitespace)
             .map(|(k, v)| (k, v.trim()))
@@ -45,6 +47,12 @@ pub(crate) fn take_options(body: &str) -> Result<(ScriptOptions, String), Engine
                 options.instance_limit = Some(limit);
             }
             "env" => {
+                // Exasol reads an %env value up to its ';' and rejects a line without one.
+                if !terminated {
+                    return Err(fail(format!(
+                        "%env {value} has no terminating ';' (write %env NAME=value;)"
+                    )));
+                }
                 let (name, value) = value
                     .split_once('=')
                     .ok_or_else(|| fail(format!("%env needs NAME=value, got {value:?}")))?;
@@ -103,5 +111,11 @@ mod tests {
         assert!(e.to_string().contains("script line 1"), "{e}");
         assert!(take_options("%perNodeAndCallInstanceLimit zero;").is_err());
         assert!(take_options("%env =x;").is_err());
+        let e = take_options("def f(): pass\n\n%env MODE=fast\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("script line 3: %env MODE=fast has no terminating ';'"),
+            "{e}"
+        );
     }
 }

@@ -15,6 +15,7 @@ use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::logical_expr::ColumnarValue;
 
 use super::catalog::{ScriptEntry, StoredOutput};
+use crate::udf::{RunInput, SetKernel};
 use crate::{EngineError, ScalarUdf, SetUdf};
 
 /// A script, ready to register in a session.
@@ -151,7 +152,7 @@ pub(crate) fn script_udf_named(
                             .iter()
                             .map(|a| a.to_array(rows))
                             .collect::<datafusion::error::Result<Vec<_>>>()?;
-                        let mut out = kernel.run(ctx, rows, &arrays)?;
+                        let mut out = kernel.run(ctx, vec![(rows, arrays)], &mut None)?;
                         if out.len() != 1 {
                             return Err(EngineError::BadUdfResult {
                                 udf: kernel.spec.qualified_name(),
@@ -185,13 +186,8 @@ pub(crate) fn script_udf_named(
             if let Some(limit) = entry.instance_limit {
                 builder = builder.instance_limit(limit);
             }
-            let kernel = Arc::clone(&runner);
             let udf = builder
-                .cpu(
-                    move |ctx: &InstanceContext, rows: usize, args: &[ArrayRef]| {
-                        kernel.run(ctx, rows, args)
-                    },
-                )
+                .cpu(ScriptSetKernel(Arc::clone(&runner)))
                 .build()?
                 .renamed(function.to_string());
             Ok(ScriptUdf::Set(udf))
@@ -274,12 +270,58 @@ impl Drop for WorkerSlot {
     }
 }
 
+/// A SET or SCALAR EMITS script as a [`SetKernel`]: a run's chunks go to the worker as they
+/// were gathered, not joined first (the worker gets them in chunks of its own size).
+struct ScriptSetKernel(Arc<ScriptRunner>);
+
+impl SetKernel for ScriptSetKernel {
+    fn run(
+        &self,
+        instance: &InstanceContext,
+        num_rows: usize,
+        args: &[ArrayRef],
+    ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        self.0
+            .run(instance, vec![(num_rows, args.to_vec())], &mut None)
+    }
+
+    fn run_input(
+        &self,
+        instance: &InstanceContext,
+        input: &RunInput,
+    ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        let mut ends = None;
+        self.0.run(instance, run_parts(input)?, &mut ends)
+    }
+
+    fn run_input_traced(
+        &self,
+        instance: &InstanceContext,
+        input: &RunInput,
+    ) -> datafusion::error::Result<(Vec<ArrayRef>, Vec<u64>)> {
+        let mut ends = Some(Vec::new());
+        let columns = self.0.run(instance, run_parts(input)?, &mut ends)?;
+        Ok((columns, ends.unwrap_or_default()))
+    }
+}
+
+/// A run's chunks as the worker takes them: (rows, one array per argument).
+fn run_parts(input: &RunInput) -> datafusion::error::Result<Vec<(usize, Vec<ArrayRef>)>> {
+    input
+        .chunks()
+        .iter()
+        .map(|chunk| Ok((chunk.num_rows(), chunk.to_arrays()?)))
+        .collect()
+}
+
 impl ScriptRunner {
+    /// One run, given as parts of (rows, one array per argument). With `Some` in `row_ends`, a
+    /// SCALAR EMITS run also fills it with its running count of emitted rows per input row.
     fn run(
         &self,
         ctx: &InstanceContext,
-        rows: usize,
-        args: &[ArrayRef],
+        parts: Vec<(usize, Vec<ArrayRef>)>,
+        row_ends: &mut Option<Vec<u64>>,
     ) -> datafusion::error::Result<Vec<ArrayRef>> {
         if let Some(why) = &self.unavailable {
             return Err(EngineError::ScriptDefinition {
@@ -294,7 +336,10 @@ impl ScriptRunner {
         {
             Some(slot) => slot,
             None => {
-                let types: Vec<DataType> = args.iter().map(|a| a.data_type().clone()).collect();
+                let types: Vec<DataType> = parts
+                    .first()
+                    .map(|(_, args)| args.iter().map(|a| a.data_type().clone()).collect())
+                    .unwrap_or_default();
                 let worker = PythonWorker::start(
                     Arc::clone(&self.spec),
                     WorkerContext {
@@ -308,6 +353,7 @@ impl ScriptRunner {
                         scope_user: SCRIPT_USER.into(),
                         current_schema: Some(crate::system::exasol_name(&self.current_schema)),
                         memory_limit: 0,
+                        ..WorkerContext::default()
                     },
                     &types,
                     ctx.run_timeout,
@@ -333,7 +379,14 @@ impl ScriptRunner {
                 "script worker already finished".into(),
             ));
         };
-        match worker.run(rows, args) {
+        let ran = match row_ends {
+            Some(ends) => worker.run_parts_traced(parts).map(|(columns, traced)| {
+                *ends = traced;
+                columns
+            }),
+            None => worker.run_parts(parts),
+        };
+        match ran {
             Ok(columns) => Ok(columns),
             Err(e) => {
                 // A failed run leaves the worker unusable (crashed, killed, or mid-protocol): drop

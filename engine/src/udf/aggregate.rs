@@ -7,15 +7,14 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, ListArray};
 use datafusion::arrow::buffer::OffsetBuffer;
-use datafusion::arrow::compute::concat;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::ScalarValue;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
-use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Signature};
+use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, ColumnarValue, Signature};
 
 use super::call::{PlacedCall, on_instance, same_placement};
-use super::{Output, SetUdf, signature};
+use super::{Output, RunChunk, RunInput, SetUdf, signature};
 use crate::EngineError;
 
 /// A SET RETURNS [`SetUdf`] as DataFusion sees it: unplaced as registered; the placement rule
@@ -103,7 +102,7 @@ impl AggregateUDFImpl for AccelAggregateUdf {
         Ok(Box::new(GroupAccumulator {
             udf: self.clone(),
             fields: args.expr_fields.to_vec(),
-            buffers: vec![Vec::new(); args.expr_fields.len()],
+            input: RunInput::new(),
         }))
     }
 
@@ -124,44 +123,41 @@ impl AggregateUDFImpl for AccelAggregateUdf {
     }
 }
 
-/// The rows of one group, argument by argument, until the group is complete.
+/// The rows of one group, as they arrived, until the group is complete.
 #[derive(Debug)]
 struct GroupAccumulator {
     udf: AccelAggregateUdf,
     fields: Vec<FieldRef>,
-    buffers: Vec<Vec<ArrayRef>>,
+    input: RunInput,
 }
 
 impl GroupAccumulator {
     /// Each argument's rows as one array.
     fn columns(&self) -> DfResult<Vec<ArrayRef>> {
-        self.buffers
-            .iter()
-            .zip(&self.fields)
-            .map(|(parts, field)| {
-                if parts.is_empty() {
-                    return Ok(datafusion::arrow::array::new_empty_array(field.data_type()));
-                }
-                let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
-                Ok(concat(&refs)?)
-            })
-            .collect()
+        if self.input.num_rows() == 0 {
+            return Ok(self
+                .fields
+                .iter()
+                .map(|f| datafusion::arrow::array::new_empty_array(f.data_type()))
+                .collect());
+        }
+        self.input.to_arrays()
+    }
+
+    fn push(&mut self, values: Vec<ArrayRef>) -> DfResult<()> {
+        let rows = values.first().map_or(0, |v| v.len());
+        let args = values.into_iter().map(ColumnarValue::Array).collect();
+        self.input.push(RunChunk::new(rows, args))
     }
 }
 
 impl Accumulator for GroupAccumulator {
     fn update_batch(&mut self, values: &[ArrayRef]) -> DfResult<()> {
-        for (buffer, value) in self.buffers.iter_mut().zip(values) {
-            if !value.is_empty() {
-                buffer.push(Arc::clone(value));
-            }
-        }
-        Ok(())
+        self.push(values.to_vec())
     }
 
     fn evaluate(&mut self) -> DfResult<ScalarValue> {
-        let columns = self.columns()?;
-        let rows = columns.first().map_or(0, |c| c.len());
+        let rows = self.input.num_rows();
         let def = &self.udf.def;
         if rows == 0 {
             // An empty group (an aggregate over no rows): no run, NULL.
@@ -175,7 +171,7 @@ impl Accumulator for GroupAccumulator {
                 def.accelerator(),
                 def.cpu.as_ref(),
                 def.gpu.as_deref(),
-                |kernel, context| kernel.run(context, rows, &columns),
+                |kernel, context| kernel.run_input(context, &self.input),
             )?;
             let bad = |message: String| EngineError::BadUdfResult {
                 udf: def.name().to_string(),
@@ -210,13 +206,8 @@ impl Accumulator for GroupAccumulator {
     }
 
     fn size(&self) -> usize {
-        std::mem::size_of_val(self)
-            + self
-                .buffers
-                .iter()
-                .flatten()
-                .map(|a| a.get_array_memory_size())
-                .sum::<usize>()
+        // DataFusion asks after every batch: counted as rows arrive, not by walking them.
+        std::mem::size_of_val(self) + self.input.memory_size()
     }
 
     fn state(&mut self) -> DfResult<Vec<ScalarValue>> {
@@ -233,21 +224,26 @@ impl Accumulator for GroupAccumulator {
     }
 
     fn merge_batch(&mut self, states: &[ArrayRef]) -> DfResult<()> {
-        for (buffer, state) in self.buffers.iter_mut().zip(states) {
-            let lists = state.as_list_opt::<i32>().ok_or_else(|| {
-                DataFusionError::Internal(format!(
-                    "state of SET UDF {} is {}, not a list",
-                    self.udf.def.name(),
-                    state.data_type()
-                ))
-            })?;
-            for i in 0..lists.len() {
-                if lists.is_valid(i) {
-                    let rows = lists.value(i);
-                    if !rows.is_empty() {
-                        buffer.push(rows);
-                    }
-                }
+        let lists = states
+            .iter()
+            .map(|state| {
+                state.as_list_opt::<i32>().ok_or_else(|| {
+                    DataFusionError::Internal(format!(
+                        "state of SET UDF {} is {}, not a list",
+                        self.udf.def.name(),
+                        state.data_type()
+                    ))
+                })
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        let Some(first) = lists.first() else {
+            return Ok(());
+        };
+        for i in 0..first.len() {
+            // Each state row holds one partial group's rows, one list per argument (all of
+            // the same length).
+            if first.is_valid(i) {
+                self.push(lists.iter().map(|l| l.value(i)).collect())?;
             }
         }
         Ok(())

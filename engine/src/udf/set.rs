@@ -9,6 +9,7 @@ use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
 use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::compute::concat;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields};
+use datafusion::common::ScalarValue;
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::ColumnarValue;
 
@@ -47,16 +48,77 @@ pub trait SetKernel: Send + Sync {
         let args = input.to_arrays()?;
         self.run(instance, input.num_rows(), &args)
     }
+
+    /// Processes one run of a SCALAR EMITS UDF and says which input row each output row came
+    /// from: the output, and for each input row how many rows the run had emitted after it (a
+    /// running count). The engine calls this when the call's select list carries other items,
+    /// whose values are repeated for each row their input row emitted.
+    ///
+    /// The default runs each input row on its own ([`SetKernel::run`] per row); override it
+    /// where one run can tell.
+    fn run_input_traced(
+        &self,
+        instance: &InstanceContext,
+        input: &RunInput,
+    ) -> datafusion::error::Result<(Vec<ArrayRef>, Vec<u64>)> {
+        let args = input.to_arrays()?;
+        let rows = input.num_rows();
+        if rows == 0 {
+            return Ok((self.run(instance, 0, &args)?, Vec::new()));
+        }
+        let mut outputs = Vec::with_capacity(rows);
+        let mut ends = Vec::with_capacity(rows);
+        let mut emitted = 0u64;
+        for row in 0..rows {
+            let one: Vec<ArrayRef> = args.iter().map(|a| a.slice(row, 1)).collect();
+            let out = self.run(instance, 1, &one)?;
+            emitted += out.first().map_or(0, |c| c.len()) as u64;
+            ends.push(emitted);
+            outputs.push(out);
+        }
+        let width = outputs.first().map_or(0, Vec::len);
+        let columns = (0..width)
+            .map(|i| {
+                let parts = outputs
+                    .iter()
+                    .map(|o| {
+                        o.get(i).map(|a| a.as_ref()).ok_or_else(|| {
+                            DataFusionError::Execution(format!(
+                                "a run returned {} columns, another more than {i}",
+                                o.len()
+                            ))
+                        })
+                    })
+                    .collect::<datafusion::error::Result<Vec<&dyn Array>>>()?;
+                Ok(concat(&parts)?)
+            })
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        Ok((columns, ends))
+    }
 }
 
 /// One run's rows as they arrived: consecutive chunks (slices of input batches), each with every
 /// argument for its rows. An argument that holds one value for all of a chunk's rows (a constant
 /// such as a query vector) comes as [`ColumnarValue::Scalar`], not replicated.
+///
+/// Runs gathered from many small input batches stay compact: once [`RunInput::push`] has
+/// appended 64 chunks of fewer than 1024 rows in a row, it merges them into one, so a run's chunk count (and the work per chunk downstream) does not
+/// grow with the number of input batches, only with its rows.
 #[derive(Debug, Clone, Default)]
 pub struct RunInput {
     num_rows: usize,
     chunks: Vec<RunChunk>,
+    /// How many chunks at the end are small and not merged yet.
+    small_tail: usize,
+    /// Memory held by the chunks' arrays (as [`Array::get_array_memory_size`] counts it).
+    memory_size: usize,
 }
+
+/// A chunk with fewer rows than this is small: [`RunInput::push`] merges runs of small chunks.
+pub(crate) const SMALL_CHUNK_ROWS: usize = 1024;
+
+/// How many small chunks in a row [`RunInput::push`] merges into one.
+pub(crate) const SMALL_CHUNKS_MERGED: usize = 64;
 
 /// Consecutive rows of a run: one value per argument, a column of [`RunChunk::num_rows`] rows
 /// or a scalar standing for each of them.
@@ -81,6 +143,14 @@ impl RunChunk {
     pub fn args(&self) -> &[ColumnarValue] {
         &self.args
     }
+
+    /// Each argument as a column of [`RunChunk::num_rows`] rows (a scalar replicated).
+    pub fn to_arrays(&self) -> datafusion::error::Result<Vec<ArrayRef>> {
+        self.args
+            .iter()
+            .map(|a| a.to_array(self.num_rows))
+            .collect()
+    }
 }
 
 impl RunInput {
@@ -89,10 +159,61 @@ impl RunInput {
         Self::default()
     }
 
-    /// Appends a chunk.
-    pub fn push(&mut self, chunk: RunChunk) {
+    /// Appends a chunk (merging the last small chunks into one when there are 64 of them). Fails only if merging does (chunks whose arguments
+    /// disagree in number or type).
+    pub fn push(&mut self, chunk: RunChunk) -> datafusion::error::Result<()> {
+        if chunk.num_rows == 0 {
+            return Ok(());
+        }
         self.num_rows += chunk.num_rows;
+        self.memory_size += chunk_memory_size(&chunk);
+        if chunk.num_rows < SMALL_CHUNK_ROWS {
+            self.small_tail += 1;
+        } else {
+            self.small_tail = 0;
+        }
         self.chunks.push(chunk);
+        if self.small_tail >= SMALL_CHUNKS_MERGED {
+            self.merge_small_tail()?;
+        }
+        Ok(())
+    }
+
+    /// Replaces the small chunks at the end with one chunk holding their rows; an argument that
+    /// is the same scalar in each of them stays that scalar.
+    fn merge_small_tail(&mut self) -> datafusion::error::Result<()> {
+        let tail_start = self.chunks.len() - self.small_tail;
+        let tail = RunInput::from_chunks(self.chunks.split_off(tail_start));
+        let arity = tail.chunks.first().map_or(0, |c| c.args.len());
+        let args = (0..arity)
+            .map(|i| match tail.constant(i)? {
+                Some(value) => Ok(ColumnarValue::Scalar(value.clone())),
+                None => Ok(ColumnarValue::Array(tail.to_array(i)?)),
+            })
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let merged = RunChunk::new(tail.num_rows, args);
+        self.memory_size = self.memory_size - tail.memory_size + chunk_memory_size(&merged);
+        // A merged chunk that is still small joins the next merge: the small chunks grow into
+        // one of about SMALL_CHUNK_ROWS rows, each row copied a bounded number of times.
+        self.small_tail = usize::from(merged.num_rows < SMALL_CHUNK_ROWS);
+        self.chunks.push(merged);
+        Ok(())
+    }
+
+    /// A run of `chunks` as they are (no merging).
+    fn from_chunks(chunks: Vec<RunChunk>) -> Self {
+        Self {
+            num_rows: chunks.iter().map(|c| c.num_rows).sum(),
+            memory_size: chunks.iter().map(chunk_memory_size).sum(),
+            small_tail: 0,
+            chunks,
+        }
+    }
+
+    /// Memory held by the run's arrays, counted as the chunks arrived (a slice counts its
+    /// whole buffers, as [`Array::get_array_memory_size`] does).
+    pub fn memory_size(&self) -> usize {
+        self.memory_size
     }
 
     /// The run's row count (all chunks).
@@ -115,34 +236,42 @@ impl RunInput {
         (0..first.args.len()).map(|i| self.to_array(i)).collect()
     }
 
-    /// Argument `i` as one column of [`RunInput::num_rows`] rows.
-    fn to_array<'a>(&'a self, i: usize) -> datafusion::error::Result<ArrayRef> {
-        let arg = |chunk: &'a RunChunk| -> datafusion::error::Result<&'a ColumnarValue> {
-            chunk.args.get(i).ok_or_else(|| {
-                DataFusionError::Internal(format!(
-                    "a chunk of the run has {} arguments where another has more than {i}",
-                    chunk.args.len()
-                ))
-            })
-        };
+    /// Argument `i` of chunk `chunk`.
+    fn arg<'a>(
+        &self,
+        chunk: &'a RunChunk,
+        i: usize,
+    ) -> datafusion::error::Result<&'a ColumnarValue> {
+        chunk.args.get(i).ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "a chunk of the run has {} arguments where another has more than {i}",
+                chunk.args.len()
+            ))
+        })
+    }
+
+    /// The scalar that argument `i` is in every chunk, if it is one.
+    fn constant(&self, i: usize) -> datafusion::error::Result<Option<&ScalarValue>> {
         let mut constant = None;
         for chunk in &self.chunks {
-            match (arg(chunk)?, constant) {
+            match (self.arg(chunk, i)?, constant) {
                 (ColumnarValue::Scalar(s), None) => constant = Some(s),
                 (ColumnarValue::Scalar(s), Some(c)) if s == c => {}
-                _ => {
-                    constant = None;
-                    break;
-                }
+                _ => return Ok(None),
             }
         }
-        if let Some(value) = constant {
+        Ok(constant)
+    }
+
+    /// Argument `i` as one column of [`RunInput::num_rows`] rows.
+    fn to_array(&self, i: usize) -> datafusion::error::Result<ArrayRef> {
+        if let Some(value) = self.constant(i)? {
             return value.to_array_of_size(self.num_rows);
         }
         let parts = self
             .chunks
             .iter()
-            .map(|chunk| arg(chunk)?.to_array(chunk.num_rows))
+            .map(|chunk| self.arg(chunk, i)?.to_array(chunk.num_rows))
             .collect::<datafusion::error::Result<Vec<_>>>()?;
         if let [one] = parts.as_slice() {
             return Ok(Arc::clone(one));
@@ -150,6 +279,18 @@ impl RunInput {
         let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
         Ok(concat(&refs)?)
     }
+}
+
+/// Memory held by `chunk`'s arrays (scalars count as nothing: they are small and shared).
+fn chunk_memory_size(chunk: &RunChunk) -> usize {
+    chunk
+        .args
+        .iter()
+        .map(|a| match a {
+            ColumnarValue::Array(a) => a.get_array_memory_size(),
+            ColumnarValue::Scalar(_) => 0,
+        })
+        .sum()
 }
 
 impl<F> SetKernel for F
@@ -474,32 +615,94 @@ mod tests {
         let mut input = RunInput::new();
         assert!(input.to_arrays().unwrap().is_empty());
         let first = Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef;
-        input.push(RunChunk::new(
-            2,
-            vec![
-                ColumnarValue::Array(Arc::clone(&first)),
-                scalar(7),
-                scalar(5),
-            ],
-        ));
+        input
+            .push(RunChunk::new(
+                2,
+                vec![
+                    ColumnarValue::Array(Arc::clone(&first)),
+                    scalar(7),
+                    scalar(5),
+                ],
+            ))
+            .unwrap();
         // One chunk: its column is shared, not copied.
         let args = input.to_arrays().unwrap();
         assert!(Arc::ptr_eq(&args[0], &first));
         assert_eq!(values(&args[1]), vec![7, 7]);
-        input.push(RunChunk::new(
-            3,
-            vec![column(vec![3, 4, 5]), scalar(7), scalar(6)],
-        ));
-        input.push(RunChunk::new(
-            1,
-            vec![column(vec![6]), scalar(7), column(vec![9])],
-        ));
+        input
+            .push(RunChunk::new(
+                3,
+                vec![column(vec![3, 4, 5]), scalar(7), scalar(6)],
+            ))
+            .unwrap();
+        input
+            .push(RunChunk::new(
+                1,
+                vec![column(vec![6]), scalar(7), column(vec![9])],
+            ))
+            .unwrap();
         assert_eq!((input.num_rows(), input.chunks().len()), (6, 3));
         assert_eq!(input.chunks()[1].num_rows(), 3);
         let args = input.to_arrays().unwrap();
         assert_eq!(values(&args[0]), vec![1, 2, 3, 4, 5, 6]);
         assert_eq!(values(&args[1]), vec![7; 6]);
         assert_eq!(values(&args[2]), vec![5, 5, 6, 6, 6, 9]);
+    }
+
+    #[test]
+    fn many_small_chunks_are_merged_as_they_arrive() {
+        use datafusion::arrow::array::{AsArray, Int64Array};
+        use datafusion::arrow::datatypes::Int64Type;
+
+        let mut input = RunInput::new();
+        let rows = 3 * SMALL_CHUNKS_MERGED + 5;
+        for i in 0..rows {
+            let column = ColumnarValue::Array(Arc::new(Int64Array::from(vec![i as i64])));
+            let constant = ColumnarValue::Scalar(ScalarValue::Int64(Some(7)));
+            input
+                .push(RunChunk::new(1, vec![column, constant]))
+                .unwrap();
+        }
+        // Empty chunks are not kept.
+        input.push(RunChunk::new(0, Vec::new())).unwrap();
+        assert_eq!(input.num_rows(), rows);
+        // The first merge joined 64 chunks; each later one the merged chunk and 63 more, three
+        // merges in all; seven chunks came after the last.
+        let merged = SMALL_CHUNKS_MERGED + 2 * (SMALL_CHUNKS_MERGED - 1);
+        assert_eq!(input.chunks().len(), 1 + rows - merged);
+        assert_eq!(input.chunks()[0].num_rows(), merged);
+        // The constant stayed a scalar through the merge.
+        assert!(matches!(
+            input.chunks()[0].args()[1],
+            ColumnarValue::Scalar(_)
+        ));
+        let args = input.to_arrays().unwrap();
+        let expected: Vec<i64> = (0..rows as i64).collect();
+        assert_eq!(
+            args[0].as_primitive::<Int64Type>().values().to_vec(),
+            expected
+        );
+        assert_eq!(
+            args[1].as_primitive::<Int64Type>().values().to_vec(),
+            vec![7; rows]
+        );
+        let held: usize = input
+            .chunks()
+            .iter()
+            .flat_map(|c| c.args())
+            .map(|a| match a {
+                ColumnarValue::Array(a) => a.get_array_memory_size(),
+                ColumnarValue::Scalar(_) => 0,
+            })
+            .sum();
+        assert_eq!(input.memory_size(), held);
+        // A large chunk is kept as it is and ends the small run.
+        let big = ColumnarValue::Array(Arc::new(Int64Array::from(vec![0; SMALL_CHUNK_ROWS])));
+        let constant = ColumnarValue::Scalar(ScalarValue::Int64(Some(7)));
+        input
+            .push(RunChunk::new(SMALL_CHUNK_ROWS, vec![big, constant]))
+            .unwrap();
+        assert_eq!(input.chunks().len(), 1 + rows - merged + 1);
     }
 
     #[test]
@@ -516,7 +719,7 @@ mod tests {
         let mut input = RunInput::new();
         for rows in [3, 4] {
             let arg = ColumnarValue::Scalar(ScalarValue::Int64(Some(1)));
-            input.push(RunChunk::new(rows, vec![arg]));
+            input.push(RunChunk::new(rows, vec![arg])).unwrap();
         }
         let out = kernel
             .run_input(&InstanceContext::default(), &input)

@@ -3,6 +3,7 @@
 import sys
 
 from . import state
+from .chunks import fetch_rows, send_part
 
 # Generated functions are attributed to this file, so that tracebacks leave them out.
 _THIS_FILE = (lambda: 0).__code__.co_filename
@@ -32,7 +33,10 @@ class _RowContext(object):
     ctx.<column> is a plain slot read; the run loops and next()/reset() store them.
     """
 
-    __slots__ = ("_cols", "_row", "_start", "_end", "_finished", "_df_done", "_out", "_it", "_n", "_df_row")
+    __slots__ = (
+        "_cols", "_row", "_start", "_end", "_finished", "_df_done", "_out", "_it", "_n", "_df_row",
+        "_base", "_total", "_part_rows",
+    )
     # The slot of each input column (a list, so that ctx[i] out of range says "list index").
     _slot_names = []
 
@@ -46,7 +50,7 @@ class _RowContext(object):
 
     def size(self):
         """Number of rows in the current group (1 in a SCALAR script)."""
-        return self._end - self._start
+        return self._total
 
     def next(self, reset=False):
         """SET scripts: moves to the next row of the group; False when there is none."""
@@ -58,16 +62,39 @@ class _RowContext(object):
             self._row += 1
             self._load(self._row)
             return True
+        if self._base + self._end < self._total:
+            return self._next_chunk()
         self._finished = True
         return False
 
     def reset(self):
         """SET scripts: back to the first row of the group."""
+        if self._base != 0:
+            self._take_chunk(0)
         self._row = self._start
         self._load(self._row)
         self._finished = False
         self._df_done = False
         return True
+
+    def _take_chunk(self, from_row):
+        """Makes the chunk of the group from row from_row the current one (its first row is
+        row 0 of _cols)."""
+        n, cols = fetch_rows(from_row)
+        self._cols = cols
+        self._base = from_row
+        self._end = n
+
+    def _next_chunk(self):
+        """next() at the end of a chunk: the first row of the next one."""
+        self._take_chunk(self._base + self._end)
+        self._row = 0
+        self._load(0)
+        return True
+
+    def _send_part(self):
+        send_part(self._out)
+        self._part_rows = state.RUN.part_rows
 
     def _load(self, row):
         """Stores the values of `row` in the column slots (generated per script)."""
@@ -77,7 +104,7 @@ class _RowContext(object):
         out = self._out
         if len(values) != len(out):
             if len(values) == 1 and _is_dataframe(values[0]):
-                return _emit_dataframe(out, values[0])
+                return _emit_dataframe(self, values[0])
             raise TypeError(
                 "emit() takes exactly %d argument%s, one per output column (%d given)"
                 % (len(out), "" if len(out) == 1 else "s", len(values))
@@ -85,11 +112,16 @@ class _RowContext(object):
         if len(out) == 1:
             v = values[0]
             if _is_dataframe(v):
-                return _emit_dataframe(out, v)
-            out[0].append(v)
+                return _emit_dataframe(self, v)
+            col = out[0]
+            col.append(v)
+            if len(col) >= self._part_rows:
+                self._send_part()
             return None
         for col, v in zip(out, values):
             col.append(v)
+        if len(col) >= self._part_rows:
+            self._send_part()
         return None
 
     def get_dataframe(self, num_rows=1, start_col=0):
@@ -109,17 +141,34 @@ class _RowContext(object):
             self._df_done = True
             return None
         pd = _pandas()
-        start = self._row
-        end = self._end if num_rows == "all" else min(self._end, start + num_rows)
-        names = [c.name for c in state.STATE.inputs[start_col:]]
-        df = pd.DataFrame({i: list(self._cols[j][start:end]) for i, j in enumerate(range(start_col, ncols))})
-        df.columns = names
-        if end >= self._end:
-            self._finished = True
-            self._row = self._end - 1
-        else:
-            self._row = end
+        want = None if num_rows == "all" else num_rows
+        picked = [[] for _ in range(start_col, ncols)]
+        row = self._row
+        while True:
+            end = self._end if want is None else min(self._end, row + want)
+            for p, j in zip(picked, range(start_col, ncols)):
+                p.extend(self._cols[j][row:end])
+            if want is not None:
+                want -= end - row
+            if end < self._end:
+                self._row = end
+                break
+            more = self._base + self._end < self._total
+            if more and want != 0:
+                # The rows go on in the next chunk.
+                self._take_chunk(self._base + self._end)
+                row = 0
+                continue
+            if more:
+                self._take_chunk(self._base + self._end)
+                self._row = 0
+            else:
+                self._finished = True
+                self._row = self._end - 1
+            break
         self._load(self._row)
+        df = pd.DataFrame({i: p for i, p in enumerate(picked)})
+        df.columns = [c.name for c in state.STATE.inputs[start_col:]]
         return df
 
     def _scalar_get_dataframe(self, num_rows=1, start_col=0):
@@ -260,7 +309,8 @@ class _BatchContext(object):
     emit = _disallowed("emit()", "run_batch(ctx) returns its output column")
 
 
-def _emit_dataframe(out, df):
+def _emit_dataframe(ctx, df):
+    out = ctx._out
     if df.shape[1] != len(out):
         raise TypeError(
             "emit(DataFrame): the DataFrame has %d columns, the script emits %d" % (df.shape[1], len(out))
@@ -272,6 +322,8 @@ def _emit_dataframe(out, df):
         if any(missing):
             vals = [None if m else v for v, m in zip(vals, missing)]
         col.extend(vals)
+    if len(out[0]) >= ctx._part_rows:
+        ctx._send_part()
 
 
 def _make_context_class(base, getter, reserved):
@@ -291,8 +343,9 @@ def _generated(src, names):
 
 
 def _make_row_context_class(code):
-    """The ctx class of run(ctx) for this script (whose compiled module code is code), and its run
-    loop.
+    """The ctx class of run(ctx) for this script (whose compiled module code is code), its run
+    loop, and (EMITS scripts) the traced loop, which also notes after each row how many rows the
+    run has emitted so far (for calls whose select list carries input columns beside them).
 
     Each input column gets a slot: its own name where that can be an attribute (an identifier, not
     a keyword, not a name of the ctx API, not starting with '_'), else _v<i>. The loop, generated
@@ -329,11 +382,17 @@ def _make_row_context_class(code):
         each = "(%s) in zip(it, %s)" % (targets, ", ".join("cols[%d]" % i for i in range(1, k)))
     if st.emits:
         body = "    for %s:\n        run(ctx)\n" % each
+        # The same loop noting, after each row, how many rows the run has emitted so far.
+        traced = (
+            "def traced(run, ctx, cols, n, ends, out0, sent):\n    " + head
+            + "    for %s:\n        run(ctx)\n        ends.append(sent.sent + len(out0))\n" % each
+        )
     else:
         body = "    return [run(ctx) for %s]\n" % each
+        traced = "traced = None\n"
     loads = "".join("%sself.%s = cols[%d][row]\n" % ("{0}", s, i) for i, s in enumerate(slots))
     src = (
-        "def loop(run, ctx, cols, n):\n    " + head + body + "\n"
+        "def loop(run, ctx, cols, n):\n    " + head + body + "\n" + traced + "\n"
         "def _load(self, row):\n    cols = self._cols\n" + loads.format("    ") + "\n"
         "def next(self, reset=False):\n"
         "    if reset:\n"
@@ -344,10 +403,12 @@ def _make_row_context_class(code):
         "    if row < self._end:\n"
         "        self._row = row\n"
         "        cols = self._cols\n" + loads.format("        ") + "        return True\n"
+        "    if self._base + self._end < self._total:\n"
+        "        return self._next_chunk()\n"
         "    self._finished = True\n"
         "    return False\n"
     )
-    loop, load, next_row = _generated(src, ["loop", "_load", "next"])
+    loop, traced_loop, load, next_row = _generated(src, ["loop", "traced", "_load", "next"])
     next_row.__doc__ = _RowContext.next.__doc__
     ns = {"__slots__": tuple(slots), "_slot_names": slots, "_load": load, "next": next_row}
     if not st.is_set:
@@ -358,6 +419,6 @@ def _make_row_context_class(code):
     if not st.emits:
         ns["emit"] = _disallowed("emit()", "it RETURNS %s: return the value from run(ctx) instead" % st.outputs[0].decl)
     base = _RowContextWithFallback if _needs_attribute_fallback(code, slots) else _RowContext
-    return type("Context", (base,), ns), loop
+    return type("Context", (base,), ns), loop, traced_loop
 
 

@@ -4,11 +4,12 @@ import os
 import sys
 
 from . import state
+from .chunks import _Run, _RunAborted, fetch_raw, read_chunk, send_part
 from .context import _BatchContext, _batch_getter, _make_context_class, _make_row_context_class
 from .errors import _send_bad_value, _send_exception, _send_single_call_error
 from .exa import _make_exa, _read_column, late_globals, preset_globals
 from .single_call import SingleCallError, check_result, function_of, read_call
-from .values import _BadValue, _decode_raw, _encode_result, _numpy, _to_list, _to_numpy, _to_row_values, _type_name
+from .values import _BadValue, _decode_raw, _pack, _encode_result, _numpy, _to_list, _to_numpy, _to_row_values, _type_name
 from .wire import (
     F_DONE,
     F_FINISH,
@@ -16,15 +17,18 @@ from .wire import (
     F_INIT,
     F_READY,
     F_RESULT,
+    F_ROW_ENDS,
     F_RUN,
     F_SINGLE_CALL,
     F_SINGLE_RESULT,
     MODE_SINGLE_CALL,
     PROTOCOL_VERSION,
+    RUN_TRACE_ROWS,
     _Channel,
     _EngineGone,
     _ProtocolError,
     _Reader,
+    _U64,
     _s,
 )
 
@@ -56,6 +60,8 @@ def _read_init(payload):
     schema = r.str()
     st.current_schema = schema if has_schema else None
     st.memory_limit = r.u64()
+    st.emit_rows = r.u64()
+    st.emit_bytes = r.u64()
     st.variadic = r.u8() == 1
     st.inputs = [_read_column(r) for _ in range(r.u32())]
     st.outputs = [_read_column(r) for _ in range(r.u32())]
@@ -71,14 +77,75 @@ def _read_init(payload):
 
 
 def _run(st, payload, run, run_batch, ctx_cls, batch_cls):
+    """One run: RUN's first chunk, later chunks as the run asks for them (FETCH), output parts
+    as they fill (EMIT). Returns the last part: (rows, one list per output column)."""
     r = _Reader(payload)
-    n = r.u64()
-    ncols = r.u32()
-    if ncols != len(st.inputs):
-        raise _ProtocolError("RUN frame has %d columns, the script has %d inputs" % (ncols, len(st.inputs)))
-    raws = [_decode_raw(r, n, c) for c in st.inputs]
+    total = r.u64()
+    flags = r.u8()
+    n, raws = read_chunk(r, st)
+    run_state = _Run(total)
+    state.RUN = run_state
     if run_batch is not None:
-        np = _numpy()
+        return _run_batches(st, run_batch, batch_cls, total, n, raws)
+
+    ctx_cls, loop, traced = ctx_cls
+    ends = None
+    if flags & RUN_TRACE_ROWS and traced is not None and not st.is_set:
+        ends = []
+    ctx = object.__new__(ctx_cls)
+    ctx._finished = False
+    ctx._df_done = False
+    ctx._df_row = -1
+    ctx._part_rows = run_state.part_rows
+    out = [[] for _ in st.outputs]
+    ctx._out = out
+    if st.is_set:
+        if total == 0:
+            return (0, out) if st.emits else (1, [[None]])
+        ctx._cols = [_to_row_values(n, c, *raw) for c, raw in zip(st.inputs, raws)]
+        ctx._total = total
+        ctx._base = 0
+        ctx._row = 0
+        ctx._start = 0
+        ctx._end = n
+        ctx._load(0)
+        value = run(ctx)
+        if st.emits:
+            return len(out[0]) if out else 0, out
+        return 1, [[value]]
+    # SCALAR: each chunk's rows one by one; a RETURNS script's values go back chunk by chunk.
+    ctx._total = 1
+    ctx._base = 0
+    done = 0
+    while True:
+        cols = [_to_row_values(n, c, *raw) for c, raw in zip(st.inputs, raws)]
+        ctx._cols = cols
+        ctx._row = ctx._start = 0
+        ctx._end = 1
+        ctx._n = n
+        ctx._df_row = -1
+        if ends is None:
+            res = loop(run, ctx, cols, n)
+        else:
+            traced(run, ctx, cols, n, ends, out[0], run_state)
+        done += n
+        if done >= total:
+            break
+        if not st.emits:
+            send_part([res])
+        n, raws = fetch_raw(done)
+    if ends is not None:
+        state.CHANNEL.write(F_ROW_ENDS, [_U64.pack(len(ends)), _pack("Q", ends).tobytes()])
+    if st.emits:
+        return len(out[0]) if out else 0, out
+    return n, [res]
+
+
+def _run_batches(st, run_batch, batch_cls, total, n, raws):
+    """run_batch(ctx) once per chunk; each chunk's column goes back as a part."""
+    np = _numpy()
+    done = 0
+    while True:
         ctx = object.__new__(batch_cls)
         if np is not None:
             ctx._cols = [_to_numpy(np, n, c, *raw) for c, raw in zip(st.inputs, raws)]
@@ -98,36 +165,11 @@ def _run(st, payload, run, run_batch, ctx_cls, batch_cls):
             raise ValueError("run_batch(ctx) returned %d values for a batch of %d rows" % (len(result), n))
         if isinstance(result, tuple):
             result = list(result)
-        return n, [result]
-
-    cols = [_to_row_values(n, c, *raw) for c, raw in zip(st.inputs, raws)]
-    ctx_cls, loop = ctx_cls
-    ctx = object.__new__(ctx_cls)
-    ctx._cols = cols
-    ctx._finished = False
-    ctx._df_done = False
-    ctx._df_row = -1
-    out = [[] for _ in st.outputs]
-    ctx._out = out
-    if st.is_set:
-        if n == 0:
-            return (0, out) if st.emits else (1, [[None]])
-        ctx._row = 0
-        ctx._start = 0
-        ctx._end = n
-        ctx._load(0)
-        value = run(ctx)
-        if st.emits:
-            return len(out[0]) if out else 0, out
-        return 1, [[value]]
-    ctx._row = ctx._start = 0
-    ctx._end = 1
-    ctx._n = n
-    res = loop(run, ctx, cols, n)
-    if st.emits:
-        return len(out[0]) if out else 0, out
-    return n, [res]
-
+        done += n
+        if done >= total:
+            return n, [result]
+        send_part([result])
+        n, raws = fetch_raw(done)
 
 
 def _finish(ch, g, payload_read=False):
@@ -236,14 +278,17 @@ def main():
             if kind == F_RUN:
                 try:
                     nrows, out = _run(st, payload, run, run_batch, ctx_cls, batch_cls)
-                except _ProtocolError:
+                except (_ProtocolError, _EngineGone):
                     raise
+                except _RunAborted:
+                    continue
                 except BaseException as e:
                     _send_exception(ch, e, "run")
                     continue
                 try:
                     parts = _encode_result(st, nrows, out)
                 except _BadValue as bad:
+                    bad.row += state.RUN.sent
                     _send_bad_value(ch, bad)
                     continue
                 except _ProtocolError:

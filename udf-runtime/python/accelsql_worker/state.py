@@ -7,6 +7,8 @@ import sys
 STATE = None
 # The protocol channel, for exa.import_script and exa.get_connection (set by runner.main()).
 CHANNEL = None
+# The current run (a chunks._Run: its row count and the output sent so far).
+RUN = None
 
 
 def worker_files():

@@ -11,10 +11,13 @@ _U64 = struct.Struct("<Q")
 F_INIT, F_READY, F_RUN, F_RESULT, F_FINISH, F_DONE, F_ERROR, F_HELLO = 1, 2, 3, 4, 5, 6, 7, 8
 F_IMPORT, F_SCRIPT = 9, 10
 F_GET_CONNECTION, F_CONNECTION, F_SINGLE_CALL, F_SINGLE_RESULT = 11, 12, 13, 14
+F_FETCH, F_ROWS, F_EMIT, F_ROW_ENDS = 15, 16, 17, 18
+# RUN's flags: bit 0 asks a SCALAR EMITS run for ROW_ENDS.
+RUN_TRACE_ROWS = 1
 E_EXCEPTION, E_BAD_OUTPUT, E_SINGLE_CALL = 1, 2, 3
 
 # The first field of INIT; the engine and this worker come from one binary, so they agree.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 MODE_RUNS, MODE_SINGLE_CALL = 0, 1
 
 W_BOOL, W_I64, W_F64, W_I128, W_UTF8, W_DATE32, W_TS_US = 1, 2, 3, 4, 5, 6, 7

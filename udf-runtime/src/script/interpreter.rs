@@ -30,6 +30,10 @@ pub(crate) const WORKER_MODULES: &[(&str, &str)] = &[
     ),
     ("exa", include_str!("../../python/accelsql_worker/exa.py")),
     (
+        "chunks",
+        include_str!("../../python/accelsql_worker/chunks.py"),
+    ),
+    (
         "context",
         include_str!("../../python/accelsql_worker/context.py"),
     ),

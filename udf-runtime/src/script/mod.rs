@@ -23,9 +23,12 @@
 //! are typed arrays, the others object arrays with `None`) and returns one column (list, tuple,
 //! numpy array or pandas Series) — one Python call per batch instead of one per row.
 //!
-//! Limits of one run today: a SET group travels to the worker in one RUN frame and is decoded
-//! whole, so the worker's memory grows with the group (a few times its size); a frame is at most
-//! 256 GiB and a run's returned text at most 2 GiB (22U13 beyond that).
+//! Runs of any size: a run's rows travel in chunks ([`RunChunking`]: at most 64 Ki rows and
+//! about 16 MiB each), and `ctx.next()` asks for the next chunk when it reaches the end of the
+//! one it has, so a SET group of any size costs the worker about one chunk of memory; emitted
+//! rows flow back in parts of about 16 MiB. Limits: one value must fit in a chunk on its own
+//! (a VARCHAR value is at most 2 GiB, as in Arrow; Exasol's own limit is 2,000,000
+//! characters), and one output column of one run holds at most 2 GiB of text (54U24 beyond).
 //!
 //! Values: integers ↔ `int`, DECIMAL(p,s) ↔ `decimal.Decimal` (`int` when s = 0), DOUBLE ↔
 //! `float`, BOOLEAN ↔ `bool`, VARCHAR/CHAR ↔ `str`, DATE ↔ `datetime.date`, TIMESTAMP ↔
@@ -38,6 +41,7 @@
 //! The protocol (framing and columnar encoding) is described in `wire.rs`; the error codes in
 //! [`RuntimeError`](crate::RuntimeError).
 
+mod chunks;
 mod fork_server;
 mod interpreter;
 mod process;
@@ -47,6 +51,7 @@ mod sql_type;
 mod wire;
 mod worker;
 
+pub use chunks::RunChunking;
 pub use interpreter::{MIN_PYTHON, PythonVersion, find_python3};
 pub use single_call::{ExportSpec, ImportSpec, SingleCall, single_call, single_call_with_timeout};
 pub use spec::{

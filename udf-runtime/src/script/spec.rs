@@ -7,7 +7,7 @@ use arrow::datatypes::DataType;
 
 use accelsql_gpu_scheduler::DeviceInfo;
 
-use super::SqlType;
+use super::{RunChunking, SqlType};
 
 /// Whether `run(ctx)` sees one row (SCALAR) or one group of rows (SET).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -285,6 +285,9 @@ pub struct WorkerContext {
     pub vm_id: usize,
     /// The GPU this instance is pinned to; `None` runs it on the CPU with no GPU visible.
     pub device: Option<DeviceInfo>,
+    /// How each run's rows and output travel (in chunks, so that a group of any size costs the
+    /// worker about one chunk of memory).
+    pub chunking: RunChunking,
 }
 
 impl ScriptOutput {

@@ -8,8 +8,14 @@
 //! worker → engine  HELLO   str interpreter description          (first thing it sends)
 //! engine → worker  INIT    u32 protocol version, u8 mode, script, exa.meta values, columns, body
 //! worker → engine  READY   u8 has_run_batch, u8 has_cleanup      (module-level code ran)
-//! engine → worker  RUN     u64 rows, u32 columns, columns…       (a batch, or one SET group)
-//! worker → engine  RESULT  u32 columns, u64 rows, columns…
+//! engine → worker  RUN     u64 run rows, u8 flags, u64 rows, u32 columns, columns…  (a batch
+//!                                              or one SET group: its first chunk)
+//! worker → engine  FETCH   u64 from         (any number of times: the chunk from row `from`)
+//! engine → worker  ROWS    u64 from, u64 rows, u32 columns, columns…
+//! worker → engine  EMIT    u32 columns, u64 rows, columns…   (any number: a part of the output)
+//! worker → engine  ROW_ENDS  u64 n, n × u64     (when RUN's flag 1 asked: emitted rows after
+//!                                                each input row)
+//! worker → engine  RESULT  u32 columns, u64 rows, columns…   (the last part)
 //! engine → worker  FINISH                                         (calls cleanup())
 //! worker → engine  DONE
 //! worker → engine  ERROR   u8 kind, … (instead of READY, RESULT, SINGLE_RESULT or DONE)
@@ -18,7 +24,8 @@
 //! INIT (version [`PROTOCOL_VERSION`]; the worker refuses another): `u32 version | u8 mode (0:
 //! runs, 1: one single call) | str schema | str name | str language | u8 is_set | u8 emits | u64
 //! session_id | u64 statement_id | u32 node_count | u32 node_id | u32 vm_id | str current_user |
-//! str scope_user | u8 has_current_schema | str current_schema | u64 memory_limit | u8 variadic |
+//! str scope_user | u8 has_current_schema | str current_schema | u64 memory_limit | u64 rows of
+//! the first EMIT | u64 bytes of later EMITs | u8 variadic |
 //! u32 n, n input columns | u32 n, n output columns | str database version | str body`; a column
 //! is `str name | u8 type code | u8 wire type | u32 precision | i32 scale | u32 length | str
 //! declared type | str Exasol type text` (0 for a precision or length that does not apply; a
@@ -70,7 +77,7 @@ use super::{
 };
 
 /// The protocol's version, the first field of INIT (the Python side checks it).
-pub(crate) const PROTOCOL_VERSION: u32 = 2;
+pub(crate) const PROTOCOL_VERSION: u32 = 3;
 
 /// Bytes of a frame header: u64 length, u8 kind.
 pub(crate) const FRAME_HEADER_LEN: usize = 9;
@@ -99,6 +106,17 @@ pub(crate) const F_CONNECTION: u8 = 12;
 pub(crate) const F_SINGLE_CALL: u8 = 13;
 /// Worker → engine, the answer to SINGLE_CALL: `str` the function's result.
 pub(crate) const F_SINGLE_RESULT: u8 = 14;
+/// Worker → engine: the rows of the current run from a row on (`u64 from`).
+pub(crate) const F_FETCH: u8 = 15;
+/// Engine → worker: the answer to FETCH, a chunk of rows (see [`encode_chunk`]).
+pub(crate) const F_ROWS: u8 = 16;
+/// Worker → engine: a part of the current run's output, laid out as RESULT (which is the last).
+pub(crate) const F_EMIT: u8 = 17;
+/// Worker → engine, before RESULT when RUN asked for it ([`RUN_TRACE_ROWS`]): for each input row,
+/// how many rows the run had emitted after it (`u64 n | n × u64`).
+pub(crate) const F_ROW_ENDS: u8 = 18;
+/// RUN flag: report ROW_ENDS (SCALAR EMITS runs).
+pub(crate) const RUN_TRACE_ROWS: u8 = 1;
 
 const E_EXCEPTION: u8 = 1;
 const E_BAD_OUTPUT: u8 = 2;
@@ -266,6 +284,8 @@ pub(crate) fn encode_init(
     w.u8(u8::from(ctx.current_schema.is_some()));
     w.str(ctx.current_schema.as_deref().unwrap_or(""));
     w.u64(ctx.memory_limit);
+    w.u64(ctx.chunking.emit_rows as u64);
+    w.u64(ctx.chunking.emit_bytes as u64);
     w.u8(u8::from(spec.inputs.is_none()));
     w.u32(inputs.len() as u32);
     for c in inputs {
@@ -286,21 +306,61 @@ pub(crate) fn encode_init(
     w.buf
 }
 
-/// The RUN payload: `args` must already have their columns' canonical Arrow types.
-pub(crate) fn encode_run(num_rows: usize, args: &[ArrayRef]) -> Result<Vec<u8>, String> {
-    let mut size = 16;
+/// A RUN frame (`head` = the run's row count, then `u8 flags`) or a ROWS frame (`head` = the
+/// chunk's first row, no flags): `u64 head | [u8 flags] | u64 rows | u32 columns | columns…`;
+/// `args` must already have their columns' canonical Arrow types.
+pub(crate) fn encode_chunk(
+    head: usize,
+    flags: Option<u8>,
+    num_rows: usize,
+    args: &[ArrayRef],
+) -> Result<Vec<u8>, String> {
+    let mut size = 24;
     for a in args {
         size += 2 + num_rows * 9 + a.get_buffer_memory_size();
     }
     let mut w = Writer {
         buf: Vec::with_capacity(size),
     };
+    w.u64(head as u64);
+    if let Some(flags) = flags {
+        w.u8(flags);
+    }
     w.u64(num_rows as u64);
     w.u32(args.len() as u32);
     for a in args {
         encode_column(&mut w.buf, a.as_ref())?;
     }
     Ok(w.buf)
+}
+
+/// A ROW_ENDS frame: for each input row, the run's emitted rows after it (never decreasing, at
+/// most `emitted`).
+pub(crate) fn decode_row_ends(payload: &[u8], rows: usize) -> Result<Vec<u64>, String> {
+    let mut r = Reader::new(payload);
+    let n = usize::try_from(r.u64()?).map_err(|e| e.to_string())?;
+    if n != rows {
+        return Err(format!("ROW_ENDS for {n} rows, the run has {rows}"));
+    }
+    let bytes = r.take(n.checked_mul(8).ok_or("ROW_ENDS too long")?)?;
+    let ends: Vec<u64> = bytes
+        .chunks_exact(8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+        .collect();
+    if ends.windows(2).any(|w| w[0] > w[1]) || !r.is_done() {
+        return Err("ROW_ENDS are not a running count".to_string());
+    }
+    Ok(ends)
+}
+
+/// The row a FETCH frame asks for: `u64 from`.
+pub(crate) fn decode_fetch(payload: &[u8]) -> Result<usize, String> {
+    let mut r = Reader::new(payload);
+    let from = usize::try_from(r.u64()?).map_err(|e| e.to_string())?;
+    if !r.is_done() {
+        return Err("FETCH has trailing bytes".to_string());
+    }
+    Ok(from)
 }
 
 fn extend_le<T: ArrowPrimitiveType, const N: usize>(
@@ -728,12 +788,12 @@ mod tests {
             SqlType::Timestamp,
         ];
         let specs: Vec<ColumnSpec> = types.iter().map(|t| ColumnSpec::new("c", *t)).collect();
-        let run = encode_run(3, &cols).unwrap();
-        // RUN is `u64 rows, u32 cols`, RESULT `u32 cols, u64 rows`: swap the header.
+        let run = encode_chunk(3, Some(0), 3, &cols).unwrap();
+        // RUN is `u64 run rows, u8 flags, u64 rows, u32 cols`, RESULT `u32 cols, u64 rows`.
         let mut result = Vec::new();
         result.extend_from_slice(&(cols.len() as u32).to_le_bytes());
         result.extend_from_slice(&3u64.to_le_bytes());
-        result.extend_from_slice(&run[12..]);
+        result.extend_from_slice(&run[21..]);
         let back = decode_result(&result, &specs).unwrap();
         for (a, b) in cols.iter().zip(&back) {
             assert_eq!(a.data_type(), b.data_type());

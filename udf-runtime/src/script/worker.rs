@@ -9,6 +9,7 @@ use arrow::array::ArrayRef;
 use arrow::compute::{can_cast_types, cast};
 use arrow::datatypes::DataType;
 
+use super::chunks::{RunChunking, RunOutput, RunRows};
 use super::fork_server::{Forked, fork_worker};
 use super::interpreter::{EXIT_TOO_OLD, worker_args};
 use super::process::{IoEnd, Process, describe_exit};
@@ -69,6 +70,7 @@ pub struct PythonWorker {
     process: Option<Process>,
     pid: u32,
     run_batch: bool,
+    chunking: RunChunking,
     startup: Duration,
     interpreter_info: String,
     /// Why the worker can no longer run, once it cannot.
@@ -125,6 +127,7 @@ impl PythonWorker {
             process: Some(process),
             pid,
             run_batch: false,
+            chunking: ctx.chunking,
             startup: Duration::ZERO,
             interpreter_info: String::new(),
             gone: None,
@@ -182,15 +185,7 @@ impl PythonWorker {
     /// one column of `num_rows` values, RETURNS SET one column of one value, EMITS the emitted
     /// rows (any number) as one array per EMITS column.
     pub fn run(&mut self, num_rows: usize, args: &[ArrayRef]) -> Result<Vec<ArrayRef>> {
-        if args.len() != self.inputs.len() {
-            return Err(self.call_error(format!(
-                "it takes {} arguments, {} were given",
-                self.inputs.len(),
-                args.len()
-            )));
-        }
-        let mut cast_args = Vec::with_capacity(args.len());
-        for (i, (a, want)) in args.iter().zip(&self.input_arrow).enumerate() {
+        for (i, a) in args.iter().enumerate() {
             if a.len() != num_rows {
                 return Err(self.call_error(format!(
                     "argument {} has {} rows, the batch has {num_rows}",
@@ -198,28 +193,157 @@ impl PythonWorker {
                     a.len()
                 )));
             }
-            if a.data_type() == want {
-                cast_args.push(Arc::clone(a));
-            } else {
-                let c = cast(a.as_ref(), want).map_err(|e| {
-                    self.call_error(format!(
-                        "argument {} ({}) cannot be passed as {}: {e}",
+        }
+        self.run_parts(vec![(num_rows, args.to_vec())])
+    }
+
+    /// Like [`run`](Self::run), for a run given in consecutive parts (each a row count and every
+    /// argument for those rows), as an engine gathers a group: the parts are not joined into one
+    /// array per argument first. The worker gets them in chunks (see
+    /// [`RunChunking`]), whatever the parts' sizes.
+    pub fn run_parts(&mut self, parts: Vec<(usize, Vec<ArrayRef>)>) -> Result<Vec<ArrayRef>> {
+        self.run_chunked(parts, false).map(|(columns, _)| columns)
+    }
+
+    /// [`run_parts`](Self::run_parts) of a SCALAR EMITS script, also saying which input row
+    /// each output row came from: for each input row, how many rows the run had emitted after
+    /// it (a running count, its last value the output's row count).
+    pub fn run_parts_traced(
+        &mut self,
+        parts: Vec<(usize, Vec<ArrayRef>)>,
+    ) -> Result<(Vec<ArrayRef>, Vec<u64>)> {
+        if self.spec.input_type != super::ScriptInputType::Scalar
+            || !matches!(self.spec.output, super::ScriptOutput::Emits(_))
+        {
+            return Err(self.call_error(
+                "only a SCALAR EMITS script says which input row each output row came from"
+                    .to_string(),
+            ));
+        }
+        let (columns, ends) = self.run_chunked(parts, true)?;
+        match ends {
+            Some(ends) => Ok((columns, ends)),
+            None => Err(self.protocol("no ROW_ENDS before RESULT".to_string())),
+        }
+    }
+
+    /// One run in chunks; with `trace`, the worker's ROW_ENDS too.
+    fn run_chunked(
+        &mut self,
+        parts: Vec<(usize, Vec<ArrayRef>)>,
+        trace: bool,
+    ) -> Result<(Vec<ArrayRef>, Option<Vec<u64>>)> {
+        let mut cast_parts = Vec::with_capacity(parts.len());
+        for (p, (rows, args)) in parts.into_iter().enumerate() {
+            if args.len() != self.inputs.len() {
+                return Err(self.call_error(format!(
+                    "it takes {} arguments, {} were given",
+                    self.inputs.len(),
+                    args.len()
+                )));
+            }
+            let mut cast_args = Vec::with_capacity(args.len());
+            for (i, (a, want)) in args.iter().zip(&self.input_arrow).enumerate() {
+                if a.len() != rows {
+                    return Err(self.call_error(format!(
+                        "argument {} has {} rows, part {p} of the run has {rows}",
                         i + 1,
-                        self.inputs[i].name,
-                        self.inputs[i].sql_type
-                    ))
-                })?;
-                cast_args.push(c);
+                        a.len()
+                    )));
+                }
+                if a.data_type() == want {
+                    cast_args.push(Arc::clone(a));
+                } else {
+                    let c = cast(a.as_ref(), want).map_err(|e| {
+                        self.call_error(format!(
+                            "argument {} ({}) cannot be passed as {}: {e}",
+                            i + 1,
+                            self.inputs[i].name,
+                            self.inputs[i].sql_type
+                        ))
+                    })?;
+                    cast_args.push(c);
+                }
+            }
+            cast_parts.push((rows, cast_args));
+        }
+        let rows = RunRows::new(cast_parts, self.input_arrow.clone(), self.chunking);
+        let total = rows.total();
+        let (first_rows, first) = rows.chunk(0).map_err(|e| self.protocol(e))?;
+        let flags = if trace { wire::RUN_TRACE_ROWS } else { 0 };
+        let payload = wire::encode_chunk(total, Some(flags), first_rows, &first)
+            .map_err(|e| self.protocol(e))?;
+        drop(first);
+        let deadline = self.deadline();
+        let mut output = RunOutput::default();
+        let mut row_ends: Option<Vec<u64>> = None;
+        let mut answer = self.exchange(wire::F_RUN, &payload, deadline, "run")?;
+        drop(payload);
+        loop {
+            match answer {
+                (wire::F_FETCH, request) => {
+                    let from = wire::decode_fetch(&request).map_err(|e| self.protocol(e))?;
+                    let (n, columns) = rows.chunk(from).map_err(|e| self.protocol(e))?;
+                    let reply = wire::encode_chunk(from, None, n, &columns)
+                        .map_err(|e| self.protocol(e))?;
+                    answer = self.exchange(wire::F_ROWS, &reply, deadline, "run")?;
+                }
+                (wire::F_EMIT, part) => {
+                    let columns =
+                        wire::decode_result(&part, &self.outputs).map_err(|e| self.protocol(e))?;
+                    output.push(columns);
+                    answer = self.receive(deadline, "run")?;
+                }
+                (wire::F_ROW_ENDS, payload) if trace && row_ends.is_none() => {
+                    let ends =
+                        wire::decode_row_ends(&payload, total).map_err(|e| self.protocol(e))?;
+                    row_ends = Some(ends);
+                    answer = self.receive(deadline, "run")?;
+                }
+                (wire::F_RESULT, part) => {
+                    let columns =
+                        wire::decode_result(&part, &self.outputs).map_err(|e| self.protocol(e))?;
+                    output.push(columns);
+                    break;
+                }
+                (kind, _) => {
+                    return Err(self.protocol(format!("expected RESULT, got frame {kind}")));
+                }
             }
         }
-        let payload = wire::encode_run(num_rows, &cast_args).map_err(|e| self.protocol(e))?;
-        drop(cast_args);
-        let deadline = self.deadline();
-        let (kind, payload) = self.exchange(wire::F_RUN, &payload, deadline, "run")?;
-        if kind != wire::F_RESULT {
-            return Err(self.protocol(format!("expected RESULT, got frame {kind}")));
+        let returns_rows = match (&self.spec.output, self.spec.input_type) {
+            (super::ScriptOutput::Returns(_), super::ScriptInputType::Scalar) => Some(total),
+            (super::ScriptOutput::Returns(_), super::ScriptInputType::Set) => Some(1),
+            (super::ScriptOutput::Emits(_), _) => None,
+        };
+        if let Some(expected) = returns_rows
+            && output.rows() != expected
+        {
+            return Err(self.protocol(format!(
+                "{} values returned for a run that needs {expected}",
+                output.rows()
+            )));
         }
-        wire::decode_result(&payload, &self.outputs).map_err(|e| self.protocol(e))
+        if let Some(ends) = &row_ends
+            && ends.last().copied().unwrap_or(0) != output.rows() as u64
+        {
+            return Err(self.protocol(format!(
+                "ROW_ENDS count {} rows, the run emitted {}",
+                ends.last().copied().unwrap_or(0),
+                output.rows()
+            )));
+        }
+        let names: Vec<&str> = self.outputs.iter().map(|c| c.name.as_str()).collect();
+        let columns =
+            output
+                .finish(&names)
+                .map_err(|(column, message)| RuntimeError::RunTooLarge {
+                    script: self.script.clone(),
+                    vm_id: self.vm_id,
+                    column,
+                    message,
+                })?;
+        Ok((columns, row_ends))
     }
 
     /// Calls the function of a single call; the worker must have been started in
@@ -330,9 +454,17 @@ impl PythonWorker {
         phase: &str,
     ) -> Result<(u8, Vec<u8>)> {
         let process = self.process_mut()?;
-        let mut answer = process
-            .send(kind, payload, deadline)
-            .and_then(|()| process.recv(deadline));
+        let sent = process.send(kind, payload, deadline);
+        if let Err(end) = sent {
+            return Err(self.io_failure(end, phase));
+        }
+        self.receive(deadline, phase)
+    }
+
+    /// Receives the worker's next frame, answering its requests on the way; an ERROR frame
+    /// becomes the script's error.
+    fn receive(&mut self, deadline: Option<Instant>, phase: &str) -> Result<(u8, Vec<u8>)> {
+        let mut answer = self.process_mut()?.recv(deadline);
         // `exa.import_script` asks for other scripts' code, `exa.get_connection` for connections,
         // before it answers.
         loop {
