@@ -284,21 +284,27 @@ impl ScriptCatalog {
         &self,
         f: impl FnOnce(&mut BTreeMap<(String, String), Arc<ScriptEntry>>) -> crate::Result<()>,
     ) -> crate::Result<()> {
+        self.change_in(&self.entries, f, |file, next| {
+            let connections = self.connections.read().unwrap_or_else(|e| e.into_inner());
+            persist(file, next, &connections)
+        })
+    }
+
+    /// Applies `f` to a copy of `map` (the entries or the connections), saves the catalog with
+    /// the copy (`save`), and only then publishes it; sessions then register their scripts again.
+    fn change_in<T: Clone>(
+        &self,
+        map: &RwLock<T>,
+        f: impl FnOnce(&mut T) -> crate::Result<()>,
+        save: impl FnOnce(&Path, &T) -> crate::Result<()>,
+    ) -> crate::Result<()> {
         let _writer = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mut next = self
-            .entries
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let mut next = map.read().unwrap_or_else(|e| e.into_inner()).clone();
         f(&mut next)?;
         if let Some(file) = &self.file {
-            persist(
-                file,
-                &next,
-                &self.connections.read().unwrap_or_else(|e| e.into_inner()),
-            )?;
+            save(file, &next)?;
         }
-        *self.entries.write().unwrap_or_else(|e| e.into_inner()) = next;
+        *map.write().unwrap_or_else(|e| e.into_inner()) = next;
         self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
@@ -359,24 +365,10 @@ impl ScriptCatalog {
         &self,
         f: impl FnOnce(&mut BTreeMap<String, ConnectionEntry>) -> crate::Result<()>,
     ) -> crate::Result<()> {
-        let _writer = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mut next = self
-            .connections
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        f(&mut next)?;
-        if let Some(file) = &self.file {
-            persist(
-                file,
-                &self.entries.read().unwrap_or_else(|e| e.into_inner()),
-                &next,
-            )?;
-        }
-        *self.connections.write().unwrap_or_else(|e| e.into_inner()) = next;
-        // Sessions register their scripts again, with the new connections.
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        Ok(())
+        self.change_in(&self.connections, f, |file, next| {
+            let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
+            persist(file, &entries, next)
+        })
     }
 }
 

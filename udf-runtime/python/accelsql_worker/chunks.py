@@ -2,7 +2,7 @@
 
 from . import state
 from .values import _BadValue, _decode_raw, _encode_result, _to_row_values
-from .wire import F_EMIT, F_FETCH, F_ROWS, _U64, _ProtocolError, _Reader
+from .wire import F_EMIT, F_FETCH, F_ROWS, _U64, _ProtocolError
 
 # Bounds of the adaptive number of emitted rows per EMIT part.
 _MIN_PART_ROWS = 16
@@ -38,12 +38,7 @@ def read_chunk(r, st):
 def fetch_raw(from_row):
     """The chunk of the current run from row `from_row` on: (rows, raw columns)."""
     st = state.STATE
-    ch = state.CHANNEL
-    ch.write(F_FETCH, [_U64.pack(from_row)])
-    kind, payload = ch.read()
-    if kind != F_ROWS:
-        raise _ProtocolError("expected ROWS, got frame %d" % kind)
-    r = _Reader(payload)
+    r = state.CHANNEL.request(F_FETCH, [_U64.pack(from_row)], F_ROWS)
     start = r.u64()
     if start != from_row:
         raise _ProtocolError("ROWS from row %d, asked for %d" % (start, from_row))

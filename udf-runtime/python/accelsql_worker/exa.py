@@ -21,8 +21,6 @@ from .wire import (
     T_VARCHAR,
     W_I64,
     W_I128,
-    _ProtocolError,
-    _Reader,
     _s,
 )
 
@@ -106,11 +104,7 @@ class Exa(object):
         ch = state.CHANNEL
         if ch is None:
             raise ImportError("exa.import_script(%r): no engine to ask" % (name,))
-        ch.write(F_IMPORT, [_s(name)])
-        kind, payload = ch.read()
-        if kind != F_SCRIPT:
-            raise _ProtocolError("expected SCRIPT, got frame %d" % kind)
-        r = _Reader(payload)
+        r = ch.request(F_IMPORT, [_s(name)], F_SCRIPT)
         if r.u8() != 1:
             raise ImportError("exa.import_script(%r): %s" % (name, r.str()))
         qualified = r.str()
@@ -159,11 +153,7 @@ class Exa(object):
         ch = state.CHANNEL
         if ch is None:
             raise ImportError("F-UDF-CL-SL-PYTHON-1121: get_connection for connection name %s failed: no engine to ask" % name)
-        ch.write(F_GET_CONNECTION, [_s(name)])
-        kind, payload = ch.read()
-        if kind != F_CONNECTION:
-            raise _ProtocolError("expected CONNECTION, got frame %d" % kind)
-        r = _Reader(payload)
+        r = ch.request(F_GET_CONNECTION, [_s(name)], F_CONNECTION)
         if r.u8() != 1:
             raise ImportError("F-UDF-CL-SL-PYTHON-1121: get_connection for connection name %s failed: %s" % (name, r.str()))
         return _read_connection(r)

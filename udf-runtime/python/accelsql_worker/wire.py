@@ -56,6 +56,15 @@ class _Channel(object):
             raise _EngineGone()
         return kind, payload
 
+    def request(self, kind, parts, answer):
+        """Sends one frame and reads the engine's answer, which must be of kind `answer`: a
+        _Reader over its payload."""
+        self.write(kind, parts)
+        got, payload = self.read()
+        if got != answer:
+            raise _ProtocolError("expected frame %d in answer to frame %d, got frame %d" % (answer, kind, got))
+        return _Reader(payload)
+
     def write(self, kind, parts):
         """Sends one frame; parts are bytes-like (bytes, arrays, numpy arrays)."""
         size = 0
