@@ -4,6 +4,9 @@
 # NVRTC wheel to LD_LIBRARY_PATH (the kernels' compile tests), then runs `cargo test --workspace`, then the GPU tests again on the fake CUDA driver
 # (scripts/fake-cuda/test.sh). If the packages cannot be installed (no venv module, no network),
 # it says so and goes on: those tests then check the "missing package" error and print SKIPPED.
+# Under CI (`CI` set, as `.ci/run` does) nothing may be skipped: a prerequisite that cannot be
+# installed (pandas, numpy, NVRTC, a C++ compiler for the fake CUDA driver) fails the run, and
+# the tests themselves fail instead of printing SKIPPED.
 #
 # Then the Python package (python/): it is built in the dev profile, reusing what `cargo test`
 # just built, into a fresh virtualenv (target/python-pkg-env) with pytest, pandas, pyarrow and
@@ -11,6 +14,22 @@
 # Arguments go to `cargo test` only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+strict=""
+case "${CI:-}" in "" | 0 | false | FALSE) ;; *) strict=1 ;; esac
+# A prerequisite is missing: under CI that fails the run, elsewhere its tests are skipped.
+missing() {
+  if [ -n "$strict" ]; then
+    echo "test-all: ERROR: $1 (CI is set, so nothing may be skipped)" >&2
+    exit 1
+  fi
+  echo "test-all: WARNING: $1; its tests will be skipped" >&2
+}
+# The fake CUDA driver is C++: install a compiler where the machine lets us (Debian, as root).
+if ! command -v "${CXX:-c++}" >/dev/null 2>&1 && [ -n "$strict" ] && [ "$(id -u)" = 0 ] \
+  && command -v apt-get >/dev/null 2>&1; then
+  echo "test-all: installing g++ for the fake CUDA driver"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null
+fi
 base_python="$(command -v python3)"
 venv="${ACCELSQL_TEST_VENV:-$PWD/target/python-test-env}"
 if [ ! -x "$venv/bin/python3" ] || ! "$venv/bin/python3" -c "import pandas, numpy" 2>/dev/null; then
@@ -18,7 +37,7 @@ if [ ! -x "$venv/bin/python3" ] || ! "$venv/bin/python3" -c "import pandas, nump
   if python3 -m venv "$venv" && "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check pandas numpy; then
     :
   else
-    echo "test-all: WARNING: could not install pandas/numpy; their tests will be skipped" >&2
+    missing "could not install pandas/numpy into $venv"
   fi
 fi
 if [ -x "$venv/bin/python3" ]; then
@@ -28,7 +47,7 @@ if [ -x "$venv/bin/python3" ]; then
   nvrtc_dirs=("$venv"/lib/python3*/site-packages/nvidia/cu13/lib)
   if [ ! -e "${nvrtc_dirs[0]}/libnvrtc.so.13" ]; then
     "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check 'nvidia-cuda-nvrtc>=13,<14' \
-      || echo "test-all: WARNING: could not install NVRTC; the kernel compile tests will be skipped" >&2
+      || missing "could not install NVRTC (nvidia-cuda-nvrtc)"
     nvrtc_dirs=("$venv"/lib/python3*/site-packages/nvidia/cu13/lib)
   fi
   if [ -e "${nvrtc_dirs[0]}/libnvrtc.so.13" ]; then

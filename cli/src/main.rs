@@ -68,6 +68,13 @@ pub(crate) struct ShellArgs {
     /// Keep the script catalog (`CREATE … SCRIPT`) in DIR, so scripts survive a restart
     #[arg(long, value_name = "DIR")]
     pub(crate) data_dir: Option<std::path::PathBuf>,
+
+    /// Run the SQL as an untrusted user's: no script DDL, no SCRIPT_LANGUAGES change, no
+    /// CREATE/DROP CONNECTION, no file access (files as tables, CREATE EXTERNAL TABLE, COPY … TO)
+    /// and no settings that could lift a resource limit; each is refused with error 42501.
+    /// Existing scripts and UDFs can still be called.
+    #[arg(long)]
+    pub(crate) restricted: bool,
 }
 
 fn main() -> ExitCode {

@@ -377,3 +377,31 @@ fn a_file_name_is_a_table() {
     assert_eq!(code_after(&err, "ERROR ["), "58P01", "{err}");
     assert!(err.contains("missing.csv"), "{err}");
 }
+
+#[test]
+fn restricted_refuses_files_script_ddl_and_limit_lifting_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret.csv"), "a\n1\n").unwrap();
+    let csv = dir.path().join("secret.csv").display().to_string();
+    let out_file = dir.path().join("out.csv");
+    for sql in [
+        format!("SELECT * FROM '{csv}'"),
+        format!("COPY (SELECT 1 AS a) TO '{}'", out_file.display()),
+        "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3=/bin/sh'".to_string(),
+        "SET datafusion.execution.target_partitions = 512".to_string(),
+    ] {
+        let out = accelsql(&["--restricted", "-c", &sql]);
+        assert_eq!(out.status.code(), Some(1), "{sql}");
+        let err = stderr(&out);
+        assert!(
+            err.starts_with("ERROR [42501]: not allowed in a restricted session"),
+            "{err}"
+        );
+        // Without --restricted the same statement runs.
+        let out = accelsql(&["-c", &sql]);
+        assert!(out.status.success(), "{sql}: {}", stderr(&out));
+    }
+    assert!(out_file.exists(), "the unrestricted COPY wrote it");
+    let out = accelsql(&["--restricted", "-c", "SELECT 6 * 7 AS x", "--format", "csv"]);
+    assert_eq!(stdout(&out), "x\n42\n");
+}

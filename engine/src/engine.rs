@@ -107,6 +107,8 @@ pub(crate) struct EngineInner {
     pub(crate) scripts: ScriptCatalog,
     /// Whether sessions may run script DDL.
     pub(crate) script_ddl: bool,
+    /// Whether every session starts restricted ([`EngineOptions::restricted`]).
+    pub(crate) restricted: bool,
     /// Whether sessions resolve unknown table names as files ([`EngineOptions::url_tables`]).
     pub(crate) url_tables: bool,
     pub(crate) recent_calls: Mutex<VecDeque<UdfCallRecord>>,
@@ -130,6 +132,11 @@ pub struct EngineOptions {
     ///
     /// With it off, such a name is an unknown table (42000).
     pub url_tables: bool,
+    /// Whether every session is restricted from the start, for SQL from untrusted users (see
+    /// [`Session::restrict`](crate::Session::restrict): no script DDL, no SCRIPT_LANGUAGES
+    /// change, no file access, no settings that lift a limit). Off by default; to restrict only
+    /// some sessions, call `restrict()` on them.
+    pub restricted: bool,
 }
 
 impl Default for EngineOptions {
@@ -139,6 +146,7 @@ impl Default for EngineOptions {
             data_dir: None,
             script_ddl: true,
             url_tables: false,
+            restricted: false,
         }
     }
 }
@@ -214,6 +222,7 @@ impl Engine {
                 scripts,
                 script_ddl: options.script_ddl,
                 url_tables: options.url_tables,
+                restricted: options.restricted,
                 recent_calls: Mutex::new(VecDeque::new()),
             }),
         })

@@ -121,6 +121,19 @@ pub enum EngineError {
         message: String,
     },
 
+    /// A restricted session ([`Session::restrict`]) refused a statement: script DDL, a
+    /// SCRIPT_LANGUAGES change, file access, or a setting that could lift a resource limit.
+    ///
+    /// [`Session::restrict`]: crate::Session::restrict
+    #[error(
+        "[{}] not allowed in a restricted session: {what}",
+        Self::NOT_ALLOWED_RESTRICTED
+    )]
+    NotAllowedRestricted {
+        /// What was refused, and why.
+        what: String,
+    },
+
     /// The GPU lease, device inventory or device locks failed.
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
@@ -174,6 +187,8 @@ impl EngineError {
     pub const FILE_NOT_FOUND: &'static str = "58P01";
     /// Code of [`EngineError::UnknownFileFormat`].
     pub const UNKNOWN_FILE_FORMAT: &'static str = "42E04";
+    /// Code of [`EngineError::NotAllowedRestricted`] (SQLSTATE `insufficient_privilege`).
+    pub const NOT_ALLOWED_RESTRICTED: &'static str = "42501";
     /// Code of other I/O failures DataFusion reports (SQLSTATE `io_error`).
     pub const IO_ERROR: &'static str = "58030";
 
@@ -192,6 +207,7 @@ impl EngineError {
             Self::InvalidSetting { .. } => Self::INVALID_SETTING,
             Self::FileNotFound { .. } => Self::FILE_NOT_FOUND,
             Self::UnknownFileFormat { .. } => Self::UNKNOWN_FILE_FORMAT,
+            Self::NotAllowedRestricted { .. } => Self::NOT_ALLOWED_RESTRICTED,
             Self::Scheduler(e) => e.code(),
             Self::Runtime(e) => e.code(),
             Self::Relayed { code, .. } => code,
@@ -215,6 +231,11 @@ fn sql_code(e: &DataFusionError) -> &'static str {
         DataFusionError::Configuration(_) => "22023",
         DataFusionError::ResourcesExhausted(_) => "53000",
         DataFusionError::Execution(_) | DataFusionError::ArrowError(..) => "22000",
+        // A bad value for a DataFusion setting (`SET datafusion.execution.batch_size = 'x'`)
+        // comes as a parse failure wrapped in context, whatever its root: an invalid value.
+        DataFusionError::Context(context, _) if context.starts_with("Error setting config") => {
+            "22023"
+        }
         DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
             sql_code(inner)
         }
@@ -291,6 +312,12 @@ fn coded_inside(e: &DataFusionError) -> Option<(&'static str, String)> {
 #[macro_export]
 macro_rules! definition_err {
     ($($arg:tt)*) => { $crate::EngineError::InvalidDefinition { message: format!($($arg)*) } };
+}
+
+/// Builds an [`EngineError::NotAllowedRestricted`]: `restricted_err!("COPY … TO writes files")`.
+#[macro_export]
+macro_rules! restricted_err {
+    ($($arg:tt)*) => { $crate::EngineError::NotAllowedRestricted { what: format!($($arg)*) } };
 }
 
 /// Builds an [`EngineError::EmitsPosition`]: `emits_err!(udf, "it must be alone in its select list")`.

@@ -8,6 +8,7 @@
 //!
 //! [`EngineOptions::url_tables`]: crate::EngineOptions::url_tables
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
@@ -19,13 +20,22 @@ use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::session_state::SessionState;
 use datafusion::prelude::SessionContext;
 
-use crate::EngineError;
+use crate::{EngineError, restricted_err};
 
 /// Returns `ctx` with its catalogs wrapped in DataFusion's dynamic file catalog, so that a table
 /// name no catalog knows is tried as a file, directory or glob. Done once, when the session is
 /// built: the context is rebuilt from its state (settings, functions and rules are kept).
-pub(crate) fn enable_url_tables(ctx: SessionContext) -> SessionContext {
-    let factory = Arc::new(FileTableFactory::default());
+///
+/// While `restricted` is set (a restricted session), a name that looks like a path is refused
+/// with 42501 instead of read.
+pub(crate) fn enable_url_tables(
+    ctx: SessionContext,
+    restricted: Arc<AtomicBool>,
+) -> SessionContext {
+    let factory = Arc::new(FileTableFactory {
+        state: OnceLock::new(),
+        restricted,
+    });
     let catalogs = Arc::clone(ctx.state_ref().read().catalog_list());
     let catalogs = Arc::new(DynamicFileCatalog::new(
         catalogs,
@@ -51,10 +61,11 @@ type StateSource = Box<dyn Fn() -> Option<SessionState> + Send + Sync>;
 
 /// Makes a listing table (format from the extension, schema inferred, `key=value/` folders as
 /// partition columns) from a table name that is a path, a folder or a glob.
-#[derive(Default)]
 struct FileTableFactory {
     /// Set once the context exists; held weakly (the context owns the catalog that owns us).
     state: OnceLock<StateSource>,
+    /// The session's restriction: no files while it is set.
+    restricted: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for FileTableFactory {
@@ -79,6 +90,12 @@ impl UrlTableFactory for FileTableFactory {
         // exists") or a table's "not found". A folder is named with its slash: `'data/'`.
         if !looks_like_path(name) {
             return Ok(None);
+        }
+        if self.restricted.load(Ordering::Acquire) {
+            return Err(
+                restricted_err!("reading files on the server as tables ('{name}')")
+                    .into_datafusion(),
+            );
         }
         let config = match ListingTableConfig::new(url).infer_options(&state).await {
             Ok(config) => config,

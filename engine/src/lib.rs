@@ -19,6 +19,7 @@ mod options;
 mod params;
 mod placement;
 mod repeated;
+mod restricted;
 mod script;
 mod session;
 pub mod splitter;

@@ -241,7 +241,8 @@ fn no_such_setting(key: &str) -> EngineError {
     }
 }
 
-fn parse_timeout(name: &str, text: &str) -> Result<Option<Duration>> {
+/// The bound a timeout setting's text gives (`''`: none), or 22E03.
+pub(crate) fn parse_timeout(name: &str, text: &str) -> Result<Option<Duration>> {
     let text = text.trim();
     if text.is_empty() {
         return Ok(None);

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -40,13 +41,16 @@ use crate::udf::{
     AccelAggregateUdf, AccelScalarUdf, EmitsAggregate, EmitsScalar, InputType, Output, ScalarUdf,
     SetUdf, as_accel_udf, emits_of, emits_of_aggregate,
 };
-use crate::{Engine, EngineError, Result, definition_err};
+use crate::{Engine, EngineError, Result, definition_err, restricted_err};
 
 /// One connection: its own settings and tables, the engine's GPUs and UDFs.
 pub struct Session {
     engine: Engine,
     ctx: SessionContext,
     scripts: SessionScripts,
+    /// Set once by [`Session::restrict`] (or from birth), never cleared; shared with the file
+    /// table factory.
+    restricted: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Session {
@@ -68,8 +72,9 @@ impl Session {
             .with_query_planner(Arc::new(AccelQueryPlanner))
             .build();
         let mut ctx = SessionContext::new_with_state(state);
+        let restricted = Arc::new(AtomicBool::new(engine.inner.restricted));
         if engine.inner.url_tables {
-            ctx = crate::files::enable_url_tables(ctx);
+            ctx = crate::files::enable_url_tables(ctx, Arc::clone(&restricted));
         }
         ctx.add_analyzer_rule(Arc::new(EmitsRule));
         for f in crate::functions::node_functions(0, 1) {
@@ -87,7 +92,7 @@ impl Session {
         for def in registry.set {
             register_set_udf(&ctx, def);
         }
-        if let Err(e) = crate::system::register(&ctx, &engine) {
+        if let Err(e) = crate::system::register(&ctx, &engine, &restricted) {
             log::error!("system tables unavailable in this session: {e}");
         }
         let scripts = SessionScripts::new(engine.next_session_id());
@@ -96,7 +101,40 @@ impl Session {
             engine,
             ctx,
             scripts,
+            restricted,
         }
+    }
+
+    /// Restricts this session for SQL from an untrusted user, for good: from now on it refuses
+    /// (error 42501) script DDL, `ALTER SESSION SET SCRIPT_LANGUAGES`, `CREATE/DROP CONNECTION`,
+    /// file access (`CREATE EXTERNAL TABLE`, `COPY … TO`, files named as tables), and settings
+    /// that could lift a resource limit. Scripts and UDFs that exist can still be called.
+    ///
+    /// Set the session up first (languages, settings), then restrict it and hand it over.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let session = accelsql_engine::Engine::new().unwrap().session();
+    /// session.restrict();
+    /// let e = session.sql("COPY (SELECT 1) TO '/tmp/x.csv'").await.unwrap_err();
+    /// assert_eq!(e.code(), "42501");
+    /// # });
+    /// ```
+    pub fn restrict(&self) {
+        self.restricted.store(true, Ordering::Release);
+    }
+
+    /// Whether this session is restricted ([`Session::restrict`]).
+    pub fn is_restricted(&self) -> bool {
+        self.restricted.load(Ordering::Acquire)
+    }
+
+    /// 42501 if this session is restricted: `what` says what it refused.
+    fn refuse_if_restricted(&self, what: impl FnOnce() -> String) -> Result<()> {
+        if self.is_restricted() {
+            return Err(restricted_err!("{}", what()));
+        }
+        Ok(())
     }
 
     /// The DataFusion context (to register tables, read settings, or use the DataFrame API).
@@ -222,6 +260,11 @@ impl Session {
         for (i, piece) in pieces.iter().enumerate() {
             let is_last_piece = i + 1 == pieces.len();
             if is_script_ddl(&piece.text) {
+                self.refuse_if_restricted(|| {
+                    "script DDL (CREATE/DROP SCRIPT, ALTER SESSION SET SCRIPT_LANGUAGES) \
+                     changes the code this server runs"
+                        .to_string()
+                })?;
                 self.run_script_ddl(&piece.text)?;
                 if is_last_piece {
                     last_stream = Some(empty_stream()?);
@@ -229,6 +272,13 @@ impl Session {
                 continue;
             }
             if let Some(statement) = parse_exasol_statement(&piece.text)? {
+                if let ExasolStatement::CreateConnection { name, .. }
+                | ExasolStatement::DropConnection { name, .. } = &statement
+                {
+                    self.refuse_if_restricted(|| {
+                        format!("CREATE/DROP CONNECTION {name} changes the engine's shared catalog")
+                    })?;
+                }
                 let stream = self.run_exasol(statement).await?;
                 if is_last_piece {
                     last_stream = Some(stream);
@@ -393,6 +443,23 @@ impl Session {
                 }
             }
         }
+        if let SchemaChange::Drop {
+            names,
+            cascade: true,
+        } = change
+        {
+            for name in names {
+                let scripts = self.engine.inner.scripts.scripts_in(name);
+                if !scripts.is_empty() {
+                    self.refuse_if_restricted(|| {
+                        format!(
+                            "DROP SCHEMA {name} CASCADE would drop its scripts ({})",
+                            scripts.join(", ")
+                        )
+                    })?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -454,6 +521,12 @@ impl Session {
         };
         let name = name.to_string().to_ascii_lowercase();
         let key = name.strip_prefix("accelsql.")?.to_string();
+        if self.is_restricted()
+            && let Err(e) =
+                crate::restricted::check_setting(&name, None, &AccelsqlOptions::default())
+        {
+            return Some(Err(e));
+        }
         let state = self.ctx.state_ref();
         let mut state = state.write();
         let options = state.config_mut().options_mut();
@@ -525,6 +598,9 @@ impl Session {
             .filter(|c| own.create_schema_opens || !matches!(c, SchemaChange::Create(_)));
         let upper_case = (own.identifier_case == IdentifierCase::Upper).then_some(quoted);
         let mut plan = state.statement_to_plan(statement).await?;
+        if self.is_restricted() {
+            crate::restricted::check_plan(&plan, &own)?;
+        }
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;
         }

@@ -39,16 +39,29 @@ fn run_off_thread(
     let mut builder = RecordBatchReceiverStreamBuilder::new(inner.schema(), 2);
     let tx = builder.tx();
     builder.spawn(async move {
-        let _lease = lease;
         let mut inner = inner;
-        let mut failed = false;
         while let Some(batch) = inner.next().await {
-            failed |= batch.is_err();
-            if tx.send(batch).await.is_err() {
+            let batch = match batch {
+                Ok(batch) => batch,
+                Err(e) => {
+                    // Stop the plan and give the GPUs back before the consumer hears of the
+                    // failure: once a failed statement's error is seen, it holds nothing.
+                    drop(inner);
+                    drop(lease);
+                    let _ = tx.send(Err(e)).await;
+                    return Ok(());
+                }
+            };
+            if tx.send(Ok(batch)).await.is_err() {
                 return Ok(()); // the consumer is gone
             }
         }
-        if !failed && let Err(e) = crate::script::finish_workers(&scope.processes) {
+        let finished = crate::script::finish_workers(&scope.processes);
+        // The lease goes before the stream ends (the sender goes with this task), so a
+        // statement read to its end holds nothing either.
+        drop(inner);
+        drop(lease);
+        if let Err(e) = finished {
             let _ = tx.send(Err(e.into_datafusion())).await;
         }
         Ok(())

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{
@@ -27,6 +28,9 @@ use crate::script::ScriptEntry;
 type LeaseRow = (String, Option<u64>, String, f64, Option<f64>);
 
 type Producer = dyn Fn(&Engine) -> DfResult<Vec<ArrayRef>> + Send + Sync;
+
+/// Makes a system table from its columns and producer.
+type TableMaker<'a> = dyn Fn(&[(&str, DataType)], Box<Producer>) -> Arc<SystemTable> + 'a;
 
 /// A table whose rows are produced from the engine's state at scan time.
 struct SystemTable {
@@ -114,7 +118,8 @@ pub(crate) fn exasol_name(name: &str) -> String {
 /// Registers Exasol's script and connection views and `DUAL` in [`SYSTEM_SCHEMA`].
 fn register_exasol_views(
     ctx: &SessionContext,
-    table: &dyn Fn(&[(&str, DataType)], Box<Producer>) -> Arc<SystemTable>,
+    table: &TableMaker<'_>,
+    restricted: &Arc<AtomicBool>,
 ) -> DfResult<()> {
     use DataType::{Timestamp, UInt64, Utf8};
     let micros = || Timestamp(TimeUnit::Microsecond, None);
@@ -135,7 +140,9 @@ fn register_exasol_views(
         columns
     };
     let scripts = |owner: bool| -> Box<Producer> {
+        let restricted = Arc::clone(restricted);
         Box::new(move |engine| {
+            let restricted = restricted.load(Ordering::Acquire);
             let scripts = engine.inner.scripts.entries();
             let column =
                 |f: &dyn Fn(&ScriptEntry) -> Option<String>| strings(scripts.iter().map(|e| f(e)));
@@ -162,7 +169,7 @@ fn register_exasol_views(
                         .to_string(),
                     )
                 }),
-                column(&|e| Some(e.text.clone())),
+                column(&|e| Some(shown_text(&e.text, restricted))),
                 column(&|_| None),
             ]);
             Ok(columns)
@@ -179,15 +186,19 @@ fn register_exasol_views(
 
     // Connections; no view ever shows a password.
     let connections = |dba: bool| -> Box<Producer> {
+        let restricted = Arc::clone(restricted);
         Box::new(move |engine| {
+            let hidden = restricted.load(Ordering::Acquire);
             let all = engine.inner.scripts.connections();
             let mut columns = vec![strings(all.iter().map(|c| Some(c.name.clone())))];
             if dba {
-                columns.push(strings(all.iter().map(|c| Some(c.address.clone()))));
                 columns.push(strings(
-                    all.iter()
-                        .map(|c| (!c.user.is_empty()).then(|| c.user.clone())),
+                    all.iter().map(|c| (!hidden).then(|| c.address.clone())),
                 ));
+                columns
+                    .push(strings(all.iter().map(|c| {
+                        (!hidden && !c.user.is_empty()).then(|| c.user.clone())
+                    })));
             }
             columns.push(Arc::new(TimestampMicrosecondArray::from_iter_values(
                 all.iter().map(|c| c.created_micros),
@@ -232,6 +243,49 @@ fn register_exasol_views(
         ),
     )?;
     Ok(())
+}
+
+/// A script's text as a session may see it: in a restricted one, each `%env NAME=value;` option
+/// shows `NAME=***` (the value may be a secret).
+fn shown_text(text: &str, restricted: bool) -> String {
+    if !restricted {
+        return text.to_string();
+    }
+    let starts = crate::script::logical_line_starts(text);
+    text.split('\n')
+        .enumerate()
+        .map(|(i, line)| {
+            let trimmed = line.trim_start();
+            let is_env = starts.get(i).copied().unwrap_or(false)
+                && trimmed.len() > 4
+                && trimmed[..4].eq_ignore_ascii_case("%env")
+                && trimmed[4..].starts_with(char::is_whitespace);
+            match line.split_once('=') {
+                Some((name, _)) if is_env => format!("{name}=***;"),
+                _ => line.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The options column (`%key value;` items joined by spaces) as a session may see it: `%env`
+/// values hidden in a restricted one (a value may itself hold `;`, so items are split where the
+/// next one starts).
+fn shown_options(text: &str, restricted: bool) -> String {
+    if !restricted {
+        return text.to_string();
+    }
+    text.split("; %")
+        .map(|item| match item.split_once('=') {
+            Some((name, _)) if item.trim_start_matches('%').starts_with("env") => {
+                format!("{name}=***")
+            }
+            _ => item.trim_end_matches(';').to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("; %")
+        + if text.is_empty() { "" } else { ";" }
 }
 
 /// Who owns every script and connection: accelsql has no users yet.
@@ -282,7 +336,14 @@ pub(crate) fn qualify_system_tables(
 }
 
 /// Registers the system tables in `ctx`.
-pub(crate) fn register(ctx: &SessionContext, engine: &Engine) -> DfResult<()> {
+///
+/// While `restricted` is set (a restricted session), script texts show `%env` values as `***`
+/// and the DBA connection view shows no addresses or users: they may hold secrets.
+pub(crate) fn register(
+    ctx: &SessionContext,
+    engine: &Engine,
+    restricted: &Arc<AtomicBool>,
+) -> DfResult<()> {
     if let Some(catalog) = ctx.catalog("datafusion") {
         catalog.register_schema("accelsql", Arc::new(MemorySchemaProvider::new()))?;
         catalog.register_schema(SYSTEM_SCHEMA, Arc::new(MemorySchemaProvider::new()))?;
@@ -295,7 +356,7 @@ pub(crate) fn register(ctx: &SessionContext, engine: &Engine) -> DfResult<()> {
         })
     };
     use DataType::{Boolean, Float64, UInt32, UInt64, Utf8};
-    register_exasol_views(ctx, &table)?;
+    register_exasol_views(ctx, &table, restricted)?;
 
     ctx.register_table(
         "sys.exa_metadata",
@@ -550,23 +611,49 @@ pub(crate) fn register(ctx: &SessionContext, engine: &Engine) -> DfResult<()> {
                 ("options", Utf8),
                 ("text", Utf8),
             ],
-            Box::new(|engine| {
-                let scripts = engine.inner.scripts.entries();
-                let column = |f: &dyn Fn(&ScriptEntry) -> String| {
-                    strings(scripts.iter().map(|e| Some(f(e))))
-                };
-                Ok(vec![
-                    column(&|e| e.schema.clone()),
-                    column(&|e| e.name.clone()),
-                    column(&|e| e.language.clone()),
-                    column(&|e| e.kind().to_string()),
-                    column(&|e| e.inputs_text()),
-                    column(&|e| e.output_text()),
-                    column(&|e| e.options_text()),
-                    column(&|e| e.text.clone()),
-                ])
+            Box::new({
+                let restricted = Arc::clone(restricted);
+                move |engine| {
+                    let restricted = restricted.load(Ordering::Acquire);
+                    let scripts = engine.inner.scripts.entries();
+                    let column = |f: &dyn Fn(&ScriptEntry) -> String| {
+                        strings(scripts.iter().map(|e| Some(f(e))))
+                    };
+                    Ok(vec![
+                        column(&|e| e.schema.clone()),
+                        column(&|e| e.name.clone()),
+                        column(&|e| e.language.clone()),
+                        column(&|e| e.kind().to_string()),
+                        column(&|e| e.inputs_text()),
+                        column(&|e| e.output_text()),
+                        column(&|e| shown_options(&e.options_text(), restricted)),
+                        column(&|e| shown_text(&e.text, restricted)),
+                    ])
+                }
             }),
         ),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restricted_sessions_see_no_env_values() {
+        let options = "%perNodeAndCallInstanceLimit 2; %env TOKEN=s3cr;et; %env MODE=fast;";
+        assert_eq!(shown_options(options, false), options);
+        assert_eq!(
+            shown_options(options, true),
+            "%perNodeAndCallInstanceLimit 2; %env TOKEN=***; %env MODE=***;"
+        );
+        assert_eq!(shown_options("", true), "");
+        let text = "%env TOKEN=s3cret;\nHELP = \"\"\"\n%env NOT_AN_OPTION=1;\n\"\"\"\n  %ENV B=2;";
+        assert_eq!(
+            shown_text(text, true),
+            "%env TOKEN=***;\nHELP = \"\"\"\n%env NOT_AN_OPTION=1;\n\"\"\"\n  %ENV B=***;"
+        );
+        assert_eq!(shown_text(text, false), text);
+    }
 }

@@ -389,3 +389,33 @@ async fn a_session_udf_is_placed_like_an_engine_udf_and_only_its_session_sees_it
         assert_eq!(e.code(), "42E01", "{name}: {e}");
     }
 }
+
+/// Found by the fuzzer: the lease of a failed GPU statement was released a moment after its
+/// error reached the caller (when the aborted plan task was dropped), so a caller checking right
+/// away saw it held. Now a statement holds nothing once its error, or its end, is seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_is_free_once_a_statement_ends_or_fails() {
+    let s = engine(2).session();
+    s.sql("CREATE TABLE t AS SELECT value AS id, 'v' || CAST(value AS VARCHAR) AS s FROM generate_series(1, 300)")
+        .await
+        .unwrap();
+    for i in 0..300 {
+        let failing = s
+            .sql("SELECT gpu_probe_required(), CAST(s AS BIGINT) FROM t WHERE id > 0")
+            .await;
+        assert!(failing.is_err());
+        let queue = s.engine().lease_queue().snapshot();
+        assert!(
+            queue.holder.is_none(),
+            "held after the error, run {i}: {:?}",
+            queue.holder
+        );
+        s.sql("SELECT gpu_probe_required() FROM t").await.unwrap();
+        let queue = s.engine().lease_queue().snapshot();
+        assert!(
+            queue.holder.is_none(),
+            "held after the end, run {i}: {:?}",
+            queue.holder
+        );
+    }
+}

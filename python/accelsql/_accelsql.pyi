@@ -64,6 +64,11 @@ class NativeConnection:
         pass_ctx: bool,
     ) -> None:
         """Registers func as a scalar UDF of this session."""
+    def restrict(self) -> None:
+        """Restricts the session for untrusted SQL, for good."""
+    @property
+    def restricted(self) -> bool:
+        """Whether the session is restricted."""
     def close(self) -> None:
         """Ends the session."""
     @property

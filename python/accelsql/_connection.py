@@ -44,6 +44,7 @@ class Connection:
         script_python: Optional[str] = CURRENT_INTERPRETER,
         schema: Optional[str] = None,
         lower_ident: bool = False,
+        restricted: bool = False,
         **settings: Any,
     ) -> None:
         """See :func:`connect`."""
@@ -67,6 +68,9 @@ class Connection:
             # the schema is made here when it is new; CREATE SCHEMA opens it, as in Exasol.
             self.execute(f"CREATE SCHEMA IF NOT EXISTS {name}")
             self.execute(f"OPEN SCHEMA {name}")
+        if restricted:
+            # Last: the set-up above is the host program's, what follows is the untrusted SQL's.
+            self._native.restrict()
 
     # -- SQL -------------------------------------------------------------------------------------
 
@@ -201,6 +205,11 @@ class Connection:
         """Whether :meth:`close` was called."""
         return self._native.closed
 
+    @property
+    def restricted(self) -> bool:
+        """Whether the connection refuses what untrusted SQL may not do (``connect(restricted=True)``)."""
+        return self._native.restricted
+
     def __enter__(self) -> "Connection":
         return self
 
@@ -219,6 +228,7 @@ def connect(
     script_python: Optional[str] = CURRENT_INTERPRETER,
     schema: Optional[str] = None,
     lower_ident: bool = False,
+    restricted: bool = False,
     **settings: Any,
 ) -> Connection:
     """Opens a connection to this process's engine.
@@ -236,6 +246,10 @@ def connect(
       folds them, unquoted names upper case (``SELECT 1 AS a`` has column ``A``; ``AS "a"``
       keeps ``a``), the ``accelsql.identifier_case = 'upper'`` setting. True: lower case, as
       DataFusion names them. Either way, names in SQL text are found whatever their case.
+    - ``restricted``: for SQL from untrusted users. After the set-up above, the connection
+      refuses (error 42501) script DDL, ``ALTER SESSION SET SCRIPT_LANGUAGES``, CREATE/DROP
+      CONNECTION, file access (files as tables, CREATE EXTERNAL TABLE, COPY … TO) and settings
+      that could lift a resource limit; existing scripts can still be called. It cannot be lifted.
     - ``settings``: ``SET`` for this connection, e.g. ``gpu_wait_timeout='30s'`` (an accelsql
       setting) or ``**{'datafusion.execution.batch_size': 65536}``.
 
@@ -247,6 +261,7 @@ def connect(
         script_python=script_python,
         schema=schema,
         lower_ident=lower_ident,
+        restricted=restricted,
         **settings,
     )
 

@@ -178,6 +178,20 @@ impl NativeConnection {
         session.register_scalar_udf(udf).map_err(engine_error)
     }
 
+    /// Restricts the session for SQL from untrusted users, for good (`Session::restrict`): script
+    /// DDL, SCRIPT_LANGUAGES changes, connections, file access and settings that could lift a
+    /// limit are refused with error 42501.
+    fn restrict(&self) -> PyResult<()> {
+        self.session()?.restrict();
+        Ok(())
+    }
+
+    /// Whether the session is restricted.
+    #[getter]
+    fn restricted(&self) -> PyResult<bool> {
+        Ok(self.session()?.is_restricted())
+    }
+
     /// Ends the session (its tables and UDFs go with it). Closing twice is allowed.
     fn close(&self) {
         self.session

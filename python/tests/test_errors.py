@@ -81,3 +81,34 @@ def test_the_exception_can_be_raised_and_caught_like_any_other():
     with pytest.raises(Exception):
         raise accelsql.AccelsqlError("plain")
     assert accelsql.AccelsqlError.__module__ == "accelsql"
+
+
+def test_a_restricted_connection_refuses_escapes_with_42501(tmp_path, unique):
+    name = unique("doubled")
+    with accelsql.connect(simulated_gpus=0, lower_ident=True) as admin:
+        admin.execute(
+            f"CREATE PYTHON3 SCALAR SCRIPT {name}(x INT) RETURNS INT AS\n"
+            "def run(ctx):\n    return ctx.x * 2\n/"
+        )
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    out = tmp_path / "out.csv"
+    with accelsql.connect(simulated_gpus=0, lower_ident=True, restricted=True) as c:
+        assert c.restricted
+        for sql in [
+            f"CREATE OR REPLACE PYTHON3 SCALAR SCRIPT {name}(x INT) RETURNS INT AS\n"
+            "def run(ctx):\n    return 0\n/",
+            "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3=/bin/sh'",
+            f"SELECT * FROM '{secret}'",
+            f"COPY (SELECT 1 AS a) TO '{out}'",
+            "SET datafusion.runtime.memory_limit = '100G'",
+        ]:
+            with pytest.raises(accelsql.AccelsqlError) as e:
+                c.execute(sql)
+            assert e.value.code == "42501", sql
+        assert not out.exists()
+        # The script the host created still runs, as it was.
+        assert c.execute(f"SELECT {name}(21)").fetchval() == 42
+    # Other connections of the engine are not restricted.
+    with accelsql.connect(simulated_gpus=0) as other:
+        assert not other.restricted

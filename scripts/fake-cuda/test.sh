@@ -4,12 +4,20 @@
 # second schedule of the streams' work, and the engine's test of a device that fails), then a
 # smoke run of the GPU benchmark's GPU paths, with ACCELSQL_REQUIRE_GPU set so that a
 # device that fails to open fails the run instead of skipping. Kernels run on the host: this
-# checks the GPU path's logic, not a GPU. Without a C++ compiler it says SKIPPED and succeeds.
+# checks the GPU path's logic, not a GPU. Without a C++ compiler it says SKIPPED and succeeds,
+# except under CI (`CI` set), where that fails the run.
 # Arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cxx="${CXX:-c++}"
 if ! command -v "$cxx" >/dev/null 2>&1; then
+  case "${CI:-}" in
+    "" | 0 | false | FALSE) ;;
+    *)
+      echo "fake-cuda: ERROR: no C++ compiler '$cxx', and CI is set: the GPU path must run (install g++)" >&2
+      exit 1
+      ;;
+  esac
   echo "fake-cuda: SKIPPED (no C++ compiler '$cxx'; install g++ to run the GPU path on the host)" >&2
   exit 0
 fi

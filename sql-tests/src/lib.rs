@@ -16,6 +16,7 @@ pub mod database;
 pub mod directives;
 pub mod discover;
 pub mod flavor;
+pub mod fuzz;
 pub mod runner;
 pub mod scratch;
 pub mod upstream;

@@ -7,6 +7,7 @@ mod error;
 pub mod gpu;
 pub mod instance;
 pub mod kernels;
+pub mod prerequisite;
 pub mod script;
 
 /// The cudarc this crate drives CUDA with: GPU implementations ([`GpuColumnarKernel`]) launch

@@ -199,8 +199,9 @@ def run(ctx):
 #[test]
 fn run_batch_with_numpy_gets_arrays_when_numpy_is_there() {
     if !has_module("numpy") {
-        eprintln!(
-            "SKIPPED run_batch_with_numpy_gets_arrays_when_numpy_is_there: python3 cannot import numpy"
+        accelsql_udf_runtime::prerequisite::skip_test(
+            "run_batch_with_numpy_gets_arrays_when_numpy_is_there",
+            "python3 cannot import numpy",
         );
         return;
     }
@@ -831,8 +832,9 @@ def run(ctx):
             e.to_string().contains("need the Python package 'pandas'"),
             "{e}"
         );
-        eprintln!(
-            "SKIPPED get_dataframe_and_emit_dataframe: python3 cannot import pandas (checked its clear error instead)"
+        accelsql_udf_runtime::prerequisite::skip_test(
+            "get_dataframe_and_emit_dataframe",
+            "python3 cannot import pandas (its clear error was checked instead)",
         );
         return;
     }

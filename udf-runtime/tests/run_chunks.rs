@@ -123,7 +123,10 @@ fn get_dataframe_reads_across_chunks() {
         .map(|s| !s.success())
         .unwrap_or(true)
     {
-        eprintln!("SKIPPED: pandas is not importable");
+        accelsql_udf_runtime::prerequisite::skip_test(
+            "get_dataframe_reads_across_chunks",
+            "python3 cannot import pandas",
+        );
         return;
     }
     let body = "\

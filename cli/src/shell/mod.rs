@@ -81,6 +81,7 @@ impl Shell {
                     data_dir: args.data_dir.clone(),
                     // Files as tables (`SELECT * FROM 'x.parquet'`), as in datafusion-cli.
                     url_tables: true,
+                    restricted: args.restricted,
                     ..EngineOptions::default()
                 })
             })

@@ -20,16 +20,15 @@ mod vectors;
 use std::sync::Arc;
 
 use accelsql_gpu_scheduler::DeviceInfo;
-use accelsql_udf_runtime::RuntimeError;
 use accelsql_udf_runtime::kernels::Operand;
 use accelsql_udf_runtime::kernels::options::OptionKind;
 use accelsql_udf_runtime::kernels::vectors::VectorOp;
 use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::common::exec_datafusion_err;
-use datafusion::error::DataFusionError;
 use datafusion::logical_expr::ColumnarValue;
 
-use crate::{EngineError, InstanceContext, Result, ScalarUdf, ScalarUdfBuilder, SetUdf};
+pub(crate) use crate::udf::kernel::{kernel_error, operands, pinned_device};
+use crate::{InstanceContext, Result, ScalarUdf, ScalarUdfBuilder, SetUdf};
 
 /// The built-in scalar UDFs, in registration order.
 pub(crate) fn builtin_udfs() -> Result<Vec<ScalarUdf>> {
@@ -48,17 +47,6 @@ pub(crate) fn builtin_set_udfs() -> Result<Vec<SetUdf>> {
     Ok(vec![topk::vector_topk()?])
 }
 
-/// A scalar UDF's arguments as kernel operands: a column stays a column, a scalar becomes a
-/// one-element array (never replicated to the batch's length).
-pub(crate) fn operands(args: &[ColumnarValue]) -> datafusion::error::Result<Vec<Operand>> {
-    args.iter()
-        .map(|arg| match arg {
-            ColumnarValue::Array(array) => Ok(Operand::Column(std::sync::Arc::clone(array))),
-            ColumnarValue::Scalar(scalar) => Ok(Operand::Scalar(scalar.to_array()?)),
-        })
-        .collect()
-}
-
 /// [`operands`] of a built-in taking exactly `N` arguments (its signature guarantees `N`).
 pub(crate) fn operands_of<const N: usize>(
     function: &str,
@@ -68,19 +56,6 @@ pub(crate) fn operands_of<const N: usize>(
     operands(args)?
         .try_into()
         .map_err(|_| exec_datafusion_err!("{function} takes {N} arguments, got {given}"))
-}
-
-/// The device a GPU implementation runs on: the one its instance is pinned to. The engine only
-/// chooses a GPU implementation for an instance pinned to a real device, so its absence is a
-/// "no GPU" error (an optional call then runs the CPU implementation).
-pub(crate) fn pinned_device(
-    instance: &InstanceContext,
-) -> datafusion::error::Result<&accelsql_gpu_scheduler::DeviceInfo> {
-    instance.device.as_ref().ok_or_else(|| {
-        kernel_error(RuntimeError::GpuUnavailable {
-            message: "the instance is not pinned to a device".into(),
-        })
-    })
 }
 
 /// Gives `builder` a built-in's two implementations over `N` operands: `cpu`, and `gpu` on the
@@ -118,9 +93,4 @@ where
                 Ok(Arc::new(gpu(device, rows, &args).map_err(kernel_error)?))
             },
         )
-}
-
-/// A kernel's error for DataFusion, keeping its code (e.g. `[22U20] cosine_similarity: …`).
-pub(crate) fn kernel_error(e: RuntimeError) -> DataFusionError {
-    EngineError::Runtime(e).into_datafusion()
 }

@@ -1,13 +1,27 @@
 //! The script catalog: every `CREATE … SCRIPT` and `CREATE CONNECTION` that returned OK, shared by
-//! the engine's sessions, and — with a data directory — kept in `scripts.json` there (owner-only) (written to a temporary file,
-//! fsynced and renamed, so a crash right after CREATE returns never loses or half-writes it).
+//! the engine's sessions, and — with a data directory — kept in `scripts.json` there.
+//!
+//! The file is written to a temporary file, fsynced and renamed, so a crash right after CREATE
+//! returns never loses or half-writes it. It holds `%env` values and connection passwords, so it
+//! is owner-only (`0600`, the directory `0700` when we create it; an existing file that others
+//! can read is tightened through its descriptor, with a warning), and it is never reached through
+//! a symbolic link.
+//!
+//! Several processes may share a data directory: a change takes an exclusive `flock` on
+//! `scripts.lock` (waiting at most [`LOCK_WAIT`]), reads the file as it is now, applies the
+//! change to that (so "already exists" sees the other processes' scripts, and nothing of theirs
+//! is overwritten), writes it and publishes it. Reads are fresh to the statement: each
+//! statement's [`ScriptCatalog::generation`] check reloads the file when its size, time or inode
+//! changed.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +29,10 @@ use crate::EngineError;
 
 /// File name of the catalog in the data directory.
 pub(crate) const CATALOG_FILE: &str = "scripts.json";
+/// File name of the lock that serializes processes changing the catalog.
+const LOCK_FILE: &str = "scripts.lock";
+/// How long a change waits for another process's change before failing (58E01).
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(30);
 const FORMAT_VERSION: u32 = 1;
 
 /// One stored script: its definition as parsed, options already taken out of the body.
@@ -149,8 +167,10 @@ pub(crate) struct ScriptCatalog {
     /// Bumped on every change, so sessions know when to refresh their functions.
     generation: AtomicU64,
     file: Option<PathBuf>,
-    /// Serializes writers of the file.
+    /// Serializes this process's writers of the file.
     write_lock: Mutex<()>,
+    /// The file's (size, mtime ns, inode) when last read or written here.
+    seen: Mutex<Option<Stamp>>,
 }
 
 impl ScriptCatalog {
@@ -165,51 +185,56 @@ impl ScriptCatalog {
             path: data_dir.to_path_buf(),
             message: format!("{what}: {e}"),
         };
-        std::fs::create_dir_all(data_dir).map_err(|e| io_err("cannot create it", e))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(data_dir)
+            .map_err(|e| io_err("cannot create it", e))?;
         let file = data_dir.join(CATALOG_FILE);
-        let mut entries = BTreeMap::new();
-        let mut connections = BTreeMap::new();
-        match std::fs::read(&file) {
-            Ok(bytes) => {
-                let stored: CatalogFile =
-                    serde_json::from_slice(&bytes).map_err(|e| EngineError::DataDirectory {
-                        path: file.clone(),
-                        message: format!(
-                            "the script catalog is damaged ({e}); nothing was loaded or changed — \
-                             restore the file from a backup or move it away to start empty"
-                        ),
-                    })?;
-                if stored.version != FORMAT_VERSION {
-                    return Err(EngineError::DataDirectory {
-                        path: file,
-                        message: format!(
-                            "catalog format version {} is not the supported {FORMAT_VERSION}",
-                            stored.version
-                        ),
-                    });
-                }
-                for entry in stored.scripts {
-                    entries.insert((entry.schema.clone(), entry.name.clone()), Arc::new(entry));
-                }
-                for connection in stored.connections {
-                    connections.insert(connection.name.clone(), connection);
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err("cannot read the script catalog", e)),
-        }
+        let (stored, seen) = read_catalog(&file)?;
+        let (entries, connections) = into_maps(stored);
         Ok(Self {
             entries: RwLock::new(entries),
             connections: RwLock::new(connections),
             generation: AtomicU64::new(1),
             file: Some(file),
             write_lock: Mutex::new(()),
+            seen: Mutex::new(seen),
         })
     }
 
-    /// Changes seen so far; a session compares it with the one it last synced at.
+    /// Changes seen so far; a session compares it with the one it last synced at. Another
+    /// process's change to the file is loaded here first (a failed reload keeps what we have and
+    /// is logged: the next change reports it).
     pub(crate) fn generation(&self) -> u64 {
+        if let Err(e) = self.reload_if_changed() {
+            log::warn!("script catalog not reloaded: {e}");
+        }
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// Reloads the file if another process changed it since we last read or wrote it.
+    fn reload_if_changed(&self) -> crate::Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let now = std::fs::symlink_metadata(file).ok().map(|m| stamp(&m));
+        if now == *self.seen.lock().unwrap_or_else(|e| e.into_inner()) {
+            return Ok(());
+        }
+        let _writer = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (stored, seen) = read_catalog(file)?;
+        self.publish(stored, seen);
+        Ok(())
+    }
+
+    /// Makes `stored` (read or written at `seen`) what this process's sessions see.
+    fn publish(&self, stored: CatalogFile, seen: Option<Stamp>) {
+        let (entries, connections) = into_maps(stored);
+        *self.entries.write().unwrap_or_else(|e| e.into_inner()) = entries;
+        *self.connections.write().unwrap_or_else(|e| e.into_inner()) = connections;
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = seen;
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Every script, by (schema, name).
@@ -279,33 +304,55 @@ impl ScriptCatalog {
             .collect()
     }
 
-    /// Applies `f` to a copy of the entries, persists the copy, and only then publishes it.
+    /// Applies `f` to the entries as they are now (re-read from the file, under the
+    /// cross-process lock), saves the result, and only then publishes it.
     fn change(
         &self,
         f: impl FnOnce(&mut BTreeMap<(String, String), Arc<ScriptEntry>>) -> crate::Result<()>,
     ) -> crate::Result<()> {
-        self.change_in(&self.entries, f, |file, next| {
-            let connections = self.connections.read().unwrap_or_else(|e| e.into_inner());
-            persist(file, next, &connections)
-        })
+        self.change_all(|entries, _| f(entries))
     }
 
-    /// Applies `f` to a copy of `map` (the entries or the connections), saves the catalog with
-    /// the copy (`save`), and only then publishes it; sessions then register their scripts again.
-    fn change_in<T: Clone>(
+    /// Applies `f` to fresh copies of the entries and the connections, saves the catalog with
+    /// them, and only then publishes them; sessions then register their scripts again.
+    fn change_all(
         &self,
-        map: &RwLock<T>,
-        f: impl FnOnce(&mut T) -> crate::Result<()>,
-        save: impl FnOnce(&Path, &T) -> crate::Result<()>,
+        f: impl FnOnce(
+            &mut BTreeMap<(String, String), Arc<ScriptEntry>>,
+            &mut BTreeMap<String, ConnectionEntry>,
+        ) -> crate::Result<()>,
     ) -> crate::Result<()> {
         let _writer = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mut next = map.read().unwrap_or_else(|e| e.into_inner()).clone();
-        f(&mut next)?;
-        if let Some(file) = &self.file {
-            save(file, &next)?;
-        }
-        *map.write().unwrap_or_else(|e| e.into_inner()) = next;
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        let Some(file) = &self.file else {
+            let mut entries = self
+                .entries
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let mut connections = self
+                .connections
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            f(&mut entries, &mut connections)?;
+            *self.entries.write().unwrap_or_else(|e| e.into_inner()) = entries;
+            *self.connections.write().unwrap_or_else(|e| e.into_inner()) = connections;
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            return Ok(());
+        };
+        let _lock = lock_catalog(file)?;
+        let (stored, _) = read_catalog(file)?;
+        let (mut entries, mut connections) = into_maps(stored);
+        f(&mut entries, &mut connections)?;
+        let seen = persist(file, &entries, &connections)?;
+        self.publish(
+            CatalogFile {
+                version: FORMAT_VERSION,
+                scripts: entries.values().map(|e| (**e).clone()).collect(),
+                connections: connections.into_values().collect(),
+            },
+            seen,
+        );
         Ok(())
     }
 
@@ -365,19 +412,158 @@ impl ScriptCatalog {
         &self,
         f: impl FnOnce(&mut BTreeMap<String, ConnectionEntry>) -> crate::Result<()>,
     ) -> crate::Result<()> {
-        self.change_in(&self.connections, f, |file, next| {
-            let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-            persist(file, &entries, next)
-        })
+        self.change_all(|_, connections| f(connections))
+    }
+}
+
+/// The (size, mtime ns, inode) by which a change of the file is noticed.
+type Stamp = (u64, i64, u64);
+
+/// The catalog's scripts by (schema, name) and connections by name.
+type Maps = (
+    BTreeMap<(String, String), Arc<ScriptEntry>>,
+    BTreeMap<String, ConnectionEntry>,
+);
+
+/// The stamp of `meta`.
+fn stamp(meta: &std::fs::Metadata) -> Stamp {
+    (
+        meta.len(),
+        meta.mtime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(meta.mtime_nsec()),
+        meta.ino(),
+    )
+}
+
+/// The scripts and connections of `stored`, keyed.
+fn into_maps(stored: CatalogFile) -> Maps {
+    let entries = stored
+        .scripts
+        .into_iter()
+        .map(|e| ((e.schema.clone(), e.name.clone()), Arc::new(e)))
+        .collect();
+    let connections = stored
+        .connections
+        .into_iter()
+        .map(|c| (c.name.clone(), c))
+        .collect();
+    (entries, connections)
+}
+
+/// Reads the catalog file (empty when there is none) and its stamp. A damaged file is an error,
+/// never dropped; a symbolic link is refused; a file others can read is made owner-only.
+fn read_catalog(file: &Path) -> crate::Result<(CatalogFile, Option<Stamp>)> {
+    let fail = |message: String| EngineError::DataDirectory {
+        path: file.to_path_buf(),
+        message,
+    };
+    let mut handle = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(file)
+    {
+        Ok(handle) => handle,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            let empty = CatalogFile {
+                version: FORMAT_VERSION,
+                scripts: Vec::new(),
+                connections: Vec::new(),
+            };
+            return Ok((empty, None));
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(fail(
+                "is a symbolic link; the script catalog is never read or written through one"
+                    .into(),
+            ));
+        }
+        Err(e) => return Err(fail(format!("cannot read the script catalog: {e}"))),
+    };
+    let meta = handle
+        .metadata()
+        .map_err(|e| fail(format!("cannot read the script catalog: {e}")))?;
+    if !meta.is_file() {
+        return Err(fail("is not a regular file".into()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let mine = meta.uid() == unsafe { libc::geteuid() };
+        if mine
+            && handle
+                .set_permissions(std::fs::Permissions::from_mode(0o600))
+                .is_ok()
+        {
+            log::warn!(
+                "{}: the script catalog was readable by others (mode {:o}); made it owner-only",
+                file.display(),
+                meta.mode() & 0o777
+            );
+        }
+    }
+    let mut bytes = Vec::new();
+    handle
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(format!("cannot read the script catalog: {e}")))?;
+    let stored: CatalogFile = serde_json::from_slice(&bytes).map_err(|e| {
+        fail(format!(
+            "the script catalog is damaged ({e}); nothing was loaded or changed — restore the \
+             file from a backup or move it away to start empty"
+        ))
+    })?;
+    if stored.version != FORMAT_VERSION {
+        return Err(fail(format!(
+            "catalog format version {} is not the supported {FORMAT_VERSION}",
+            stored.version
+        )));
+    }
+    Ok((stored, Some(stamp(&meta))))
+}
+
+/// Takes the exclusive cross-process lock of the catalog beside `file`, waiting at most
+/// [`LOCK_WAIT`]; released when the returned file is dropped (or the process dies).
+fn lock_catalog(file: &Path) -> crate::Result<File> {
+    let path = file.with_file_name(LOCK_FILE);
+    let fail = |message: String| EngineError::DataDirectory {
+        path: path.clone(),
+        message,
+    };
+    let lock = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| fail(format!("cannot open the catalog lock: {e}")))?;
+    let started = Instant::now();
+    loop {
+        match lock.try_lock() {
+            Ok(()) => return Ok(lock),
+            Err(TryLockError::WouldBlock) if started.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(TryLockError::WouldBlock) => {
+                return Err(fail(format!(
+                    "another process has held the script catalog's lock for {LOCK_WAIT:?}; \
+                     nothing was changed"
+                )));
+            }
+            Err(TryLockError::Error(e)) => {
+                return Err(fail(format!("cannot lock the script catalog: {e}")));
+            }
+        }
     }
 }
 
 /// Writes the catalog durably: temp file, fsync, rename over the old one, fsync the directory.
+/// Returns the new file's stamp.
 fn persist(
     file: &Path,
     entries: &BTreeMap<(String, String), Arc<ScriptEntry>>,
     connections: &BTreeMap<String, ConnectionEntry>,
-) -> crate::Result<()> {
+) -> crate::Result<Option<Stamp>> {
     let stored = CatalogFile {
         version: FORMAT_VERSION,
         scripts: entries.values().map(|e| (**e).clone()).collect(),
@@ -389,25 +575,29 @@ fn persist(
     };
     let json = serde_json::to_vec_pretty(&stored).map_err(|e| fail(std::io::Error::other(e)))?;
     let tmp = file.with_extension(format!("json.tmp-{}", std::process::id()));
-    {
-        // Owner-only: the file holds `%env` values and connection passwords.
-        let mut out = std::fs::OpenOptions::new()
+    // A temp file of ours left by a crash: replaced (never written through).
+    let _ = std::fs::remove_file(&tmp);
+    let meta = {
+        // Owner-only: the file holds `%env` values and connection passwords. A fresh file
+        // (create_new, no symlink followed), so its mode is ours whatever the umask.
+        let mut out = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)
+            .map_err(fail)?;
+        out.set_permissions(std::fs::Permissions::from_mode(0o600))
             .map_err(fail)?;
         out.write_all(&json).map_err(fail)?;
         out.sync_all().map_err(fail)?;
-    }
+        out.metadata().map_err(fail)?
+    };
     std::fs::rename(&tmp, file).map_err(fail)?;
     if let Some(dir) = file.parent() {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(fail)?;
+        File::open(dir).and_then(|d| d.sync_all()).map_err(fail)?;
     }
-    Ok(())
+    Ok(Some(stamp(&meta)))
 }
 
 #[cfg(test)]
@@ -451,5 +641,65 @@ mod tests {
         let e = ScriptCatalog::open(&dir).unwrap_err();
         assert!(e.to_string().contains("damaged"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn two_catalogs_on_one_directory_lose_nothing_and_see_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        // Two processes, as two catalogs of one data directory.
+        let a = ScriptCatalog::open(dir.path()).unwrap();
+        let b = ScriptCatalog::open(dir.path()).unwrap();
+        a.create(entry("from_a"), false).unwrap();
+        b.create(entry("from_b"), false).unwrap();
+        let names = |c: &ScriptCatalog| -> Vec<String> {
+            c.generation();
+            c.entries().iter().map(|e| e.name.clone()).collect()
+        };
+        assert_eq!(
+            names(&ScriptCatalog::open(dir.path()).unwrap()),
+            ["from_a", "from_b"]
+        );
+        // A sees B's script at its next statement, and "already exists" sees it too.
+        assert_eq!(names(&a), ["from_a", "from_b"]);
+        let e = a.create(entry("from_b"), false).unwrap_err();
+        assert!(e.to_string().contains("already exists"), "{e}");
+        // Sessions notice: the generation moves when another process changes the file.
+        let seen = a.generation();
+        b.drop_script("public", "from_a", false).unwrap();
+        assert!(a.generation() > seen);
+        assert_eq!(names(&a), ["from_b"]);
+    }
+
+    #[test]
+    fn the_file_is_owner_only_and_never_a_symlink() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let catalog = ScriptCatalog::open(&data).unwrap();
+        catalog.create(entry("f"), false).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&data.join(CATALOG_FILE)), 0o600);
+        assert_eq!(mode(&data.join(LOCK_FILE)), 0o600);
+        assert_eq!(mode(&data), 0o700);
+        // An existing catalog others can read is tightened when it is opened.
+        std::fs::set_permissions(
+            data.join(CATALOG_FILE),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        drop(ScriptCatalog::open(&data).unwrap());
+        assert_eq!(mode(&data.join(CATALOG_FILE)), 0o600);
+        // A symlinked catalog is refused, naming the file; its target is untouched.
+        let other = dir.path().join("other");
+        let target = dir.path().join("target.json");
+        std::fs::write(&target, "not a catalog").unwrap();
+        std::fs::create_dir(&other).unwrap();
+        std::os::unix::fs::symlink(&target, other.join(CATALOG_FILE)).unwrap();
+        let e = ScriptCatalog::open(&other).unwrap_err();
+        assert!(
+            e.to_string().contains("symbolic link") && e.to_string().contains(CATALOG_FILE),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "not a catalog");
     }
 }

@@ -13,4 +13,5 @@ pub(crate) use catalog::{ConnectionEntry, ScriptCatalog, ScriptEntry, StoredOutp
 pub(crate) use ddl::is_script_ddl;
 pub(crate) use languages::SessionScripts;
 pub(crate) use names::{NameScope, resolve_script_calls};
+pub(crate) use options::logical_line_starts;
 pub(crate) use udf::{ScriptUdf, finish_workers};

@@ -257,8 +257,10 @@ struct ScriptRunner {
 }
 
 /// The worker kept in an instance's storage; finished (its `cleanup()` run) when the call's
-/// instances are dropped at the end of the statement.
-struct WorkerSlot(Option<PythonWorker>);
+/// instances are dropped at the end of the statement. After a failed run it holds no worker but
+/// the failure (code, message), which a later run of the instance in the same statement reports
+/// again (the statement has failed; parts of its plan may still be winding down).
+struct WorkerSlot(Option<PythonWorker>, Option<(&'static str, String)>);
 
 impl Drop for WorkerSlot {
     fn drop(&mut self) {
@@ -363,7 +365,7 @@ impl ScriptRunner {
                 // is done, the statement finishes it (cleanup()).
                 ctx.processes.register(worker.pid());
                 ctx.processes.register_storage(ctx.storage.clone());
-                *storage = Some(Box::new(WorkerSlot(Some(worker))));
+                *storage = Some(Box::new(WorkerSlot(Some(worker), None)));
                 storage
                     .as_mut()
                     .and_then(|s| s.downcast_mut::<WorkerSlot>())
@@ -375,9 +377,11 @@ impl ScriptRunner {
             }
         };
         let Some(worker) = slot.0.as_mut() else {
-            return Err(datafusion::error::DataFusionError::Internal(
-                "script worker already finished".into(),
+            let (code, message) = slot.1.clone().unwrap_or((
+                EngineError::CANCELLED,
+                "[57014] statement cancelled: its script workers were stopped".to_string(),
             ));
+            return Err(EngineError::Relayed { code, message }.into_datafusion());
         };
         let ran = match row_ends {
             Some(ends) => worker.run_parts_traced(parts).map(|(columns, traced)| {
@@ -392,7 +396,9 @@ impl ScriptRunner {
                 // A failed run leaves the worker unusable (crashed, killed, or mid-protocol): drop
                 // it without cleanup, which kills and reaps the process.
                 drop(slot.0.take());
-                Err(EngineError::from(e).into_datafusion())
+                let e = EngineError::from(e);
+                slot.1 = Some((e.code(), e.to_string()));
+                Err(e.into_datafusion())
             }
         }
     }

@@ -4,6 +4,7 @@
 mod aggregate;
 mod call;
 mod emits;
+pub(crate) mod kernel;
 mod scalar;
 mod set;
 
@@ -335,11 +336,11 @@ impl ScalarUdfBuilder {
                   rows: usize,
                   args: &[ColumnarValue]|
                   -> datafusion::error::Result<ArrayRef> {
-                let operands = crate::builtins::operands(args)?;
-                let device = crate::builtins::pinned_device(instance)?;
+                let operands = kernel::operands(args)?;
+                let device = kernel::pinned_device(instance)?;
                 GpuDevice::open(device)
                     .and_then(|gpu| gpu.run_columnar(kernel.as_ref(), rows, &operands))
-                    .map_err(crate::builtins::kernel_error)
+                    .map_err(kernel::kernel_error)
             },
         )
     }

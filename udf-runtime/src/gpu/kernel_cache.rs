@@ -8,13 +8,15 @@
 
 use std::borrow::Cow;
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Environment variable naming the directory of the on-disk module cache; unset or empty means no
-/// disk cache (kernels are then compiled once per process and device architecture).
+/// Environment variable naming the directory of the on-disk module cache. Unset: the per-user
+/// default ([`default_kernel_cache_dir`]); empty: no disk cache (kernels are then compiled once
+/// per process and device architecture).
 pub const ENV_KERNEL_CACHE_DIR: &str = "ACCELSQL_KERNEL_CACHE_DIR";
 
 /// Bumped when the cache file format or the compile options change meaning (v2: CUBIN or PTX
@@ -283,7 +285,7 @@ pub fn set_kernel_cache_dir(dir: Option<PathBuf>) {
 }
 
 /// The directory of the on-disk module cache: the one [`set_kernel_cache_dir`] set, else
-/// `ACCELSQL_KERNEL_CACHE_DIR` when set and not empty, else none.
+/// `ACCELSQL_KERNEL_CACHE_DIR` (empty: none), else the per-user default.
 pub fn kernel_cache_dir() -> Option<PathBuf> {
     if let Some(explicit) = EXPLICIT_DIR
         .read()
@@ -292,9 +294,42 @@ pub fn kernel_cache_dir() -> Option<PathBuf> {
     {
         return explicit.clone();
     }
-    std::env::var_os(ENV_KERNEL_CACHE_DIR)
-        .filter(|v| !v.is_empty())
+    match std::env::var_os(ENV_KERNEL_CACHE_DIR) {
+        Some(v) if v.is_empty() => None,
+        Some(v) => Some(PathBuf::from(v)),
+        None => Some(default_kernel_cache_dir()),
+    }
+}
+
+/// This user's own cache directory: `$XDG_CACHE_HOME/accelsql/kernels`, else
+/// `$HOME/.cache/accelsql/kernels`, else `<tmp>/accelsql-kernels-<uid>`. Never shared: code found
+/// there runs on the GPU, so another user must not be able to put it there.
+pub fn default_kernel_cache_dir() -> PathBuf {
+    let home_cache = || {
+        std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(|h| PathBuf::from(h).join(".cache"))
+    };
+    match std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
         .map(PathBuf::from)
+        .or_else(home_cache)
+    {
+        Some(base) => base.join("accelsql").join("kernels"),
+        None => std::env::temp_dir().join(format!("accelsql-kernels-{}", my_uid())),
+    }
+}
+
+/// This process's effective user id.
+fn my_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Whether `meta` (of a file or directory not reached through a symlink) is ours and writable by
+/// no one else: what a cache entry, and the cache's directory, must be.
+fn owned_privately(meta: &fs::Metadata) -> bool {
+    meta.uid() == my_uid() && meta.mode() & 0o022 == 0
 }
 
 /// Compiled modules in a directory, one file per cache key.
@@ -331,9 +366,42 @@ impl KernelDiskCache {
         self.dir.join(format!("{key:016x}.module"))
     }
 
-    /// The image stored under `key`, if there is a sound entry.
+    /// Whether the directory is fit to load code from: a real directory (not a symlink), ours,
+    /// writable by no one else. One that is not is not used (a warning is logged once per
+    /// process): every kernel is then compiled again.
+    pub fn trusted(&self) -> bool {
+        let fit = fs::symlink_metadata(&self.dir).is_ok_and(|m| m.is_dir() && owned_privately(&m));
+        if !fit {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                eprintln!(
+                    "accelsql: kernel cache {} is not a directory of this user's that no one else \
+                     can write; it is not used (kernels are compiled again)",
+                    self.dir.display()
+                );
+            });
+        }
+        fit
+    }
+
+    /// The image stored under `key`, if there is a sound entry: in a [trusted](Self::trusted)
+    /// directory, a regular file (no symlink followed) of ours that no one else can write, whose
+    /// header, length and hash check out. Anything else is a miss (compiled and rewritten).
     pub fn load(&self, key: u64) -> Option<ModuleImage> {
-        let mut file = fs::read(self.path(key)).ok()?;
+        if !fs::symlink_metadata(&self.dir).is_ok_and(|m| m.is_dir()) || !self.trusted() {
+            return None;
+        }
+        let mut handle = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(self.path(key))
+            .ok()?;
+        let meta = handle.metadata().ok()?;
+        if !meta.is_file() || !owned_privately(&meta) {
+            return None;
+        }
+        let mut file = Vec::new();
+        handle.read_to_end(&mut file).ok()?;
         let newline = file.iter().position(|&b| b == b'\n')?;
         let body = file.split_off(newline + 1);
         let header = std::str::from_utf8(&file[..newline]).ok()?;
@@ -354,7 +422,19 @@ impl KernelDiskCache {
     /// Stores `image` under `key`, atomically (temporary file, then rename).
     pub fn store(&self, key: u64, image: &ModuleImage) -> std::io::Result<()> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        fs::create_dir_all(&self.dir)?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)?;
+        if !self.trusted() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} is not a directory of this user's that no one else can write",
+                    self.dir.display()
+                ),
+            ));
+        }
         let unique = COUNTER.fetch_add(1, Ordering::Relaxed);
         let tmp = self
             .dir
@@ -367,7 +447,13 @@ impl KernelDiskCache {
             bytes.len()
         );
         let written = (|| {
-            let mut file = fs::File::create(&tmp)?;
+            // A fresh file of ours, owner-only, never through a symlink.
+            let mut file = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&tmp)?;
             file.write_all(header.as_bytes())?;
             file.write_all(bytes)?;
             file.sync_all()?;
@@ -606,5 +692,50 @@ mod tests {
         set_kernel_cache_dir(None);
         assert_eq!(kernel_cache_dir(), None);
         assert!(KernelDiskCache::configured().is_none());
+    }
+
+    #[test]
+    fn entries_others_could_have_written_are_refused_and_recompiled() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch_dir("planted");
+        let cache = KernelDiskCache::new(&dir);
+        cache.store(7, &ptx()).unwrap();
+        assert_eq!(fs::metadata(cache.path(7)).unwrap().mode() & 0o777, 0o600);
+        // Writable by others: someone could have put their code there.
+        fs::set_permissions(cache.path(7), fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(cache.load(7), None);
+        // The recompiled kernel is stored again, safely, and loads.
+        cache.store(7, &ptx()).unwrap();
+        assert_eq!(cache.load(7), Some(ptx()));
+        // A symlink to a sound entry elsewhere is not followed.
+        let elsewhere = scratch_dir("planted-elsewhere");
+        let other = KernelDiskCache::new(&elsewhere);
+        other.store(8, &cubin()).unwrap();
+        std::os::unix::fs::symlink(other.path(8), cache.path(8)).unwrap();
+        assert_eq!(cache.load(8), None);
+        // A directory others can write is not used at all.
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(!cache.trusted());
+        assert_eq!(cache.load(7), None);
+        assert!(cache.store(9, &ptx()).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+        fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    #[test]
+    fn the_default_directory_is_the_users_own() {
+        let dir = default_kernel_cache_dir();
+        let home = std::env::var_os("XDG_CACHE_HOME")
+            .or_else(|| std::env::var_os("HOME"))
+            .filter(|h| !h.is_empty());
+        match home {
+            Some(home) => assert!(dir.starts_with(home), "{}", dir.display()),
+            None => assert!(dir.to_string_lossy().ends_with(&my_uid().to_string())),
+        }
+        assert!(dir.ends_with("accelsql/kernels") || home_is_unset());
+    }
+
+    fn home_is_unset() -> bool {
+        std::env::var_os("HOME").is_none() && std::env::var_os("XDG_CACHE_HOME").is_none()
     }
 }

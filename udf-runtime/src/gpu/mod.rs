@@ -140,10 +140,29 @@ mod tests {
 
     use super::*;
 
+    /// Whether the dynamic loader finds a library `lib<name>.so` under one of the names cudarc
+    /// tries first, checked independently of cudarc.
+    fn loader_finds(name: &str) -> bool {
+        ["", ".13", ".12", ".11", ".1"].iter().any(|suffix| {
+            let Ok(file) = std::ffi::CString::new(format!("lib{name}.so{suffix}")) else {
+                return false;
+            };
+            // SAFETY: dlopen with a NUL-terminated name; the handle is closed right away.
+            let handle = unsafe { libc::dlopen(file.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+            if handle.is_null() {
+                return false;
+            }
+            // SAFETY: a handle dlopen returned, closed once.
+            unsafe { libc::dlclose(handle) };
+            true
+        })
+    }
+
     #[test]
-    fn probing_never_panics_and_is_consistent() {
-        let first = CudaLibraries::probe();
-        assert_eq!(first, CudaLibraries::probe());
-        assert_eq!(first.usable(), first.driver && first.nvrtc);
+    fn the_probe_agrees_with_the_dynamic_loader() {
+        let found = CudaLibraries::probe();
+        assert_eq!(found, CudaLibraries::probe(), "probing twice differs");
+        assert_eq!(found.driver, loader_finds("cuda"), "{found:?}");
+        assert_eq!(found.nvrtc, loader_finds("nvrtc"), "{found:?}");
     }
 }

@@ -208,11 +208,9 @@ mod tests {
         if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return true;
         }
-        // Straight to stderr, which the test harness does not capture, so the skip shows.
-        use std::io::Write as _;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED (no NVRTC library; LD_LIBRARY_PATH may name one): {test}"
+        crate::prerequisite::skip_test(
+            test,
+            "there is no NVRTC library (LD_LIBRARY_PATH may name one)",
         );
         false
     }

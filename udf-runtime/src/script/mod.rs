@@ -49,6 +49,7 @@ mod single_call;
 mod spec;
 mod sql_type;
 mod wire;
+mod wire_check;
 mod worker;
 
 pub use chunks::RunChunking;
@@ -59,4 +60,5 @@ pub use spec::{
     ScriptOutput, ScriptSpec, WorkerContext,
 };
 pub use sql_type::SqlType;
+pub use wire_check::{decode_worker_frame, sample_worker_frames};
 pub use worker::PythonWorker;

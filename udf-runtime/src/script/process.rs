@@ -171,8 +171,17 @@ impl Process {
                 "a frame of {len} bytes (the limit is {MAX_FRAME_LEN})"
             )));
         }
-        let mut payload = vec![0u8; len as usize];
-        recv_exact(&mut self.sock, &mut payload, deadline)?;
+        // The length is the worker's word, and a worker runs user code: memory grows with the
+        // bytes that really arrive (a step at a time), never with what the header claims.
+        let len =
+            usize::try_from(len).map_err(|_| IoEnd::Broken(format!("a frame of {len} bytes")))?;
+        let mut payload = Vec::with_capacity(len.min(RECV_STEP));
+        while payload.len() < len {
+            let filled = payload.len();
+            let step = (len - filled).min(RECV_STEP.max(filled));
+            payload.resize(filled + step, 0);
+            recv_exact(&mut self.sock, &mut payload[filled..], deadline)?;
+        }
         Ok((header[8], payload))
     }
 
@@ -194,6 +203,10 @@ impl Process {
         }
     }
 }
+
+/// How much of a frame's payload is allocated before its bytes arrive (then doubling as they
+/// do): a forged length costs at most this.
+const RECV_STEP: usize = 1 << 20;
 
 /// The fork server's report that a worker ended (`b"X"` and its wait status), waiting until
 /// `deadline`; `None` if none came by then. If the server itself is gone (end of file), so is the
