@@ -239,6 +239,12 @@ fn sql_code(e: &DataFusionError) -> &'static str {
         DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
             sql_code(inner)
         }
+        // DataFusion 55's type coercion reports a function whose argument type no signature
+        // takes (e.g. `sum` over a CASE that coerced to text) as an internal error; to the user
+        // it is a planning error like any other signature mismatch.
+        DataFusionError::Internal(message) if message.contains("failed to match any signature") => {
+            "42000"
+        }
         DataFusionError::Collection(errors) => errors.first().map_or("XX000", sql_code),
         DataFusionError::Shared(inner) => sql_code(inner),
         DataFusionError::ObjectStore(inner) => match **inner {
