@@ -429,36 +429,26 @@ impl Session {
         self.scripts.set_current_schema(name);
     }
 
-    /// Before a `DROP SCHEMA`: without CASCADE, a schema holding scripts stays.
+    /// Before a `DROP SCHEMA`: without CASCADE, a schema holding scripts stays; with it, a
+    /// restricted session may not drop them.
     fn check_schema_change(&self, change: &SchemaChange) -> Result<()> {
-        if let SchemaChange::Drop {
-            names,
-            cascade: false,
-        } = change
-        {
-            for name in names {
-                let scripts = self.engine.inner.scripts.scripts_in(name);
-                if !scripts.is_empty() {
-                    return Err(schema_has_scripts(name, &scripts));
-                }
+        let SchemaChange::Drop { names, cascade } = change else {
+            return Ok(());
+        };
+        for name in names {
+            let scripts = self.engine.inner.scripts.scripts_in(name);
+            if scripts.is_empty() {
+                continue;
             }
-        }
-        if let SchemaChange::Drop {
-            names,
-            cascade: true,
-        } = change
-        {
-            for name in names {
-                let scripts = self.engine.inner.scripts.scripts_in(name);
-                if !scripts.is_empty() {
-                    self.refuse_if_restricted(|| {
-                        format!(
-                            "DROP SCHEMA {name} CASCADE would drop its scripts ({})",
-                            scripts.join(", ")
-                        )
-                    })?;
-                }
+            if !cascade {
+                return Err(schema_has_scripts(name, &scripts));
             }
+            self.refuse_if_restricted(|| {
+                format!(
+                    "DROP SCHEMA {name} CASCADE would drop its scripts ({})",
+                    scripts.join(", ")
+                )
+            })?;
         }
         Ok(())
     }
