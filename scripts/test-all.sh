@@ -9,8 +9,9 @@
 # the tests themselves fail instead of printing SKIPPED.
 #
 # Then the Python package (python/): it is built in the dev profile, reusing what `cargo test`
-# just built, into a fresh virtualenv (target/python-pkg-env) with pytest, pandas, pyarrow and
-# numpy from PyPI, and its pytest suite runs. That part needs PyPI: without it the script fails.
+# just built, into a fresh virtualenv (target/python-pkg-env) with pytest, pandas, pyarrow,
+# numpy and the ADBC Flight SQL driver from PyPI, and its pytest suite runs (test_server.py
+# drives the `accelsql serve` binary that `cargo test` built). That part needs PyPI: without it the script fails.
 # Arguments go to `cargo test` only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,8 +67,9 @@ pkg_env="$PWD/target/python-pkg-env"
 echo "test-all: building the Python package into a fresh virtualenv $pkg_env"
 rm -rf "$pkg_env"
 if ! "$base_python" -m venv "$pkg_env" \
-  || ! "$pkg_env/bin/python" -m pip install --quiet --disable-pip-version-check pytest pandas pyarrow numpy; then
-  echo "test-all: ERROR: could not create $pkg_env with pytest, pandas, pyarrow and numpy from PyPI;" \
+  || ! "$pkg_env/bin/python" -m pip install --quiet --disable-pip-version-check pytest pandas pyarrow numpy \
+    adbc-driver-flightsql adbc-driver-manager; then
+  echo "test-all: ERROR: could not create $pkg_env with pytest, pandas, pyarrow, numpy and the ADBC Flight SQL driver from PyPI;" \
     "the Python package's tests need them" >&2
   exit 1
 fi
@@ -79,4 +81,6 @@ started=$SECONDS
 MATURIN_PEP517_ARGS="--profile dev" CARGO_TARGET_DIR="$PWD/target" \
   "$pkg_env/bin/python" -m pip install --quiet --disable-pip-version-check ./python
 echo "test-all: built and installed the Python package in $((SECONDS - started)) s"
+# test_server.py starts `accelsql serve` from the binary `cargo test` built.
+export ACCELSQL_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/accelsql"
 exec "$pkg_env/bin/python" -m pytest -q -p no:cacheprovider python/tests

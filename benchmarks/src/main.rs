@@ -26,6 +26,8 @@ also run a quarter and a sixteenth of it):
   geo           10M point pairs: haversine_km + GROUP BY region (64 groups)
   options       10M options: black_scholes_call, summed
   concurrency   1M rows per query; 1, 2, 4, 8, 16 sessions for 2 s each
+  server        10M rows × 4 columns fetched whole (in process, arrow-rs Flight SQL, ADBC);
+                SELECT 1 from 1, 8, 32 clients for 2 s each; 200 GPU statements per client
 
 Output (--out DIR, default target/bench-out): results.json, REPORT.md and PNG plots; the
 generated Parquet data under DIR/data (reused while seed, size and generator match). A run
@@ -53,6 +55,8 @@ enum Target {
     Options,
     /// K sessions each running a GPU-annotated query.
     Concurrency,
+    /// accelsql over Arrow Flight SQL (`accelsql serve`) vs in process.
+    Server,
 }
 
 impl Target {
@@ -66,6 +70,7 @@ impl Target {
             Self::Geo => Suite::Geo,
             Self::Options => Suite::Options,
             Self::Concurrency => Suite::Concurrency,
+            Self::Server => Suite::Server,
         })
     }
 }

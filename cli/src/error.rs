@@ -65,6 +65,10 @@ pub(crate) enum CliError {
     #[error("[{code}] standard output was closed", code = Self::OUTPUT)]
     OutputClosed,
 
+    /// `accelsql serve` could not start or serve (users file, TLS, listening socket).
+    #[error(transparent)]
+    Server(Box<accelsql_server::ServerError>),
+
     /// The interactive prompt or the async runtime failed.
     #[error("[{code}] {0}", code = Self::TERMINAL)]
     Terminal(String),
@@ -147,7 +151,9 @@ impl CliError {
                 EXIT_NOT_FOUND
             }
             Self::Spawn { .. } => EXIT_CANNOT_RUN,
-            Self::Scheduler(_) | Self::Output(_) | Self::OutputClosed => EXIT_OWN_FAILURE,
+            Self::Scheduler(_) | Self::Output(_) | Self::OutputClosed | Self::Server(_) => {
+                EXIT_OWN_FAILURE
+            }
             Self::Engine(_) | Self::Statement { .. } | Self::Script { .. } | Self::Terminal(_) => {
                 EXIT_SHELL_FAILURE
             }

@@ -1,7 +1,9 @@
-//! The `accelsql` command: the SQL shell (the default), and `accelsql gpu status|run`.
+//! The `accelsql` command: the SQL shell (the default), `accelsql gpu status|run`, and
+//! `accelsql serve` (the Flight SQL server).
 
 mod error;
 mod gpu;
+mod serve;
 mod shell;
 
 use std::path::PathBuf;
@@ -38,6 +40,8 @@ enum Command {
     /// Inspect and hand out this server's GPUs.
     #[command(subcommand)]
     Gpu(gpu::GpuCommand),
+    /// Serve SQL to many clients over Arrow Flight SQL (ADBC, JDBC, `accelsql.connect("grpc://…")`).
+    Serve(serve::ServeArgs),
 }
 
 /// Options of the SQL shell.
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Some(Command::Gpu(command)) => gpu::run(command),
+        Some(Command::Serve(args)) => serve::run(args),
         None => shell::run(&cli.shell),
     };
     match outcome {

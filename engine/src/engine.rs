@@ -100,6 +100,8 @@ pub(crate) struct EngineInner {
     pub(crate) devices: Vec<DeviceInfo>,
     pub(crate) queue: LeaseQueue,
     pub(crate) default_wait_timeout: Option<Duration>,
+    /// [`EngineOptions::max_lease_hold`].
+    pub(crate) max_lease_hold: Option<Duration>,
     pub(crate) udfs: RwLock<Registry>,
     pub(crate) next_statement: AtomicU64,
     pub(crate) next_session: AtomicU64,
@@ -137,6 +139,10 @@ pub struct EngineOptions {
     /// change, no file access, no settings that lift a limit). Off by default; to restrict only
     /// some sessions, call `restrict()` on them.
     pub restricted: bool,
+    /// The longest a statement may hold the node's GPU lease; past it the statement stops with
+    /// error 57G03 and the lease goes to the next in line. For servers, whose clients may stop
+    /// reading a result without closing it. `None` (the default): no limit.
+    pub max_lease_hold: Option<Duration>,
 }
 
 impl Default for EngineOptions {
@@ -147,6 +153,7 @@ impl Default for EngineOptions {
             script_ddl: true,
             url_tables: false,
             restricted: false,
+            max_lease_hold: None,
         }
     }
 }
@@ -207,6 +214,7 @@ impl Engine {
                 devices,
                 queue,
                 default_wait_timeout: config.lease_wait_timeout,
+                max_lease_hold: options.max_lease_hold,
                 udfs: RwLock::new(Registry {
                     scalar: crate::builtins::builtin_udfs()?
                         .into_iter()

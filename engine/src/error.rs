@@ -134,6 +134,22 @@ pub enum EngineError {
         what: String,
     },
 
+    /// A statement held the GPU lease longer than [`EngineOptions::max_lease_hold`] allows (a
+    /// client that stopped reading its result, say): it was stopped and the lease released.
+    ///
+    /// [`EngineOptions::max_lease_hold`]: crate::EngineOptions::max_lease_hold
+    #[error(
+        "[{}] the statement held the GPU lease for {} s, the most this engine allows: it was \
+         stopped and the lease given to the next statement (read results promptly, or raise \
+         the server's --max-lease-hold)",
+        Self::LEASE_HELD_TOO_LONG,
+        limit.as_secs_f64()
+    )]
+    LeaseHeldTooLong {
+        /// The engine's limit.
+        limit: std::time::Duration,
+    },
+
     /// The GPU lease, device inventory or device locks failed.
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
@@ -189,6 +205,9 @@ impl EngineError {
     pub const UNKNOWN_FILE_FORMAT: &'static str = "42E04";
     /// Code of [`EngineError::NotAllowedRestricted`] (SQLSTATE `insufficient_privilege`).
     pub const NOT_ALLOWED_RESTRICTED: &'static str = "42501";
+    /// Code of [`EngineError::LeaseHeldTooLong`] (beside the scheduler's 57G01 lease-wait
+    /// timeout and 57G02 closed queue).
+    pub const LEASE_HELD_TOO_LONG: &'static str = "57G03";
     /// Code of other I/O failures DataFusion reports (SQLSTATE `io_error`).
     pub const IO_ERROR: &'static str = "58030";
 
@@ -208,6 +227,7 @@ impl EngineError {
             Self::FileNotFound { .. } => Self::FILE_NOT_FOUND,
             Self::UnknownFileFormat { .. } => Self::UNKNOWN_FILE_FORMAT,
             Self::NotAllowedRestricted { .. } => Self::NOT_ALLOWED_RESTRICTED,
+            Self::LeaseHeldTooLong { .. } => Self::LEASE_HELD_TOO_LONG,
             Self::Scheduler(e) => e.code(),
             Self::Runtime(e) => e.code(),
             Self::Relayed { code, .. } => code,

@@ -15,6 +15,7 @@ mod error;
 mod exasol;
 mod files;
 mod functions;
+mod import;
 mod options;
 mod params;
 mod placement;

@@ -51,6 +51,8 @@ pub struct Session {
     /// Set once by [`Session::restrict`] (or from birth), never cleared; shared with the file
     /// table factory.
     restricted: Arc<AtomicBool>,
+    /// The id of the statement this session started last (0: none yet).
+    last_statement: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Session {
@@ -102,6 +104,16 @@ impl Session {
             ctx,
             scripts,
             restricted,
+            last_statement: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The id of the statement this session started last, as `accelsql.udf_calls` and
+    /// [`Engine::recent_calls`] name it; `None` before the first planned statement.
+    pub fn last_statement_id(&self) -> Option<u64> {
+        match self.last_statement.load(Ordering::Acquire) {
+            0 => None,
+            id => Some(id),
         }
     }
 
@@ -574,11 +586,9 @@ impl Session {
             .get::<AccelsqlOptions>()
             .cloned()
             .unwrap_or_default();
-        let mut scope = StatementScope::new(
-            self.engine.next_statement_id(),
-            statement.to_string(),
-            self.engine.devices().len(),
-        );
+        let id = self.engine.next_statement_id();
+        self.last_statement.store(id, Ordering::Release);
+        let mut scope = StatementScope::new(id, statement.to_string(), self.engine.devices().len());
         scope.run_timeout = own.udf_timeout()?;
         scope.optional_when_busy = own.optional_gpu_when_busy;
         let scope = Arc::new(scope);

@@ -35,24 +35,54 @@ fn run_off_thread(
     inner: SendableRecordBatchStream,
     lease: Option<Lease>,
     scope: Arc<StatementScope>,
+    max_hold: Option<Duration>,
 ) -> SendableRecordBatchStream {
     let mut builder = RecordBatchReceiverStreamBuilder::new(inner.schema(), 2);
     let tx = builder.tx();
+    // Only a statement that holds the lease has a deadline: the plan's progress and the
+    // consumer's reading both count against it, so a consumer that stops reading cannot pin
+    // the GPUs.
+    let deadline = max_hold
+        .filter(|_| lease.is_some())
+        .map(|limit| (tokio::time::Instant::now() + limit, limit));
     builder.spawn(async move {
         let mut inner = inner;
-        while let Some(batch) = inner.next().await {
-            let batch = match batch {
-                Ok(batch) => batch,
-                Err(e) => {
+        let mut lease = lease;
+        let held_too_long =
+            |limit| crate::EngineError::LeaseHeldTooLong { limit }.into_datafusion();
+        loop {
+            let next = match deadline {
+                None => inner.next().await,
+                Some((at, limit)) => match tokio::time::timeout_at(at, inner.next()).await {
+                    Ok(next) => next,
+                    Err(_) => Some(Err(held_too_long(limit))),
+                },
+            };
+            let batch = match next {
+                None => break,
+                Some(Ok(batch)) => batch,
+                Some(Err(e)) => {
                     // Stop the plan and give the GPUs back before the consumer hears of the
                     // failure: once a failed statement's error is seen, it holds nothing.
                     drop(inner);
-                    drop(lease);
+                    drop(lease.take());
                     let _ = tx.send(Err(e)).await;
                     return Ok(());
                 }
             };
-            if tx.send(Ok(batch)).await.is_err() {
+            let sent = match deadline {
+                None => tx.send(Ok(batch)).await.is_ok(),
+                Some((at, limit)) => match tokio::time::timeout_at(at, tx.send(Ok(batch))).await {
+                    Ok(sent) => sent.is_ok(),
+                    Err(_) => {
+                        drop(inner);
+                        drop(lease.take());
+                        let _ = tx.send(Err(held_too_long(limit))).await;
+                        return Ok(());
+                    }
+                },
+            };
+            if !sent {
                 return Ok(()); // the consumer is gone
             }
         }
@@ -105,6 +135,7 @@ impl StatementStream {
     ) -> DfResult<Self> {
         let schema = plan.schema();
         let queue = engine.lease_queue().clone();
+        let max_hold = engine.inner.max_lease_hold;
         let label: String = format!("{} {}", scope.id, scope.text)
             .chars()
             .take(80)
@@ -138,11 +169,16 @@ impl StatementStream {
                 }
             }
             State::Running {
-                inner: run_off_thread(execute_stream(plan, task)?, lease, Arc::clone(&scope)),
+                inner: run_off_thread(
+                    execute_stream(plan, task)?,
+                    lease,
+                    Arc::clone(&scope),
+                    max_hold,
+                ),
             }
         } else {
             State::Running {
-                inner: run_off_thread(execute_stream(plan, task)?, None, Arc::clone(&scope)),
+                inner: run_off_thread(execute_stream(plan, task)?, None, Arc::clone(&scope), None),
             }
         };
         Ok(Self {
@@ -296,7 +332,12 @@ impl Stream for StatementStream {
                     match execute_stream(Arc::clone(plan), Arc::clone(task)) {
                         Ok(inner) => {
                             this.state = State::Running {
-                                inner: run_off_thread(inner, lease, Arc::clone(&this.scope)),
+                                inner: run_off_thread(
+                                    inner,
+                                    lease,
+                                    Arc::clone(&this.scope),
+                                    this.engine.inner.max_lease_hold,
+                                ),
                             }
                         }
                         Err(e) => {

@@ -419,3 +419,52 @@ async fn the_lease_is_free_once_a_statement_ends_or_fails() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_whose_reader_stops_loses_the_lease_after_max_lease_hold() {
+    use accelsql_engine::EngineOptions;
+    use futures::StreamExt;
+    let engine = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(1),
+        max_lease_hold: Some(Duration::from_millis(300)),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    testing::register_fixtures(&engine).unwrap();
+    let reader = engine.session();
+    reader
+        .sql("SET datafusion.execution.batch_size = 1")
+        .await
+        .unwrap();
+    // 100 one-row batches of 20 ms each: 2 s of GPU work; the reader takes one and stops.
+    let mut stream = reader
+        .sql_stream("SELECT slow_gpu(20) FROM generate_series(1, 100)")
+        .await
+        .unwrap();
+    stream.next().await.unwrap().unwrap();
+    let started = Instant::now();
+    let other = engine.session().sql("SELECT slow_gpu(1)").await.unwrap();
+    assert_eq!(column(&other, 0), ["1"]);
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "the other statement waited {:?}",
+        started.elapsed()
+    );
+    // The stopped statement reports why when it is read again.
+    let e = loop {
+        match stream.next().await {
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => break accelsql_engine::EngineError::from(e),
+            None => panic!("the statement should have been stopped"),
+        }
+    };
+    assert_eq!(e.code(), "57G03", "{e}");
+    // A statement read promptly is not limited by it... as long as it ends within the limit;
+    // one without a GPU call has no limit at all.
+    let b = engine
+        .session()
+        .sql("SELECT count(*) FROM generate_series(1, 1000)")
+        .await
+        .unwrap();
+    assert_eq!(column(&b, 0), ["1000"]);
+}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Tu
 import pyarrow as pa
 
 from ._accelsql import NativeConnection
+from ._remote import RemoteNative, is_remote
 from ._statement import Statement
 
 if TYPE_CHECKING:
@@ -38,19 +39,32 @@ class Connection:
 
     def __init__(
         self,
-        simulated_gpus: Optional[int] = None,
+        simulated_gpus: Optional[Union[int, str]] = None,
         data_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         *,
         script_python: Optional[str] = CURRENT_INTERPRETER,
         schema: Optional[str] = None,
         lower_ident: bool = False,
         restricted: bool = False,
+        user: Optional[str] = None,
+        password: Optional[str] = None,
         **settings: Any,
     ) -> None:
         """See :func:`connect`."""
-        self._native = NativeConnection(
-            simulated_gpus, os.fspath(data_dir) if data_dir is not None else None
-        )
+        self._native: Any
+        if is_remote(simulated_gpus):
+            if data_dir is not None:
+                raise ValueError("data_dir is the server's (accelsql serve --data-dir), not a client's")
+            self._native = RemoteNative(str(simulated_gpus), user, password)
+            # The server's machine runs the scripts: its python3 unless asked otherwise.
+            if script_python == CURRENT_INTERPRETER:
+                script_python = None
+        else:
+            if user is not None or password is not None:
+                raise ValueError("user and password are for a server: connect('grpc://host:port', ...)")
+            self._native = NativeConnection(
+                simulated_gpus, os.fspath(data_dir) if data_dir is not None else None
+            )
         if script_python == CURRENT_INTERPRETER:
             script_python = sys.executable or None
         if script_python:
@@ -222,16 +236,26 @@ class Connection:
 
 
 def connect(
-    simulated_gpus: Optional[int] = None,
+    simulated_gpus: Optional[Union[int, str]] = None,
     data_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
     *,
     script_python: Optional[str] = CURRENT_INTERPRETER,
     schema: Optional[str] = None,
     lower_ident: bool = False,
     restricted: bool = False,
+    user: Optional[str] = None,
+    password: Optional[str] = None,
     **settings: Any,
 ) -> Connection:
-    """Opens a connection to this process's engine.
+    """Opens a connection to this process's engine, or to a server.
+
+    ``connect("grpc://host:port", user=..., password=...)`` connects to an ``accelsql serve``
+    over Arrow Flight SQL (``grpc+tls://`` with TLS; needs ``pip install 'accelsql[server]'``):
+    the same :class:`Connection` API, run by the server's engine, whose GPUs and lease queue
+    every client shares. ``user``/``password`` are needed when the server has a users file.
+    ``data_dir`` is then the server's; ``script_python`` defaults to the server's ``python3``;
+    ``register_udf`` and ``restricted=True`` are in-process only (the server decides
+    restrictions: ``--restricted``).
 
     - ``simulated_gpus``: use that many simulated GPUs (leases, placement and device pinning
       behave as on real ones); None: the devices NVML finds (or ``ACCELSQL_SIMULATED_GPUS``),
@@ -262,6 +286,8 @@ def connect(
         schema=schema,
         lower_ident=lower_ident,
         restricted=restricted,
+        user=user,
+        password=password,
         **settings,
     )
 

@@ -131,7 +131,7 @@ impl NativeConnection {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| engine_error(EngineError::Sql(e.into())))?;
         run(py, async move {
-            crate::import::import_batches(&session, &table, schema, batches).await
+            session.import_batches(&table, schema, batches).await
         })?
         .map_err(engine_error)
     }

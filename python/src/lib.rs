@@ -6,7 +6,6 @@ mod callable;
 mod connection;
 mod context;
 mod error;
-mod import;
 mod process;
 mod types;
 

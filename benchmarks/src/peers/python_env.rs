@@ -1,12 +1,28 @@
 //! The Python the Python peers run under: a virtualenv (default `target/bench-python-env`,
-//! `ACCELSQL_BENCH_VENV` to override) made or reused with duckdb, pyarrow and numpy from PyPI.
+//! `ACCELSQL_BENCH_VENV` to override) made or reused with duckdb, pyarrow, numpy and ADBC's
+//! Flight SQL driver from PyPI.
 //! When it cannot be made, the peers that need it report themselves unavailable with the reason.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The packages the peers import.
-pub const PACKAGES: [&str; 3] = ["duckdb", "pyarrow", "numpy"];
+/// The packages the peers need (as pip names them).
+pub const PACKAGES: [&str; 5] = [
+    "duckdb",
+    "pyarrow",
+    "numpy",
+    "adbc-driver-flightsql",
+    "adbc-driver-manager",
+];
+
+/// The modules of [`PACKAGES`], as the peers import them.
+pub const IMPORTS: [&str; 5] = [
+    "duckdb",
+    "pyarrow",
+    "numpy",
+    "adbc_driver_flightsql",
+    "adbc_driver_manager",
+];
 
 /// The variable naming another virtualenv directory.
 pub const ENV_VENV: &str = "ACCELSQL_BENCH_VENV";
@@ -100,7 +116,7 @@ impl PythonEnv {
 
 fn has_packages(python: &Path) -> bool {
     Command::new(python)
-        .args(["-c", &format!("import {}", PACKAGES.join(", "))])
+        .args(["-c", &format!("import {}", IMPORTS.join(", "))])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

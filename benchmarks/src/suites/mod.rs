@@ -6,6 +6,7 @@ pub mod geo;
 pub mod options;
 pub mod python_udf;
 pub mod scheduler;
+pub mod server;
 mod sql;
 pub mod udf_overhead;
 pub mod vectors;
@@ -43,11 +44,13 @@ pub enum Suite {
     Options,
     /// K sessions each running a GPU-annotated query: throughput, waits, fairness.
     Concurrency,
+    /// accelsql over Arrow Flight SQL (`accelsql serve`) vs in process.
+    Server,
 }
 
 impl Suite {
     /// Every suite, in the order `all` runs them.
-    pub const ALL: [Suite; 7] = [
+    pub const ALL: [Suite; 8] = [
         Self::Scheduler,
         Self::UdfOverhead,
         Self::PythonUdf,
@@ -55,6 +58,7 @@ impl Suite {
         Self::Geo,
         Self::Options,
         Self::Concurrency,
+        Self::Server,
     ];
 
     /// Its CLI name.
@@ -67,6 +71,7 @@ impl Suite {
             Self::Geo => "geo",
             Self::Options => "options",
             Self::Concurrency => "concurrency",
+            Self::Server => "server",
         }
     }
 
@@ -74,7 +79,7 @@ impl Suite {
     pub fn needs_python(self) -> bool {
         matches!(
             self,
-            Self::PythonUdf | Self::Vectors | Self::Geo | Self::Options
+            Self::PythonUdf | Self::Vectors | Self::Geo | Self::Options | Self::Server
         )
     }
 
@@ -93,6 +98,7 @@ impl Suite {
             Self::Geo => geo::run(ctx, &mut result).await,
             Self::Options => options::run(ctx, &mut result).await,
             Self::Concurrency => concurrency::run(ctx, &mut result).await,
+            Self::Server => server::run(ctx, &mut result).await,
         };
         if let Err(e) = outcome {
             result.error = Some(e.to_string());

@@ -1,0 +1,378 @@
+//! `server`: accelsql over Arrow Flight SQL (`accelsql serve`'s service on loopback, in this
+//! process) against accelsql in process: the result throughput of a wide query fetched whole
+//! (in process, arrow-rs's Flight SQL client, ADBC's driver from Python), tiny statements per
+//! second from 1, 8 and 32 clients, and the GPU lease's hand-off between clients on one
+//! simulated GPU.
+
+use std::time::{Duration, Instant};
+
+use accelsql_engine::datafusion::arrow::array::RecordBatch;
+use accelsql_engine::{Engine, EngineOptions, SchedulerConfig};
+use accelsql_server::{ServerHandle, ServerOptions};
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use futures::{StreamExt, TryStreamExt};
+use tonic::transport::Channel;
+
+use crate::bench_err;
+use crate::error::Result;
+use crate::measure::{Stats, percentile_of_sorted};
+use crate::peers::python_env::{output_of, scripts_dir};
+use crate::progress::Progress;
+use crate::results::{Distribution, Figure, Outcome, SuiteResult, Table};
+
+use super::Context;
+
+/// Rows of the wide result at `--scale 1`.
+pub const BASE_ROWS: u64 = 10_000_000;
+/// The client counts of the tiny-statement rate.
+pub const CLIENTS: [usize; 3] = [1, 8, 32];
+/// How long each client count runs.
+pub const WINDOW: Duration = Duration::from_secs(2);
+/// GPU statements per client in the hand-off measurement.
+pub const HANDOFFS: usize = 200;
+/// The goal: result throughput through ADBC at least this fraction of in-process.
+pub const GOAL: f64 = 0.5;
+
+const IN_PROCESS: &str = "accelsql in process";
+const FLIGHT_RS: &str = "Flight SQL, arrow-rs client";
+const ADBC: &str = "Flight SQL, ADBC (Python)";
+
+type Client = FlightSqlServiceClient<Channel>;
+
+async fn client(url: &str) -> Result<Client> {
+    // Windows as a bulk-transfer client sets them (tonic's default 64 KiB paces the stream by
+    // window updates).
+    let channel = Channel::from_shared(url.to_string())
+        .map_err(|e| bench_err!("bad URL {url}: {e}"))?
+        .initial_stream_window_size(Some(8 << 20))
+        .initial_connection_window_size(Some(32 << 20))
+        .max_frame_size(Some(1 << 20))
+        .connect()
+        .await
+        .map_err(|e| bench_err!("cannot connect to {url}: {e}"))?;
+    Ok(FlightSqlServiceClient::new(channel))
+}
+
+/// Runs `sql` and fetches its whole result; returns the rows.
+async fn fetch(c: &mut Client, sql: &str) -> Result<u64> {
+    let info = c
+        .execute(sql.to_string(), None)
+        .await
+        .map_err(|e| bench_err!("{sql}: {e}"))?;
+    let mut rows = 0u64;
+    for endpoint in info.endpoint {
+        let ticket = endpoint
+            .ticket
+            .ok_or_else(|| bench_err!("an endpoint without a ticket"))?;
+        let batches: Vec<RecordBatch> = c
+            .do_get(ticket)
+            .await
+            .map_err(|e| bench_err!("{sql}: {e}"))?
+            .try_collect()
+            .await
+            .map_err(|e| bench_err!("{sql}: {e}"))?;
+        rows += batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+    }
+    Ok(rows)
+}
+
+fn measured(case: &str, engine: &str, rows: u64, samples: &[Duration]) -> Figure {
+    match Stats::of(samples) {
+        Some(stats) => Figure::new(case, engine, rows, Outcome::Measured { stats }),
+        None => Figure::new(case, engine, rows, Outcome::unavailable("no run finished")),
+    }
+}
+
+/// The two wide results: a memory table's rows (in process they are handed over without a copy:
+/// the wire's worst case), and the same columns computed by the query.
+fn wide_cases(rows: u64) -> [(String, String, String); 2] {
+    let columns = "value AS a, value * 2 AS b, CAST(value AS DOUBLE) / 3 AS c, value % 97 AS d";
+    [
+        (
+            format!("{rows} rows × 4 columns, memory table"),
+            format!("CREATE TABLE wide AS SELECT {columns} FROM generate_series(1, {rows})"),
+            "SELECT a, b, c, d FROM wide".to_string(),
+        ),
+        (
+            format!("{rows} rows × 4 columns, computed"),
+            "SELECT 1".to_string(),
+            format!("SELECT {columns} FROM generate_series(1, {rows})"),
+        ),
+    ]
+}
+
+/// One wide result: in process, through arrow-rs's client, through ADBC.
+async fn wide_result(
+    ctx: &Context,
+    engine: &Engine,
+    url: &str,
+    (case, setup, query): &(String, String, String),
+    rows: u64,
+    table: &mut Table,
+) -> Result<()> {
+    let query = query.as_str();
+    let session = engine.session();
+    session.sql(setup).await?;
+    let mut samples = Vec::new();
+    for i in 0..ctx.plan.total() {
+        let started = Instant::now();
+        let mut stream = session.sql_stream(query).await?;
+        let mut n = 0u64;
+        while let Some(batch) = stream.next().await {
+            n += batch?.num_rows() as u64;
+        }
+        if n != rows {
+            return Err(bench_err!("in process: {n} rows, expected {rows}"));
+        }
+        if i >= ctx.plan.warmup {
+            samples.push(started.elapsed());
+        }
+    }
+    table.push(measured(case, IN_PROCESS, rows, &samples));
+
+    let mut c = client(url).await?;
+    fetch(&mut c, setup).await?;
+    let mut samples = Vec::new();
+    for i in 0..ctx.plan.total() {
+        let started = Instant::now();
+        let n = fetch(&mut c, query).await?;
+        if n != rows {
+            return Err(bench_err!("arrow-rs client: {n} rows, expected {rows}"));
+        }
+        if i >= ctx.plan.warmup {
+            samples.push(started.elapsed());
+        }
+    }
+    table.push(measured(case, FLIGHT_RS, rows, &samples));
+
+    let adbc = match ctx.python() {
+        Err(why) => Figure::new(case, ADBC, rows, Outcome::unavailable(why)),
+        Ok(python) => {
+            let out = output_of(
+                std::process::Command::new(python)
+                    .arg(scripts_dir().join("adbc_fetch.py"))
+                    .args([url, setup.as_str(), query])
+                    .arg(ctx.plan.warmup.to_string())
+                    .arg(ctx.plan.runs.to_string()),
+            );
+            match out.and_then(|o| {
+                serde_json::from_str::<serde_json::Value>(o.trim()).map_err(|e| e.to_string())
+            }) {
+                Err(why) => Figure::new(case, ADBC, rows, Outcome::unavailable(why)),
+                Ok(v) => {
+                    if let Some(version) = v["version"].as_str() {
+                        ctx.note_version("adbc-driver-flightsql", version);
+                    }
+                    let fetched = v["rows"].as_u64().unwrap_or(0);
+                    let samples: Vec<f64> = v["times"]
+                        .as_array()
+                        .map(|t| t.iter().filter_map(|x| x.as_f64()).collect())
+                        .unwrap_or_default();
+                    match Stats::of_secs(&samples) {
+                        Some(stats) if fetched == rows => {
+                            Figure::new(case, ADBC, rows, Outcome::Measured { stats })
+                        }
+                        _ => Figure::new(
+                            case,
+                            ADBC,
+                            rows,
+                            Outcome::unavailable(format!("fetched {fetched} rows of {rows}")),
+                        ),
+                    }
+                }
+            }
+        }
+    };
+    table.push(adbc);
+    Ok(())
+}
+
+/// `SELECT 1` back to back from `k` clients for [`WINDOW`]: every statement's latency.
+async fn tiny_statements(url: &str, k: usize) -> Result<(Vec<Duration>, Duration)> {
+    let mut clients = Vec::with_capacity(k);
+    for _ in 0..k {
+        clients.push(client(url).await?);
+    }
+    let start = Instant::now();
+    let deadline = start + WINDOW;
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|mut c| {
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    fetch(&mut c, "SELECT 1").await?;
+                    latencies.push(t.elapsed());
+                }
+                Ok::<_, crate::error::BenchError>(latencies)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await??);
+    }
+    Ok((all, start.elapsed()))
+}
+
+/// Two clients alternate GPU-required statements on one simulated GPU: the time from one
+/// statement's lease release to the next one's grant, seen as each statement's latency minus
+/// its own work, over [`HANDOFFS`] statements each.
+async fn handoffs(url: &str) -> Result<(Vec<f64>, Vec<f64>)> {
+    let mut solo = client(url).await?;
+    let mut alone = Vec::new();
+    for _ in 0..HANDOFFS {
+        let t = Instant::now();
+        fetch(&mut solo, "SELECT slow_gpu(0)").await?;
+        alone.push(t.elapsed().as_secs_f64());
+    }
+    let mut contended = Vec::new();
+    let tasks: Vec<_> = (0..2)
+        .map(|_| {
+            let url = url.to_string();
+            tokio::spawn(async move {
+                let mut c = client(&url).await?;
+                let mut out = Vec::new();
+                for _ in 0..HANDOFFS {
+                    let t = Instant::now();
+                    fetch(&mut c, "SELECT slow_gpu(0)").await?;
+                    out.push(t.elapsed().as_secs_f64());
+                }
+                Ok::<_, crate::error::BenchError>(out)
+            })
+        })
+        .collect();
+    for task in tasks {
+        contended.extend(task.await??);
+    }
+    alone.sort_by(f64::total_cmp);
+    contended.sort_by(f64::total_cmp);
+    Ok((alone, contended))
+}
+
+/// Runs the suite.
+pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
+    result.title = "server: accelsql over Arrow Flight SQL vs in process".into();
+    result.what =
+        "`accelsql serve`'s Flight SQL service on 127.0.0.1 in this process, its clients \
+                   in this process (arrow-rs) or in a Python process (ADBC's Flight SQL driver). \
+                   (1) A 4-column result (BIGINT, BIGINT, DOUBLE, BIGINT) from a memory table, \
+                   fetched whole: in process (the stream consumed), through each client (every \
+                   batch decoded; ADBC into a pyarrow Table). (2) `SELECT 1` back to back from \
+                   K clients: statements per second. (3) `SELECT slow_gpu(0)` (GPU required, \
+                   no work) from one client, then from two at once on one simulated GPU: the \
+                   latency each client sees; the difference is what waiting for and handing \
+                   over the lease costs over the wire."
+            .into();
+    let engine = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(1),
+        ..EngineOptions::default()
+    })?;
+    accelsql_engine::testing::register_fixtures(&engine)?;
+    let server = ServerHandle::start(
+        engine.clone(),
+        ServerOptions {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..ServerOptions::default()
+        },
+    )
+    .await
+    .map_err(|e| bench_err!("the server did not start: {e}"))?;
+    let url = server.url().to_string();
+    let progress = Progress::new("server", 3, "parts");
+
+    progress.set_message("wide result");
+    let rows = ctx.scaled(BASE_ROWS, 1000);
+    for case in wide_cases(rows) {
+        let mut wide = Table::new(format!("server: {}", case.0), "rows", Some(IN_PROCESS));
+        wide_result(ctx, &engine, &url, &case, rows, &mut wide).await?;
+        wide.fill_ratios();
+        for f in wide.figures.iter().filter(|f| f.engine == ADBC) {
+            if let (Some(r), Some(ours)) = (wide.ratio_of(f), f.rate()) {
+                let share = 1.0 / r;
+                let verdict = if share >= GOAL { "met" } else { "MISSED" };
+                result.notes.push(format!(
+                    "{}: ADBC fetches {:.1} M rows/s, {:.0}% of in-process throughput (goal ≥ \
+                     {:.0}%: {verdict})",
+                    case.0,
+                    ours / 1e6,
+                    share * 100.0,
+                    GOAL * 100.0
+                ));
+            }
+        }
+        result.tables.push(wide);
+    }
+    progress.inc(1);
+
+    progress.set_message("tiny statements");
+    let mut tiny = Table::new("server: SELECT 1 from K clients", "clients", None).without_rate();
+    for k in CLIENTS {
+        let (latencies, elapsed) = tiny_statements(&url, k).await?;
+        let n = latencies.len() as f64;
+        tiny.push(
+            measured(
+                "SELECT 1",
+                "Flight SQL, arrow-rs clients",
+                k as u64,
+                &latencies,
+            )
+            .with_metric("statements", n)
+            .with_metric("statements_per_s", n / elapsed.as_secs_f64().max(1e-9)),
+        );
+    }
+    result.tables.push(tiny);
+    progress.inc(1);
+
+    progress.set_message("lease hand-off");
+    let (alone, contended) = handoffs(&url).await?;
+    let mut lease = Table::new(
+        "server: GPU statement latency, 1 client vs 2 on 1 simulated GPU",
+        "clients",
+        None,
+    )
+    .without_rate();
+    for (clients, samples) in [(1u64, &alone), (2, &contended)] {
+        if let Some(stats) = Stats::of_secs(samples) {
+            lease.push(
+                Figure::new(
+                    "SELECT slow_gpu(0)",
+                    "Flight SQL, arrow-rs clients",
+                    clients,
+                    Outcome::Measured { stats },
+                )
+                .with_metric("p99_ms", percentile_of_sorted(samples, 0.99) * 1e3),
+            );
+        }
+    }
+    if let (Some(a), Some(b)) = (Stats::of_secs(&alone), Stats::of_secs(&contended)) {
+        result.notes.push(format!(
+            "GPU statement over the wire ({HANDOFFS} per client): {:.2} ms median from one \
+             client alone; {:.2} ms from each of two clients taking turns on the one lease \
+             (every statement then waits for the other's, plus the hand-off: {:+.2} ms \
+             against alone, where one client's round trip overlaps the other's turn).",
+            a.median_s * 1e3,
+            b.median_s * 1e3,
+            (b.median_s - a.median_s) * 1e3
+        ));
+    }
+    result.distributions.push(Distribution::new(
+        "GPU statement latency, 2 clients on 1 simulated GPU",
+        "server-handoff",
+        contended.iter().map(|s| s * 1e6).collect(),
+    ));
+    result.tables.push(lease);
+    progress.inc(1);
+    progress.finish();
+    result.notes.push(
+        "SIMULATED device: the lease queue and its hand-off are real; slow_gpu(0) runs no GPU \
+         code. Loopback only: no network latency or bandwidth limit is in these figures."
+            .into(),
+    );
+    server
+        .stop()
+        .await
+        .map_err(|e| bench_err!("the server did not stop: {e}"))?;
+    Ok(())
+}

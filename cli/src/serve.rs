@@ -1,0 +1,225 @@
+//! `accelsql serve`: starts the Flight SQL server over one engine; `accelsql serve add-user`
+//! adds a user to a users file.
+
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use accelsql_engine::{Engine, EngineOptions, SchedulerConfig};
+use accelsql_server::{Server, ServerOptions};
+use clap::{Args, Subcommand};
+
+use crate::error::CliError;
+
+/// Options of `accelsql serve`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct ServeArgs {
+    #[command(subcommand)]
+    command: Option<ServeCommand>,
+    /// Address and port to listen on (port 0: any free port; the first line of output says
+    /// which).
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:50051")]
+    listen: SocketAddr,
+    /// Keep the script catalog (`CREATE … SCRIPT`) in DIR, so scripts survive a restart.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Users allowed in (made by `accelsql serve add-user`). Without it clients are not
+    /// authenticated and the server listens on loopback addresses only.
+    #[arg(long, value_name = "FILE")]
+    users: Option<PathBuf>,
+    /// TLS certificate (PEM); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM); needs --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Use N simulated GPUs instead of NVML (overrides ACCELSQL_SIMULATED_GPUS).
+    #[arg(long, value_name = "N")]
+    simulated_gpus: Option<usize>,
+    /// The longest a statement may hold the GPU lease, in seconds (a client that stops reading
+    /// its result cannot pin the GPUs longer; the statement then fails with 57G03).
+    #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+    max_lease_hold: f64,
+    /// End a client's session after it has been idle this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    session_idle_timeout: u64,
+    /// Every session is restricted (SQL from untrusted users): no script DDL, no file access,
+    /// no settings that lift a limit (error 42501).
+    #[arg(long)]
+    restricted: bool,
+    /// Do not log one line per statement on standard error.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum ServeCommand {
+    /// Add a user (or change a user's password) in a users file; the password is read from
+    /// standard input (one line) or asked for on the terminal.
+    AddUser {
+        /// The users file (created, owner-only, if missing).
+        #[arg(long, value_name = "FILE")]
+        users: PathBuf,
+        /// The user's name.
+        name: String,
+        /// PBKDF2 rounds (more is slower to check and to guess).
+        #[arg(long, default_value_t = accelsql_server::DEFAULT_ROUNDS, hide = true)]
+        rounds: u32,
+    },
+}
+
+/// Runs `accelsql serve …`.
+pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
+    if let Some(ServeCommand::AddUser {
+        users,
+        name,
+        rounds,
+    }) = args.command
+    {
+        let password = read_password(&name)?;
+        accelsql_server::add_user(&users, &name, &password, rounds)
+            .map_err(|e| CliError::Server(Box::new(e)))?;
+        eprintln!("accelsql serve: user {name} saved in {}", users.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Terminal(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
+    if !(args.max_lease_hold.is_finite() && args.max_lease_hold > 0.0) {
+        return Err(CliError::Terminal(format!(
+            "--max-lease-hold must be a positive number of seconds, not {}",
+            args.max_lease_hold
+        )));
+    }
+    let mut scheduler = SchedulerConfig::from_env()?;
+    if let Some(n) = args.simulated_gpus {
+        scheduler = scheduler.with_simulated_gpus(n);
+    }
+    let engine = Engine::with_options(EngineOptions {
+        scheduler,
+        data_dir: args.data_dir.clone(),
+        url_tables: true,
+        restricted: args.restricted,
+        max_lease_hold: Some(Duration::from_secs_f64(args.max_lease_hold)),
+        ..EngineOptions::default()
+    })
+    .map_err(|e| CliError::Engine(Box::new(e)))?;
+    let log: Option<accelsql_server::LogSink> = if args.quiet {
+        None
+    } else {
+        Some(Arc::new(|line: &str| eprintln!("accelsql serve: {line}")))
+    };
+    let options = ServerOptions {
+        listen: args.listen,
+        users: args.users.clone(),
+        tls: args.tls_cert.clone().zip(args.tls_key.clone()),
+        session_idle_timeout: Duration::from_secs(args.session_idle_timeout),
+        log,
+        ..ServerOptions::default()
+    };
+    let gpus = engine.devices().len();
+    let server = Server::bind(engine, options)
+        .await
+        .map_err(|e| CliError::Server(Box::new(e)))?;
+    // The first line of output: scripts and tests wait for it.
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "listening: {}", server.url())
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::Output(format!("cannot write to standard output: {e}")))?;
+    drop(out);
+    if !args.quiet {
+        let auth = if server.requires_auth() {
+            "users from the users file only"
+        } else {
+            "no authentication (no --users), loopback only"
+        };
+        eprintln!("accelsql serve: {gpus} GPU(s); {auth}; SIGINT/SIGTERM stops it");
+    }
+    server
+        .serve_until(shutdown_signal())
+        .await
+        .map_err(|e| CliError::Server(Box::new(e)))?;
+    if !args.quiet {
+        eprintln!("accelsql serve: stopped (running statements cancelled, sessions ended)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The new password: one line of standard input (without echo control: pipe it in, or type it).
+fn read_password(name: &str) -> Result<String, CliError> {
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        eprint!("password for {name}: ");
+        let _ = std::io::stderr().flush();
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| CliError::Terminal(format!("cannot read the password: {e}")))?;
+    let password = line.trim_end_matches(['\n', '\r']).to_string();
+    if password.is_empty() {
+        return Err(CliError::Terminal(
+            "empty password: give one line on standard input".into(),
+        ));
+    }
+    Ok(password)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::Cli;
+
+    #[test]
+    fn serve_options_parse() {
+        let cli = Cli::try_parse_from([
+            "accelsql",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--simulated-gpus",
+            "2",
+            "--max-lease-hold",
+            "1.5",
+        ])
+        .unwrap();
+        assert!(matches!(cli.command, Some(crate::Command::Serve(_))));
+        assert!(Cli::try_parse_from(["accelsql", "serve", "--tls-cert", "c.pem"]).is_err());
+        let add = Cli::try_parse_from(["accelsql", "serve", "add-user", "--users", "u", "alice"])
+            .unwrap();
+        assert!(matches!(add.command, Some(crate::Command::Serve(_))));
+    }
+}

@@ -1,0 +1,88 @@
+//! Loading Arrow record batches into a session's table (the Python package's
+//! `import_from_arrow`, the server's bulk ingestion): a new in-memory table when the name is
+//! free, else an insert into the existing table (columns by position, cast to its types).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::{CastOptions, cast_with_options};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::TableReference;
+use datafusion::dataframe::DataFrameWriteOptions;
+use datafusion::datasource::MemTable;
+use datafusion::error::DataFusionError;
+
+use crate::{EngineError, Result, Session};
+
+impl Session {
+    /// Loads `batches` (of `schema`) into `table`: a new in-memory table when the name is free
+    /// (its batches spread over the session's partitions), else appended to the existing table
+    /// (columns by position, cast to its types; a value that does not fit fails the load).
+    /// Returns the number of rows loaded.
+    pub async fn import_batches(
+        &self,
+        table: &str,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<u64> {
+        let ctx = self.context();
+        let reference = TableReference::from(table);
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        if !ctx.table_exist(reference.clone())? {
+            // Spread over the session's partitions, so that UDF calls on the table run in parallel.
+            let partitions = ctx.copied_config().target_partitions().max(1);
+            let mut parts = vec![Vec::new(); partitions];
+            for (i, batch) in batches.into_iter().enumerate() {
+                parts[i % partitions].push(batch);
+            }
+            let memory = MemTable::try_new(schema, parts)?;
+            ctx.register_table(reference, Arc::new(memory))?;
+            return Ok(rows as u64);
+        }
+        let target = ctx.table_provider(reference.clone()).await?.schema();
+        if schema.fields().len() != target.fields().len() {
+            return Err(plan_error(format!(
+                "table {table} has {} columns, the data {}",
+                target.fields().len(),
+                schema.fields().len()
+            )));
+        }
+        if rows == 0 {
+            return Ok(0);
+        }
+        let options = CastOptions {
+            safe: false,
+            ..CastOptions::default()
+        };
+        let mut cast = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let columns = batch
+                .columns()
+                .iter()
+                .zip(target.fields())
+                .map(|(column, field)| {
+                    cast_with_options(column, field.data_type(), &options).map_err(|e| {
+                        plan_error(format!(
+                            "column {} of table {table} is {}; the data's {} does not fit: {e}",
+                            field.name(),
+                            field.data_type(),
+                            column.data_type()
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            cast.push(
+                RecordBatch::try_new(Arc::clone(&target), columns)
+                    .map_err(|e| EngineError::Sql(e.into()))?,
+            );
+        }
+        ctx.read_batches(cast)?
+            .write_table(&reference.to_string(), DataFrameWriteOptions::new())
+            .await?;
+        Ok(rows as u64)
+    }
+}
+
+fn plan_error(message: String) -> EngineError {
+    EngineError::Sql(DataFusionError::Plan(message))
+}

@@ -1,0 +1,322 @@
+"""`accelsql serve` with clients nobody here wrote: ADBC's Flight SQL driver (DB-API) and
+``accelsql.connect("grpc://…")``, from this process and from other OS processes. The server is
+the real binary (``ACCELSQL_BIN``, else target/debug/accelsql), on one simulated GPU."""
+
+import datetime
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from multiprocessing import get_context
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import accelsql
+
+adbc_flightsql = pytest.importorskip("adbc_driver_flightsql.dbapi") if not os.environ.get("CI") else __import__(
+    "adbc_driver_flightsql.dbapi", fromlist=["dbapi"]
+)
+import adbc_driver_manager  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+USER, PASSWORD = "alice", "wonder land"
+
+
+def _binary() -> str:
+    path = os.environ.get("ACCELSQL_BIN") or str(ROOT / "target" / "debug" / "accelsql")
+    if not os.path.exists(path):
+        if os.environ.get("CI"):
+            pytest.fail(f"the accelsql binary is missing at {path} (build it: cargo build -p accelsql-cli)")
+        pytest.skip(f"SKIPPED: no accelsql binary at {path}")
+    return path
+
+
+class Server:
+    """A running `accelsql serve`; stopped with SIGTERM."""
+
+    def __init__(self, tmp: Path, *extra: str) -> None:
+        binary = _binary()
+        self.users = tmp / "users"
+        if not self.users.exists():
+            subprocess.run(
+                [binary, "serve", "add-user", "--users", str(self.users), USER, "--rounds", "1000"],
+                input=PASSWORD + "\n",
+                text=True,
+                check=True,
+                capture_output=True,
+            )
+        self.log = open(tmp / "server.log", "w")
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--listen", "127.0.0.1:0", "--simulated-gpus", "1",
+             "--users", str(self.users), "--data-dir", str(tmp / "data"), *extra],
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        match = re.match(r"listening: (grpc://\S+)", line)
+        assert match, f"first line: {line!r}"
+        self.url = match.group(1)
+
+    def connect(self, **kwargs):
+        return adbc_flightsql.connect(
+            self.url, db_kwargs={"username": USER, "password": PASSWORD}, autocommit=True, **kwargs
+        )
+
+    def log_text(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text()
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=20)
+        finally:
+            self.log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("serve"))
+    yield s
+    assert s.stop() == 0, s.log_text()
+
+
+def _gpu_script(name: str, seconds: float) -> str:
+    return textwrap.dedent(f"""
+        CREATE OR REPLACE PYTHON3 SCALAR SCRIPT {name}(id INTEGER)
+        EMITS (id INT, start_time DOUBLE, end_time DOUBLE) AS
+        %perInstanceRequiredAcceleratorDevices GpuNvidia;
+        import time
+        def run(ctx):
+            start = time.time()
+            time.sleep({seconds})
+            ctx.emit(ctx.id, start, time.time())
+        /
+        """)
+
+
+def test_adbc_dbapi_runs_queries_parameters_ddl_and_metadata(server):
+    with server.connect() as conn:
+        cur = conn.cursor()
+        cur.execute("CREATE TABLE fruit(name VARCHAR, n BIGINT)")
+        cur.execute("INSERT INTO fruit VALUES ('apple', 3), ('pear', 5)")
+        cur.execute("SELECT name, n FROM fruit WHERE n > $1 ORDER BY name", parameters=(1,))
+        assert cur.fetchall() == [("apple", 3), ("pear", 5)]
+        cur.execute("SELECT sum(n) AS total FROM fruit")
+        table = cur.fetch_arrow_table()
+        assert table.column(0).to_pylist() == [8]
+        cur.execute("SELECT $1 || '!' AS s", parameters=("it's",))
+        assert cur.fetchone() == ("it's!",)
+        # Metadata RPCs.
+        info = conn.adbc_get_info()
+        assert info["vendor_name"] == "accelsql"
+        objects = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
+        tables = [
+            t["table_name"]
+            for catalog in objects
+            for schema in catalog["catalog_db_schemas"] or []
+            for t in schema["db_schema_tables"] or []
+        ]
+        assert "fruit" in tables
+        assert conn.adbc_get_table_schema("fruit").names == ["name", "n"]
+        # Settings and EXPLAIN.
+        cur.execute("SET datafusion.execution.batch_size = 4096")
+        cur.execute("EXPLAIN SELECT * FROM fruit")
+        assert cur.fetchall()
+        cur.close()
+
+
+def test_script_ddl_keeps_its_semicolons_and_slashes(server):
+    with server.connect() as conn:
+        cur = conn.cursor()
+        cur.execute(
+            "CREATE OR REPLACE PYTHON3 SCALAR SCRIPT ratio(a DOUBLE, b DOUBLE) RETURNS DOUBLE AS\n"
+            "def run(ctx):\n"
+            "    x = ctx.a; y = ctx.b\n"
+            "    return x / y\n"
+            "/\n"
+        )
+        cur.execute("SELECT ratio(9, 2) AS r")
+        assert cur.fetchall() == [(4.5,)]
+        cur.close()
+
+
+def test_wrong_password_is_refused(server):
+    with pytest.raises(adbc_driver_manager.Error) as info:
+        conn = adbc_flightsql.connect(
+            server.url, db_kwargs={"username": USER, "password": "nope"}, autocommit=True
+        )
+        try:
+            conn.cursor().execute("SELECT 1")
+        finally:
+            conn.close()
+    assert "28000" in str(info.value) or "nauthenticated" in str(info.value)
+
+
+def test_22069_arrives_with_its_code_readable(server):
+    with server.connect() as conn:
+        cur = conn.cursor()
+        cur.execute(
+            "CREATE OR REPLACE PYTHON3 SCALAR SCRIPT needs_gpu() RETURNS INT AS\n"
+            "%perInstanceRequiredAcceleratorDevices GpuNvidia;\n"
+            "def run(ctx):\n    return 1\n/\n"
+        )
+        with pytest.raises(adbc_driver_manager.Error) as info:
+            cur.execute("SELECT needs_gpu() AS a, needs_gpu() + 1 AS b")
+            cur.fetchall()
+        details = dict(info.value.details or [])
+        code = details.get("x-accelsql-code")
+        text = str(info.value)
+        assert (code is not None and code.strip() in (b"22069", "22069")) or "[22069]" in text, (details, text)
+        # The session goes on.
+        cur.execute("SELECT needs_gpu() AS a")
+        assert cur.fetchall() == [(1,)]
+        cur.close()
+
+
+def test_accelsql_connect_speaks_to_the_server(server):
+    with accelsql.connect(server.url, user=USER, password=PASSWORD, lower_ident=True) as conn:
+        conn.execute("CREATE TABLE nums(x DOUBLE) AS VALUES (1.0), (2.0), (NULL)")
+        assert conn.execute("SELECT x * 2 AS y FROM nums ORDER BY x").fetchall() == [
+            (2.0,), (4.0,), (None,)]
+        pd = pytest.importorskip("pandas")
+        df = pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", None]})
+        assert conn.import_from_pandas(df, "imported") == 3
+        assert conn.import_from_pandas(df, "imported") == 3  # appends
+        out = conn.export_to_pandas("SELECT a, b FROM imported ORDER BY a, b")
+        assert out["a"].tolist() == [1, 1, 2, 2, 3, 3]
+        assert conn.export_to_arrow("imported").num_rows == 6
+        assert conn.execute("SELECT ? + 1", [41]).fetchone()[0] == 42
+        stmt = conn.execute("INSERT INTO nums VALUES (5.0)")
+        assert stmt.rowcount() == 1
+        assert conn.gpu_count == 1
+        with pytest.raises(accelsql.AccelsqlError) as info:
+            conn.execute("SELEKT 1")
+        assert info.value.code == "42000"
+        with pytest.raises(accelsql.AccelsqlError) as info:
+            conn.register_udf(lambda x: x, name="f", inputs=["DOUBLE"], returns="DOUBLE")
+        assert info.value.code == "0A000"
+        # A connection is its own session: another one does not see its tables.
+        with accelsql.connect(server.url, user=USER, password=PASSWORD) as other:
+            with pytest.raises(accelsql.AccelsqlError):
+                other.execute("SELECT * FROM nums")
+    with pytest.raises(accelsql.AccelsqlError) as info:
+        accelsql.connect(server.url, user=USER, password="bad").execute("SELECT 1")
+    assert info.value.code == "28000"
+
+
+def _run_long_gpu(args):
+    """In another OS process (the notebook's pool worker): one connection, one GPU statement."""
+    url, ident, name = args
+    with accelsql.connect(url, user=USER, password=PASSWORD, lower_ident=True) as conn:
+        return conn.execute(f"SELECT {name}({ident})").fetchall()
+
+
+def test_two_processes_gpu_calls_take_turns_in_arrival_order(server):
+    with accelsql.connect(server.url, user=USER, password=PASSWORD) as conn:
+        conn.execute(_gpu_script("long_running_gpu_srv", 1.5))
+    ctx = get_context("spawn")
+    with ctx.Pool(2) as pool:
+        first = pool.apply_async(_run_long_gpu, ((server.url, 1, "long_running_gpu_srv"),))
+        time.sleep(0.5)
+        second = pool.apply_async(_run_long_gpu, ((server.url, 2, "long_running_gpu_srv"),))
+        (a,), (b,) = first.get(timeout=120), second.get(timeout=120)
+    assert a[0] == 1 and b[0] == 2
+    # Serialized and FIFO: the second started after the first ended.
+    assert b[1] >= a[2] - 0.01, (a, b)
+    print("START/END", [datetime.datetime.fromtimestamp(t).time() for t in (a[1], a[2], b[1], b[2])])
+
+
+KILLED_CLIENT = r"""
+import sys, time
+import adbc_driver_flightsql.dbapi as flightsql
+conn = flightsql.connect(sys.argv[1], db_kwargs={"username": sys.argv[2], "password": sys.argv[3]}, autocommit=True)
+cur = conn.cursor()
+cur.execute("SET datafusion.execution.batch_size = 1")
+cur.execute("SELECT slow_rows(id) FROM (SELECT CAST(value AS INT) AS id FROM generate_series(1, 200))")
+reader = cur.fetch_record_batch()
+reader.read_next_batch()
+print("streaming", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_client_frees_the_gpu_for_the_others(server):
+    with accelsql.connect(server.url, user=USER, password=PASSWORD) as conn:
+        conn.execute(_gpu_script("slow_rows", 0.1))
+        conn.execute(
+            "CREATE OR REPLACE PYTHON3 SCALAR SCRIPT quick_gpu() RETURNS INT AS\n"
+            "%perInstanceRequiredAcceleratorDevices GpuNvidia;\n"
+            "def run(ctx):\n    return 7\n/\n"
+        )
+    victim = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CLIENT, server.url, USER, PASSWORD],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        line = victim.stdout.readline()
+        assert line.strip() == "streaming", victim.stderr.read()
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+        started = time.monotonic()
+        with accelsql.connect(server.url, user=USER, password=PASSWORD) as conn:
+            assert conn.execute("SELECT quick_gpu()").fetchone()[0] == 7
+        took = time.monotonic() - started
+        # The victim's statement had ~20 s left; its lease went with its connection.
+        assert took < 8, took
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+
+
+def test_cancel_stops_a_running_statement(server):
+    with accelsql.connect(server.url, user=USER, password=PASSWORD) as conn:
+        conn.execute(_gpu_script("slow_rows_c", 0.1))
+    with server.connect() as conn:
+        cur = conn.cursor()
+        cur.execute("SET datafusion.execution.batch_size = 1")
+        timer = threading.Timer(1.0, cur.adbc_cancel)
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(adbc_driver_manager.Error):
+            cur.execute("SELECT slow_rows_c(id) FROM (SELECT CAST(value AS INT) AS id FROM generate_series(1, 300))")
+            cur.fetchall()
+        assert time.monotonic() - started < 20
+        timer.join()
+        cur.close()
+    # The GPU is free again.
+    with accelsql.connect(server.url, user=USER, password=PASSWORD) as conn:
+        started = time.monotonic()
+        conn.execute(_gpu_script("after_cancel", 0.0))
+        assert conn.execute("SELECT after_cancel(1)").fetchone()[0] == 1
+        assert time.monotonic() - started < 8
+
+
+def test_the_log_has_a_line_per_statement(server):
+    with server.connect() as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT 41 + 1 AS logged_statement")
+        cur.fetchall()
+        cur.close()
+    deadline = time.monotonic() + 5
+    while "logged_statement" not in server.log_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    line = next(l for l in server.log_text().splitlines() if "logged_statement" in l)
+    assert re.search(r"session=\d+ user=alice stmt=\d+ id=\d+ ms=[\d.]+ rows=1 ", line), line
+    assert "outcome=ok" in line
+
+
+def test_without_users_the_server_stays_on_loopback(tmp_path):
+    binary = _binary()
+    out = subprocess.run(
+        [binary, "serve", "--listen", "0.0.0.0:0", "--quiet"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode != 0
+    assert "loopback" in out.stderr

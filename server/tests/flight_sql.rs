@@ -1,0 +1,686 @@
+//! The Flight SQL server driven by arrow-flight's own client over loopback: statements of every
+//! kind, prepared statements with parameters, metadata RPCs, authentication, coded errors, and
+//! the GPU lease's lifetime (released on disconnect, cancel, and a client that stops reading).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use accelsql_engine::datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch};
+use accelsql_engine::datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use accelsql_engine::{Engine, EngineOptions, SchedulerConfig};
+use accelsql_server::{ServerHandle, ServerOptions, hash_entry, status_code};
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use arrow_flight::sql::{CommandGetDbSchemas, CommandGetTables, SqlInfo};
+use arrow_flight::{Action, CancelFlightInfoRequest, FlightInfo};
+use futures::{StreamExt, TryStreamExt};
+use prost::Message;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+type Client = FlightSqlServiceClient<Channel>;
+
+/// An engine with `gpus` simulated GPUs and the test fixtures (`slow_gpu`, `gpu_probe_required`).
+fn engine(gpus: usize, max_lease_hold: Option<Duration>) -> Engine {
+    let engine = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(gpus),
+        max_lease_hold,
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    accelsql_engine::testing::register_fixtures(&engine).unwrap();
+    engine
+}
+
+async fn start(engine: &Engine, users: Option<&Path>) -> ServerHandle {
+    let options = ServerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        users: users.map(Path::to_path_buf),
+        ..ServerOptions::default()
+    };
+    ServerHandle::start(engine.clone(), options).await.unwrap()
+}
+
+async fn client(server: &ServerHandle) -> Client {
+    let channel = Channel::from_shared(server.url().to_string())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    FlightSqlServiceClient::new(channel)
+}
+
+/// The first endpoint's result of `info`.
+async fn fetch(client: &mut Client, info: FlightInfo) -> Result<Vec<RecordBatch>, FlightError> {
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    client.do_get(ticket).await?.try_collect().await
+}
+
+async fn query(client: &mut Client, sql: &str) -> Result<Vec<RecordBatch>, FlightError> {
+    let info = client.execute(sql.to_string(), None).await?;
+    fetch(client, info).await
+}
+
+fn single_i64(batches: &[RecordBatch]) -> i64 {
+    let rows: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect();
+    assert_eq!(rows.len(), 1, "{batches:?}");
+    rows[0]
+}
+
+/// The status inside a client error (the server's, with its metadata).
+fn status(e: &FlightError) -> &Status {
+    match e {
+        FlightError::Tonic(s) => s,
+        other => panic!("not a gRPC status: {other:?}"),
+    }
+}
+
+fn code(e: &FlightError) -> String {
+    status_code(status(e)).unwrap_or_default()
+}
+
+fn mt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn statements_of_every_kind_run_over_the_wire() {
+    mt().block_on(async {
+        let engine = engine(0, None);
+        let server = start(&engine, None).await;
+        let mut c = client(&server).await;
+        query(&mut c, "CREATE TABLE t(x BIGINT) AS VALUES (1), (2), (3)")
+            .await
+            .unwrap();
+        let n = c
+            .execute_update("INSERT INTO t VALUES (4), (5)".into(), None)
+            .await
+            .unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(
+            single_i64(&query(&mut c, "SELECT sum(x) FROM t").await.unwrap()),
+            15
+        );
+        // Settings are the session's.
+        query(&mut c, "SET datafusion.execution.batch_size = 2")
+            .await
+            .unwrap();
+        let batches = query(&mut c, "SELECT x FROM t ORDER BY x").await.unwrap();
+        assert!(batches.len() >= 2, "batch_size applies: {batches:?}");
+        // Script DDL: the body's `;` and `/` survive.
+        query(
+            &mut c,
+            "CREATE OR REPLACE PYTHON3 SCALAR SCRIPT halve(x DOUBLE) RETURNS DOUBLE AS\n\
+             def run(ctx):\n    return ctx.x / 2; \n/\n",
+        )
+        .await
+        .unwrap();
+        let batches = query(&mut c, "SELECT halve(9) AS h").await.unwrap();
+        let h = batches[0]
+            .column(0)
+            .as_primitive::<accelsql_engine::datafusion::arrow::datatypes::Float64Type>();
+        assert_eq!(h.value(0), 4.5);
+        // EXPLAIN and system tables.
+        let explain = query(&mut c, "EXPLAIN SELECT halve(x) FROM t")
+            .await
+            .unwrap();
+        assert!(explain.iter().map(|b| b.num_rows()).sum::<usize>() > 0);
+        let scripts = query(&mut c, "SELECT script_name FROM exa_all_scripts")
+            .await
+            .unwrap();
+        assert_eq!(scripts.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+        // Another connection is another session: its own tables.
+        let mut other = client(&server).await;
+        let e = query(&mut other, "SELECT * FROM t").await.unwrap_err();
+        assert_eq!(code(&e), "42000", "{e}");
+        // ...the engine's scripts.
+        let batches = query(&mut other, "SELECT halve(3) AS h").await.unwrap();
+        assert_eq!(batches[0].num_rows(), 1);
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn prepared_statements_bind_parameters_and_die_when_closed() {
+    mt().block_on(async {
+        let engine = engine(0, None);
+        let server = start(&engine, None).await;
+        let mut c = client(&server).await;
+        let mut prepared = c.prepare("SELECT $1 + 1 AS y".into(), None).await.unwrap();
+        let params = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("$1", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from(vec![41]))],
+        )
+        .unwrap();
+        prepared.set_parameters(params).unwrap();
+        let info = prepared.execute().await.unwrap();
+        assert_eq!(single_i64(&fetch(&mut c, info).await.unwrap()), 42);
+        // Many rows for an update: once per row.
+        query(&mut c, "CREATE TABLE p(x BIGINT)").await.unwrap();
+        let mut insert = c
+            .prepare("INSERT INTO p VALUES ($1)".into(), None)
+            .await
+            .unwrap();
+        let rows = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("$1", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+        )
+        .unwrap();
+        insert.set_parameters(rows).unwrap();
+        assert_eq!(insert.execute_update().await.unwrap(), 3);
+        assert_eq!(
+            single_i64(&query(&mut c, "SELECT sum(x) FROM p").await.unwrap()),
+            6
+        );
+        // A ticket is fetched once.
+        let info = c.execute("SELECT 1".into(), None).await.unwrap();
+        fetch(&mut c, info.clone()).await.unwrap();
+        let e = fetch(&mut c, info).await.unwrap_err();
+        assert_eq!(status(&e).code(), Code::NotFound);
+        assert_eq!(code(&e), "26000");
+        // A closed prepared statement is gone.
+        let mut again = c.prepare("SELECT 7".into(), None).await.unwrap();
+        let handle_info = again.execute().await.unwrap();
+        fetch(&mut c, handle_info).await.unwrap();
+        let mut copy = again.clone();
+        again.close().await.unwrap();
+        let e = copy.execute().await.unwrap_err();
+        assert_eq!(code(&e), "26000", "{e}");
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn errors_carry_the_engine_code_and_a_fitting_status() {
+    mt().block_on(async {
+        let engine = engine(1, None);
+        let server = start(&engine, None).await;
+        let mut c = client(&server).await;
+        let e = query(&mut c, "SELEKT 1").await.unwrap_err();
+        assert_eq!(status(&e).code(), Code::InvalidArgument);
+        assert_eq!(code(&e), "42000");
+        assert!(status(&e).message().starts_with("[42000]"), "{e}");
+        assert!(status(&e).metadata().get("x-accelsql-code").is_some());
+        // Two required GPU calls in one select: the second gets 22069.
+        let e = query(&mut c, "SELECT slow_gpu(1), gpu_probe_required()")
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "22069", "{e}");
+        assert_eq!(status(&e).code(), Code::FailedPrecondition);
+        // An execution error arrives inside the stream, coded.
+        let e = query(&mut c, "SELECT bad_length_gpu()").await.unwrap_err();
+        assert_eq!(code(&e), "22E02", "{e}");
+        // The session is still usable and nothing holds the lease.
+        assert_eq!(single_i64(&query(&mut c, "SELECT 5").await.unwrap()), 5);
+        assert!(engine.lease_queue().snapshot().holder.is_none());
+        // A malformed command and an unknown action are refused, not fatal.
+        let mut raw = c.inner().clone();
+        let bad = raw
+            .get_flight_info(arrow_flight::FlightDescriptor::new_cmd(
+                b"\x01\x02garbage".to_vec(),
+            ))
+            .await
+            .unwrap_err();
+        assert_ne!(bad.code(), Code::Ok);
+        let unknown = raw
+            .do_action(Action::new("NoSuchAction", Vec::<u8>::new()))
+            .await
+            .unwrap_err();
+        assert_eq!(unknown.code(), Code::InvalidArgument);
+        let forged_ticket = raw
+            .do_get(arrow_flight::Ticket::new(b"not a ticket".to_vec()))
+            .await
+            .unwrap_err();
+        assert_ne!(forged_ticket.code(), Code::Ok);
+        assert_eq!(single_i64(&query(&mut c, "SELECT 6").await.unwrap()), 6);
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn metadata_rpcs_answer_from_the_session() {
+    mt().block_on(async {
+        let engine = engine(0, None);
+        let server = start(&engine, None).await;
+        let mut c = client(&server).await;
+        query(&mut c, "CREATE TABLE visible(a BIGINT, b VARCHAR)")
+            .await
+            .unwrap();
+        let info = c.get_catalogs().await.unwrap();
+        let catalogs = fetch(&mut c, info).await.unwrap();
+        assert!(catalogs.iter().map(|b| b.num_rows()).sum::<usize>() >= 1);
+        let info = c
+            .get_db_schemas(CommandGetDbSchemas {
+                catalog: None,
+                db_schema_filter_pattern: Some("acc%".into()),
+            })
+            .await
+            .unwrap();
+        let schemas = fetch(&mut c, info).await.unwrap();
+        let names: Vec<String> = schemas
+            .iter()
+            .flat_map(|b| {
+                let col = b.column(1).as_string::<i32>();
+                (0..col.len())
+                    .map(|i| col.value(i).to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(names, ["accelsql"]);
+        let info = c
+            .get_tables(CommandGetTables {
+                catalog: None,
+                db_schema_filter_pattern: None,
+                table_name_filter_pattern: Some("visible".into()),
+                table_types: vec![],
+                include_schema: true,
+            })
+            .await
+            .unwrap();
+        let tables = fetch(&mut c, info).await.unwrap();
+        assert_eq!(tables.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+        assert_eq!(tables[0].num_columns(), 5, "with the table's schema");
+        let info = c.get_table_types().await.unwrap();
+        assert_eq!(fetch(&mut c, info).await.unwrap()[0].num_rows(), 3);
+        let info = c
+            .get_sql_info(vec![SqlInfo::FlightSqlServerName])
+            .await
+            .unwrap();
+        assert_eq!(fetch(&mut c, info).await.unwrap()[0].num_rows(), 1);
+        let info = c
+            .get_primary_keys(arrow_flight::sql::CommandGetPrimaryKeys {
+                catalog: None,
+                db_schema: None,
+                table: "visible".into(),
+            })
+            .await
+            .unwrap();
+        let keys = fetch(&mut c, info).await.unwrap();
+        assert_eq!(keys.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
+        let info = c
+            .get_xdbc_type_info(arrow_flight::sql::CommandGetXdbcTypeInfo { data_type: None })
+            .await
+            .unwrap();
+        assert!(fetch(&mut c, info).await.unwrap()[0].num_rows() >= 5);
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn authentication_refuses_wrong_passwords_and_foreign_tokens() {
+    mt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let users = dir.path().join("users");
+        std::fs::write(
+            &users,
+            format!("{}\n", hash_entry("alice", "pw", 1000).unwrap()),
+        )
+        .unwrap();
+        let engine = engine(0, None);
+        let server = start(&engine, Some(&users)).await;
+        let mut c = client(&server).await;
+        // No token at all.
+        let e = query(&mut c, "SELECT 1").await.unwrap_err();
+        assert_eq!(status(&e).code(), Code::Unauthenticated);
+        assert_eq!(code(&e), "28000");
+        // A wrong password, an unknown user.
+        let e = c.handshake("alice", "wrong").await.unwrap_err();
+        assert!(
+            e.to_string().contains("28000") || e.to_string().contains("Unauthenticated"),
+            "{e}"
+        );
+        assert!(c.handshake("mallory", "pw").await.is_err());
+        // A forged token.
+        c.set_token("0123456789abcdef".into());
+        let e = query(&mut c, "SELECT 1").await.unwrap_err();
+        assert_eq!(status(&e).code(), Code::Unauthenticated);
+        // The right password (arrow-rs would send its token instead of the credentials).
+        c.clear_token();
+        c.handshake("alice", "pw").await.unwrap();
+        assert_eq!(single_i64(&query(&mut c, "SELECT 3").await.unwrap()), 3);
+        // Another session's ticket is not this session's.
+        let mut other = client(&server).await;
+        other.handshake("alice", "pw").await.unwrap();
+        let info = other.execute("SELECT 4".into(), None).await.unwrap();
+        let e = fetch(&mut c, info.clone()).await.unwrap_err();
+        assert_eq!(code(&e), "26000");
+        assert_eq!(single_i64(&fetch(&mut other, info).await.unwrap()), 4);
+        server.stop().await.unwrap();
+    });
+}
+
+/// A GPU statement that runs for about `batches × ms` (one sleep per one-row batch).
+const LONG_GPU: &str = "SELECT slow_gpu(50) FROM generate_series(1, 400)";
+
+async fn long_gpu_client(server: &ServerHandle) -> Client {
+    let mut c = client(server).await;
+    query(&mut c, "SET datafusion.execution.batch_size = 1")
+        .await
+        .unwrap();
+    c
+}
+
+/// Runs a short GPU statement on a fresh connection and returns how long it took.
+async fn short_gpu_statement(server: &ServerHandle) -> Duration {
+    let mut c = client(server).await;
+    let started = Instant::now();
+    let batches = query(&mut c, "SELECT slow_gpu(1)").await.unwrap();
+    assert_eq!(single_i64(&batches), 1);
+    started.elapsed()
+}
+
+#[test]
+fn a_dropped_stream_releases_the_lease_at_once() {
+    mt().block_on(async {
+        let engine = engine(1, None);
+        let server = start(&engine, None).await;
+        let mut a = long_gpu_client(&server).await;
+        let info = a.execute(LONG_GPU.into(), None).await.unwrap();
+        let mut stream: FlightRecordBatchStream = a
+            .do_get(info.endpoint[0].ticket.clone().unwrap())
+            .await
+            .unwrap();
+        stream.next().await.unwrap().unwrap();
+        assert!(engine.lease_queue().snapshot().holder.is_some());
+        drop(stream);
+        // The whole statement would take 20 s; the next one needs the lease at once.
+        let took = short_gpu_statement(&server).await;
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn a_client_that_stops_reading_loses_the_lease_after_the_limit() {
+    mt().block_on(async {
+        let engine = engine(1, Some(Duration::from_millis(1500)));
+        let server = start(&engine, None).await;
+        let mut a = long_gpu_client(&server).await;
+        let info = a.execute(LONG_GPU.into(), None).await.unwrap();
+        let mut stream = a
+            .do_get(info.endpoint[0].ticket.clone().unwrap())
+            .await
+            .unwrap();
+        stream.next().await.unwrap().unwrap();
+        // `a` stops reading but keeps its stream open; `b` gets the lease once the limit hits.
+        let took = short_gpu_statement(&server).await;
+        assert!(took < Duration::from_secs(8), "took {took:?}");
+        // When `a` reads again, its statement has failed with 57G03.
+        let e = loop {
+            match stream.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => break e,
+                None => panic!("the statement should have been stopped"),
+            }
+        };
+        assert_eq!(code(&e), "57G03", "{e}");
+        assert_eq!(status(&e).code(), Code::ResourceExhausted);
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn cancel_flight_info_stops_a_running_statement() {
+    mt().block_on(async {
+        let engine = engine(1, None);
+        let server = start(&engine, None).await;
+        let mut a = long_gpu_client(&server).await;
+        let info = a.execute(LONG_GPU.into(), None).await.unwrap();
+        let mut stream = a
+            .do_get(info.endpoint[0].ticket.clone().unwrap())
+            .await
+            .unwrap();
+        stream.next().await.unwrap().unwrap();
+        // The same connection (session) cancels it.
+        let request = CancelFlightInfoRequest { info: Some(info) };
+        let mut raw = a.inner().clone();
+        let mut results = raw
+            .do_action(Action::new("CancelFlightInfo", request.encode_to_vec()))
+            .await
+            .unwrap()
+            .into_inner();
+        let result = results.next().await.unwrap().unwrap();
+        let result = arrow_flight::CancelFlightInfoResult::decode(&*result.body).unwrap();
+        assert_eq!(result.status, arrow_flight::CancelStatus::Cancelled as i32);
+        let e = loop {
+            match stream.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => break e,
+                None => panic!("the cancelled statement should end with an error"),
+            }
+        };
+        assert_eq!(code(&e), "57014", "{e}");
+        assert_eq!(status(&e).code(), Code::Cancelled);
+        let took = short_gpu_statement(&server).await;
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn two_clients_gpu_statements_take_turns_in_arrival_order() {
+    mt().block_on(async {
+        let engine = engine(1, None);
+        let server = start(&engine, None).await;
+        let mut a = client(&server).await;
+        let mut b = client(&server).await;
+        let started = Instant::now();
+        let first = tokio::spawn(async move { query(&mut a, "SELECT slow_gpu(400)").await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let second = tokio::spawn(async move { query(&mut b, "SELECT slow_gpu(400)").await });
+        first.await.unwrap().unwrap();
+        second.await.unwrap().unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(800));
+        let recent = engine.lease_queue().snapshot().recent;
+        let last_two = &recent[recent.len() - 2..];
+        // One after the other: the second was granted after the first ended, and waited.
+        assert!(
+            last_two[1].waited >= Duration::from_millis(200),
+            "{last_two:?}"
+        );
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn shutdown_cancels_running_statements_and_frees_the_lease() {
+    mt().block_on(async {
+        let engine = engine(1, None);
+        let server = start(&engine, None).await;
+        let mut a = long_gpu_client(&server).await;
+        let info = a.execute(LONG_GPU.into(), None).await.unwrap();
+        let mut stream = a
+            .do_get(info.endpoint[0].ticket.clone().unwrap())
+            .await
+            .unwrap();
+        stream.next().await.unwrap().unwrap();
+        let stopping = Instant::now();
+        server.stop().await.unwrap();
+        assert!(stopping.elapsed() < Duration::from_secs(10));
+        assert!(engine.lease_queue().snapshot().holder.is_none());
+        // The client's stream ends (with the cancellation or a transport error), never hangs.
+        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(item) = stream.next().await {
+                if item.is_err() {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok());
+    });
+}
+
+/// Resident memory of this process in bytes.
+fn rss() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// One client's mixed statements for `for_how_long`; returns how many ran.
+async fn mixed_load(server_url: String, seed: usize, for_how_long: Duration) -> usize {
+    let channel = Channel::from_shared(server_url)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = FlightSqlServiceClient::new(channel);
+    let started = Instant::now();
+    let mut n = 0usize;
+    while started.elapsed() < for_how_long {
+        let i = seed + n;
+        match i % 5 {
+            0 => {
+                let v = single_i64(&query(&mut c, &format!("SELECT {i} + 0")).await.unwrap());
+                assert_eq!(v, i as i64);
+            }
+            1 => {
+                let b = query(&mut c, "SELECT slow_gpu(2)").await.unwrap();
+                assert_eq!(single_i64(&b), 2);
+            }
+            2 => {
+                let e = query(&mut c, "SELECT nope FROM nowhere").await.unwrap_err();
+                assert_eq!(code(&e), "42000");
+            }
+            3 => {
+                let e = query(&mut c, "SELECT slow_gpu(1), gpu_probe_required()")
+                    .await
+                    .unwrap_err();
+                assert_eq!(code(&e), "22069");
+            }
+            _ => {
+                let mut p = c
+                    .prepare(
+                        "SELECT count(*) FROM generate_series(1, 100) WHERE value <= $1".into(),
+                        None,
+                    )
+                    .await
+                    .unwrap();
+                let params = RecordBatch::try_new(
+                    Arc::new(Schema::new(vec![Field::new("$1", DataType::Int64, false)])),
+                    vec![Arc::new(Int64Array::from(vec![i as i64 % 100 + 1]))],
+                )
+                .unwrap();
+                p.set_parameters(params).unwrap();
+                let info = p.execute().await.unwrap();
+                assert_eq!(
+                    single_i64(&fetch(&mut c, info).await.unwrap()),
+                    i as i64 % 100 + 1
+                );
+                p.close().await.unwrap();
+            }
+        }
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn thirty_two_clients_of_mixed_statements_leak_nothing() {
+    mt().block_on(async {
+        let engine = engine(1, None);
+        let server = start(&engine, None).await;
+        let run = |secs: u64| {
+            let url = server.url().to_string();
+            async move {
+                let tasks: Vec<_> = (0..32)
+                    .map(|i| tokio::spawn(mixed_load(url.clone(), i, Duration::from_secs(secs))))
+                    .collect();
+                let mut total = 0;
+                for t in tasks {
+                    total += t.await.unwrap();
+                }
+                total
+            }
+        };
+        // Warm-up, then the baseline, then the load.
+        run(1).await;
+        let baseline = rss();
+        let total = run(5).await;
+        assert!(total > 32, "statements run: {total}");
+        let snapshot = engine.lease_queue().snapshot();
+        assert!(
+            snapshot.holder.is_none() && snapshot.waiting.is_empty(),
+            "{snapshot:?}"
+        );
+        let after = rss();
+        assert!(
+            after < baseline + (128 << 20),
+            "memory grew from {baseline} to {after} bytes over {total} statements"
+        );
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn tls_clients_connect_with_the_servers_certificate() {
+    mt().block_on(async {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+        let engine = engine(0, None);
+        let options = ServerOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            tls: Some((data.join("cert.pem"), data.join("key.pem"))),
+            ..ServerOptions::default()
+        };
+        let server = ServerHandle::start(engine, options).await.unwrap();
+        assert!(server.url().starts_with("grpc+tls://"), "{}", server.url());
+        let ca =
+            tonic::transport::Certificate::from_pem(std::fs::read(data.join("ca.pem")).unwrap());
+        let tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(ca)
+            .domain_name("localhost");
+        let channel = Channel::from_shared(format!("https://{}", server.addr()))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut c = FlightSqlServiceClient::new(channel);
+        assert_eq!(single_i64(&query(&mut c, "SELECT 8").await.unwrap()), 8);
+        // A plain-text client gets no answer from a TLS server.
+        let plain = Channel::from_shared(format!("http://{}", server.addr()))
+            .unwrap()
+            .connect()
+            .await;
+        if let Ok(channel) = plain {
+            let mut c = FlightSqlServiceClient::new(channel);
+            assert!(query(&mut c, "SELECT 1").await.is_err());
+        }
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn an_oversized_message_is_refused_and_the_server_goes_on() {
+    mt().block_on(async {
+        let engine = engine(0, None);
+        let options = ServerOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            max_message_size: 1 << 20,
+            ..ServerOptions::default()
+        };
+        let server = ServerHandle::start(engine, options).await.unwrap();
+        let mut c = client(&server).await;
+        let huge = format!("SELECT '{}' AS s", "x".repeat(2 << 20));
+        let e = c.execute(huge, None).await.unwrap_err();
+        assert_ne!(status(&e).code(), Code::Ok);
+        assert_eq!(single_i64(&query(&mut c, "SELECT 9").await.unwrap()), 9);
+        server.stop().await.unwrap();
+    });
+}
