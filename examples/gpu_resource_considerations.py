@@ -10,10 +10,14 @@ printing here)::
 
     python examples/gpu_resource_considerations.py              # threads: two connections, one engine
     python examples/gpu_resource_considerations.py --processes  # a multiprocessing.Pool of two
+    python examples/gpu_resource_considerations.py --processes --server grpc://127.0.0.1:50051 \
+        [--user alice --password ...]                            # clients of one `accelsql serve`
 
 With ``--processes`` each worker process has its own engine; they share the scripts through a data
 directory and the GPUs through cross-process device locks (``ACCELSQL_DEVICE_LOCK_DIR``), so their
-GPU statements are serialized too.
+GPU statements are serialized too. With ``--server`` every connection is a client of one
+``accelsql serve`` (needs ``pip install './python[server]'``): the server's engine and lease queue
+serialize the two sessions' GPU statements, as two pyexasol connections to one Exasol do.
 """
 
 import argparse
@@ -132,12 +136,22 @@ def print_sessions(frames):
     print(f"=> {verdict}: the second START comes {'after' if verdict == 'serialized' else 'before'} the first END\n")
 
 
-def run_in_threads(gpus, data_dir):
-    """Two connections of this process (one engine, one lease queue), one thread each."""
+def connect(target):
+    """A connection to ``target``: (simulated GPUs, data directory) in process, or a server's
+    (URL, user, password)."""
+    if isinstance(target[0], str):
+        url, user, password = target
+        return accelsql.connect(url, user=user, password=password)
+    gpus, data_dir = target
+    return accelsql.connect(gpus, data_dir=data_dir)
+
+
+def run_in_threads(target):
+    """Two connections (one engine, one lease queue), one thread each."""
     frames = [None, None]
 
     def session(i):
-        with accelsql.connect(gpus, data_dir=data_dir) as conn:
+        with connect(target) as conn:
             df = conn.export_to_pandas(long_running(i + 1))
             frames[i] = df
 
@@ -150,44 +164,54 @@ def run_in_threads(gpus, data_dir):
 
 
 def pool_session(args):
-    """One worker process's session (its own engine; scripts from the shared data directory)."""
-    label, gpus, data_dir = args
-    with accelsql.connect(gpus, data_dir=data_dir) as conn:
+    """One worker process's session: its own engine (scripts from the shared data directory),
+    or a client of the server."""
+    label, target = args
+    with connect(target) as conn:
         return conn.export_to_pandas(long_running(label))
 
 
-def run_in_processes(gpus, data_dir):
+def run_in_processes(target):
     """Two worker processes, as the notebook's multiprocessing.Pool."""
     with multiprocessing.get_context("spawn").Pool(2) as pool:
-        print_sessions(pool.map(pool_session, [(1, gpus, data_dir), (2, gpus, data_dir)]))
+        print_sessions(pool.map(pool_session, [(1, target), (2, target)]))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--simulated-gpus", type=int, help="use N simulated GPUs (default: real ones, else 2 simulated)")
     parser.add_argument("--processes", action="store_true", help="run the two sessions in a multiprocessing.Pool")
+    parser.add_argument("--server", metavar="URL", help="be a client of `accelsql serve` at URL (grpc://host:port)")
+    parser.add_argument("--user", help="the server's user (when it has a users file)")
+    parser.add_argument("--password", help="that user's password")
     args = parser.parse_args()
 
-    gpus = args.simulated_gpus
-    if gpus is None:
-        with accelsql.connect() as probe:
-            gpus = None if probe.gpu_count > 0 else 2
-    data_dir = tempfile.mkdtemp(prefix="accelsql-notebook-")
-    if args.processes:
-        # Engines of different processes share the devices through cross-process locks.
-        os.environ.setdefault("ACCELSQL_DEVICE_LOCK_DIR", os.path.join(data_dir, "device-locks"))
+    if args.server:
+        target = (args.server, args.user, args.password)
+        gpus = None
+    else:
+        gpus = args.simulated_gpus
+        if gpus is None:
+            with accelsql.connect() as probe:
+                gpus = None if probe.gpu_count > 0 else 2
+        data_dir = tempfile.mkdtemp(prefix="accelsql-notebook-")
+        if args.processes:
+            # Engines of different processes share the devices through cross-process locks.
+            os.environ.setdefault("ACCELSQL_DEVICE_LOCK_DIR", os.path.join(data_dir, "device-locks"))
+        target = (gpus, data_dir)
 
-    conn = accelsql.connect(gpus, data_dir=data_dir)
-    print(f"GPUs: {conn.gpu_count} ({'simulated' if gpus else 'real'})\n")
+    conn = connect(target)
+    kind = "the server's" if args.server else ("simulated" if gpus else "real")
+    print(f"GPUs: {conn.gpu_count} ({kind})\n")
     conn.execute(SCRIPTS)
     conn.import_from_pandas(CITIES, "cities")
 
     how = "processes (multiprocessing.Pool)" if args.processes else "threads"
     print(f"-- two sessions ({how}), each {long_running('<id>')}, at the same time")
     if args.processes:
-        run_in_processes(gpus, data_dir)
+        run_in_processes(target)
     else:
-        run_in_threads(gpus, data_dir)
+        run_in_threads(target)
 
     show(conn, "two GPU-required calls in one select: 22069", "SELECT gpu_required(), gpu_required();")
     show(
@@ -211,6 +235,11 @@ def main():
         "the same with %perNodeAndCallInstanceLimit 2, grouped by country: two instances, each pinned to its own GPU",
         "SELECT population_per_country(country, population) FROM cities GROUP BY iproc(), country ORDER BY country",
     )
+
+    if args.server:
+        # A Python callable of this program cannot run inside the server.
+        conn.close()
+        return
 
     # Beyond the notebook: a Python callable of this program as a GPU-optional UDF. It runs in
     # this process, so it is told its device rather than restricted to it.

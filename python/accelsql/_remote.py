@@ -48,7 +48,7 @@ def _translate(exc: BaseException) -> AccelsqlError:
     found = text.find(f"[{code}]")
     message = text[found + len(code) + 2 :].strip() if found >= 0 else text
     # The Go driver appends "(Status; Operation)" to the server's message.
-    message = re.sub(r"\s*\([A-Za-z]+; [A-Za-z ]+\)\s*$", "", message)
+    message = re.sub(r"\s*\([A-Za-z]+; [^()]*\)\s*$", "", message)
     err = _coded(code, message)
     err.__cause__ = exc
     return err

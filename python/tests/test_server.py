@@ -200,6 +200,7 @@ def test_accelsql_connect_speaks_to_the_server(server):
         with pytest.raises(accelsql.AccelsqlError) as info:
             conn.execute("SELEKT 1")
         assert info.value.code == "42000"
+        assert info.value.message.startswith("SQL error") and "InvalidArgument;" not in info.value.message, info.value.message
         with pytest.raises(accelsql.AccelsqlError) as info:
             conn.register_udf(lambda x: x, name="f", inputs=["DOUBLE"], returns="DOUBLE")
         assert info.value.code == "0A000"
@@ -320,3 +321,21 @@ def test_without_users_the_server_stays_on_loopback(tmp_path):
     )
     assert out.returncode != 0
     assert "loopback" in out.stderr
+
+
+def test_the_notebook_example_runs_against_the_server(server):
+    """examples/gpu_resource_considerations.py --processes --server: the notebook's two
+    connections from two OS processes, clients of one server, serialized by its lease queue."""
+    example = ROOT / "examples" / "gpu_resource_considerations.py"
+    out = subprocess.run(
+        [sys.executable, str(example), "--processes", "--server", server.url, "--user", USER,
+         "--password", PASSWORD],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "=> serialized" in out.stdout, out.stdout
+    assert "ERROR [22069]" in out.stdout, out.stdout
+    # The driver's "(Status; Operation)" suffix is not part of the message.
+    assert "InvalidArgument;" not in out.stdout, out.stdout
