@@ -684,3 +684,122 @@ fn an_oversized_message_is_refused_and_the_server_goes_on() {
         server.stop().await.unwrap();
     });
 }
+
+/// A small deterministic generator for the fuzz test (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// `valid` with a few bytes flipped, cut short, or extended with noise.
+    fn mutate(&mut self, valid: &[u8]) -> Vec<u8> {
+        let mut out = valid.to_vec();
+        match self.below(4) {
+            0 if !out.is_empty() => {
+                for _ in 0..1 + self.below(4) {
+                    let i = self.below(out.len());
+                    out[i] ^= 1 << self.below(8);
+                }
+            }
+            1 if !out.is_empty() => out.truncate(self.below(out.len())),
+            2 => out.extend((0..self.below(64)).map(|_| self.next() as u8)),
+            _ => out = (0..self.below(128)).map(|_| self.next() as u8).collect(),
+        }
+        out
+    }
+}
+
+#[test]
+fn malformed_requests_are_refused_and_never_stop_the_server() {
+    use arrow_flight::sql::{
+        ActionClosePreparedStatementRequest, CommandPreparedStatementQuery, CommandStatementQuery,
+        ProstMessageExt, TicketStatementQuery,
+    };
+    use arrow_flight::{FlightData, FlightDescriptor, Ticket};
+    mt().block_on(async {
+        let engine = engine(1, None);
+        let server = start(&engine, None).await;
+        let mut c = client(&server).await;
+        let mut raw = c.inner().clone();
+        let mut rng = Rng(0x5eed_1234_abcd_0001);
+        let valid_commands: Vec<Vec<u8>> = vec![
+            CommandStatementQuery {
+                query: "SELECT 1".into(),
+                transaction_id: None,
+            }
+            .as_any()
+            .encode_to_vec(),
+            CommandPreparedStatementQuery {
+                prepared_statement_handle: b"p-1-1".to_vec().into(),
+            }
+            .as_any()
+            .encode_to_vec(),
+        ];
+        let valid_ticket = TicketStatementQuery {
+            statement_handle: b"r-1-1".to_vec().into(),
+        }
+        .as_any()
+        .encode_to_vec();
+        let valid_close = ActionClosePreparedStatementRequest {
+            prepared_statement_handle: b"p-1-1".to_vec().into(),
+        }
+        .as_any()
+        .encode_to_vec();
+        for round in 0..2000 {
+            match round % 4 {
+                0 => {
+                    let which = rng.below(valid_commands.len());
+                    let cmd = rng.mutate(&valid_commands[which]);
+                    let _ = raw.get_flight_info(FlightDescriptor::new_cmd(cmd)).await;
+                }
+                1 => {
+                    let ticket = rng.mutate(&valid_ticket);
+                    if let Ok(response) = raw.do_get(Ticket::new(ticket)).await {
+                        let _ = response.into_inner().collect::<Vec<_>>().await;
+                    }
+                }
+                2 => {
+                    let kind = [
+                        "CreatePreparedStatement",
+                        "ClosePreparedStatement",
+                        "CancelFlightInfo",
+                        "CloseSession",
+                        "CancelQuery",
+                    ][rng.below(5)];
+                    let body = rng.mutate(&valid_close);
+                    if let Ok(response) = raw.do_action(Action::new(kind, body)).await {
+                        let _ = response.into_inner().collect::<Vec<_>>().await;
+                    }
+                }
+                _ => {
+                    let which = rng.below(valid_commands.len());
+                    let cmd = rng.mutate(&valid_commands[which]);
+                    let header = rng.mutate(&[]);
+                    let data = FlightData {
+                        flight_descriptor: Some(FlightDescriptor::new_cmd(cmd)),
+                        data_header: header.into(),
+                        ..Default::default()
+                    };
+                    if let Ok(response) = raw.do_put(futures::stream::iter(vec![data])).await {
+                        let _ = response.into_inner().collect::<Vec<_>>().await;
+                    }
+                }
+            }
+            if round % 50 == 49 {
+                assert_eq!(single_i64(&query(&mut c, "SELECT 11").await.unwrap()), 11);
+            }
+        }
+        assert!(engine.lease_queue().snapshot().holder.is_none());
+        assert_eq!(single_i64(&query(&mut c, "SELECT 12").await.unwrap()), 12);
+        server.stop().await.unwrap();
+    });
+}
