@@ -47,6 +47,9 @@ pub(crate) struct ServeArgs {
     /// End a client's session after it has been idle this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     session_idle_timeout: u64,
+    /// The most client sessions at once (a client beyond it gets error 53300).
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    max_sessions: usize,
     /// Every session is restricted (SQL from untrusted users): no script DDL, no file access,
     /// no settings that lift a limit (error 42501).
     #[arg(long)]
@@ -123,6 +126,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         users: args.users.clone(),
         tls: args.tls_cert.clone().zip(args.tls_key.clone()),
         session_idle_timeout: Duration::from_secs(args.session_idle_timeout),
+        max_sessions: args.max_sessions,
         log,
         ..ServerOptions::default()
     };

@@ -46,6 +46,16 @@ pub enum ServerError {
         message: String,
     },
 
+    /// The server has as many sessions as it allows (`--max-sessions`).
+    #[error(
+        "[{}] the server has {max} sessions, the most it allows: close idle connections or raise --max-sessions",
+        Self::TOO_MANY_SESSIONS
+    )]
+    TooManySessions {
+        /// The limit.
+        max: usize,
+    },
+
     /// The server's configuration cannot be used: the users file, the TLS certificate or key.
     #[error("[{}] {message}", Self::CONFIG)]
     Config {
@@ -105,6 +115,8 @@ impl ServerError {
     pub const UNKNOWN_HANDLE: &'static str = "26000";
     /// Code of [`ServerError::IngestTarget`] (SQLSTATE `duplicate_table` / `undefined_table`'s class).
     pub const INGEST_TARGET: &'static str = "42P07";
+    /// Code of [`ServerError::TooManySessions`] (SQLSTATE `too_many_connections`).
+    pub const TOO_MANY_SESSIONS: &'static str = "53300";
     /// Code of [`ServerError::Config`] (SQLSTATE `config_file_error`).
     pub const CONFIG: &'static str = "F0000";
     /// Code of [`ServerError::Network`] (SQLSTATE `connection_exception`).
@@ -120,6 +132,7 @@ impl ServerError {
             Self::Unauthenticated { .. } => Self::UNAUTHENTICATED,
             Self::UnknownHandle { .. } => Self::UNKNOWN_HANDLE,
             Self::IngestTarget { .. } => Self::INGEST_TARGET,
+            Self::TooManySessions { .. } => Self::TOO_MANY_SESSIONS,
             Self::Config { .. } => Self::CONFIG,
             Self::Network { .. } => Self::NETWORK,
             Self::Internal { .. } => Self::INTERNAL,

@@ -54,6 +54,8 @@ pub struct ServerOptions {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// A session unused this long (and streaming nothing) is ended.
     pub session_idle_timeout: Duration,
+    /// The most sessions at once; a client beyond it gets error 53300.
+    pub max_sessions: usize,
     /// The largest gRPC message the server accepts or sends (bulk ingestion, parameters).
     pub max_message_size: usize,
     /// How long to wait for running streams after a shutdown request before stopping anyway.
@@ -69,6 +71,7 @@ impl Default for ServerOptions {
             users: None,
             tls: None,
             session_idle_timeout: Duration::from_secs(3600),
+            max_sessions: 1024,
             max_message_size: 64 << 20,
             shutdown_grace: Duration::from_secs(5),
             log: None,
@@ -83,6 +86,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("users", &self.users)
             .field("tls", &self.tls)
             .field("session_idle_timeout", &self.session_idle_timeout)
+            .field("max_sessions", &self.max_sessions)
             .field("max_message_size", &self.max_message_size)
             .finish_non_exhaustive()
     }
@@ -152,6 +156,7 @@ impl Server {
             engine,
             users,
             options.session_idle_timeout,
+            options.max_sessions.max(1),
             options.log.clone(),
         );
         Ok(Self {

@@ -70,11 +70,12 @@ impl AccelsqlFlightSql {
         engine: Engine,
         users: Option<Users>,
         idle_timeout: std::time::Duration,
+        max_sessions: usize,
         log: Option<LogSink>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                sessions: Sessions::new(engine.clone(), idle_timeout),
+                sessions: Sessions::new(engine.clone(), idle_timeout, max_sessions),
                 engine,
                 users,
                 log,

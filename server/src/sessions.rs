@@ -152,10 +152,14 @@ impl ClientSession {
     /// left unclaimed for [`UNCLAIMED_RESULT_TTL`] are dropped.
     pub(crate) fn store_result(&self, result: PendingResult) -> String {
         let handle = self.new_handle("r");
-        let mut results = lock(&self.results);
-        results.retain(|_, r| r.started.elapsed() < UNCLAIMED_RESULT_TTL);
-        results.insert(handle.clone(), result);
+        self.prune_results();
+        lock(&self.results).insert(handle.clone(), result);
         handle
+    }
+
+    /// Drops results left unclaimed for [`UNCLAIMED_RESULT_TTL`].
+    fn prune_results(&self) {
+        lock(&self.results).retain(|_, r| r.started.elapsed() < UNCLAIMED_RESULT_TTL);
     }
 
     /// Takes the result of ticket `handle` (a ticket can be fetched once).
@@ -228,48 +232,68 @@ pub(crate) enum Caller<'a> {
     Peer(Option<SocketAddr>),
 }
 
+impl Caller<'_> {
+    /// The key of the caller's session.
+    fn key(&self) -> String {
+        match self {
+            Caller::Token(token) => format!("token:{token}"),
+            Caller::Peer(Some(addr)) => format!("peer:{addr}"),
+            Caller::Peer(None) => "peer:unknown".to_string(),
+        }
+    }
+}
+
 /// Every client session of a server.
 pub(crate) struct Sessions {
     engine: Engine,
     sessions: Mutex<HashMap<String, Arc<ClientSession>>>,
     next_id: AtomicU64,
     idle_timeout: Duration,
+    max_sessions: usize,
 }
 
 impl Sessions {
-    pub(crate) fn new(engine: Engine, idle_timeout: Duration) -> Self {
+    pub(crate) fn new(engine: Engine, idle_timeout: Duration, max_sessions: usize) -> Self {
         Self {
             engine,
             sessions: Mutex::default(),
             next_id: AtomicU64::new(1),
             idle_timeout,
+            max_sessions,
         }
     }
 
-    fn open(&self, user: &str) -> Arc<ClientSession> {
+    /// A new session for `user`, unless the server has as many as it allows.
+    fn open(
+        &self,
+        sessions: &HashMap<String, Arc<ClientSession>>,
+        user: &str,
+    ) -> Result<Arc<ClientSession>> {
+        if sessions.len() >= self.max_sessions {
+            return Err(ServerError::TooManySessions {
+                max: self.max_sessions,
+            });
+        }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        Arc::new(ClientSession::new(
+        Ok(Arc::new(ClientSession::new(
             id,
             user.to_string(),
             self.engine.session(),
-        ))
+        )))
     }
 
     /// A new session for `user`, under a fresh bearer token (returned with it).
     pub(crate) fn open_with_token(&self, user: &str) -> Result<(String, Arc<ClientSession>)> {
         let token = crate::auth::new_token()?;
-        let client = self.open(user);
-        lock(&self.sessions).insert(format!("token:{token}"), Arc::clone(&client));
+        let mut sessions = lock(&self.sessions);
+        let client = self.open(&sessions, user)?;
+        sessions.insert(Caller::Token(&token).key(), Arc::clone(&client));
         Ok((token, client))
     }
 
     /// The session of `caller`; a peer without one gets a new session.
     pub(crate) fn find(&self, caller: Caller<'_>) -> Result<Arc<ClientSession>> {
-        let key = match caller {
-            Caller::Token(token) => format!("token:{token}"),
-            Caller::Peer(Some(addr)) => format!("peer:{addr}"),
-            Caller::Peer(None) => "peer:unknown".to_string(),
-        };
+        let key = caller.key();
         let mut sessions = lock(&self.sessions);
         if let Some(client) = sessions.get(&key) {
             client.touch();
@@ -280,19 +304,14 @@ impl Sessions {
                 "unknown or expired session token: authenticate again (handshake)"
             ));
         }
-        let client = self.open("-");
+        let client = self.open(&sessions, "-")?;
         sessions.insert(key, Arc::clone(&client));
         Ok(client)
     }
 
     /// Ends the session of `caller`: its statements are cancelled. Whether there was one.
     pub(crate) fn close(&self, caller: Caller<'_>) -> bool {
-        let key = match caller {
-            Caller::Token(token) => format!("token:{token}"),
-            Caller::Peer(Some(addr)) => format!("peer:{addr}"),
-            Caller::Peer(None) => "peer:unknown".to_string(),
-        };
-        let removed = lock(&self.sessions).remove(&key);
+        let removed = lock(&self.sessions).remove(&caller.key());
         match removed {
             Some(client) => {
                 client.cancel_all();
@@ -302,13 +321,15 @@ impl Sessions {
         }
     }
 
-    /// Ends sessions idle for longer than the idle timeout (none with a result streaming).
-    /// Returns how many ended.
+    /// Ends sessions idle for longer than the idle timeout (none with a result streaming), and
+    /// drops the others' results left unfetched too long. Returns how many sessions ended.
     pub(crate) fn expire_idle(&self) -> usize {
         let mut ended = Vec::new();
         lock(&self.sessions).retain(|_, client| {
             let keep = client.idle_for() < self.idle_timeout;
-            if !keep {
+            if keep {
+                client.prune_results();
+            } else {
                 ended.push(Arc::clone(client));
             }
             keep
@@ -340,7 +361,7 @@ mod tests {
 
     fn sessions() -> Sessions {
         let engine = Engine::new().unwrap();
-        Sessions::new(engine, Duration::from_secs(3600))
+        Sessions::new(engine, Duration::from_secs(3600), 3)
     }
 
     #[test]
@@ -383,8 +404,14 @@ mod tests {
         assert_eq!(s.find(Caller::Peer(Some(p1))).unwrap().id, a);
         assert_ne!(s.find(Caller::Peer(Some(p2))).unwrap().id, a);
         assert_eq!(s.expire_idle(), 0);
+        // The third session is the last this server allows.
+        s.open_with_token("carol").unwrap();
+        let p3: SocketAddr = "127.0.0.1:1002".parse().unwrap();
+        let e = s.find(Caller::Peer(Some(p3))).err().unwrap();
+        assert_eq!(e.code(), "53300");
+        assert_eq!(s.open_with_token("dave").err().unwrap().code(), "53300");
         s.idle_timeout = Duration::ZERO;
-        assert_eq!(s.expire_idle(), 2);
+        assert_eq!(s.expire_idle(), 3);
         assert_eq!(s.len(), 0);
     }
 }
