@@ -40,7 +40,7 @@ enum Command {
     /// Inspect and hand out this server's GPUs.
     #[command(subcommand)]
     Gpu(gpu::GpuCommand),
-    /// Serve SQL to many clients over Arrow Flight SQL (ADBC, JDBC, `accelsql.connect("grpc://…")`).
+    /// Serve SQL to many clients over Arrow Flight SQL (ADBC, `accelsql.connect("grpc://…")`, any Flight SQL client).
     Serve(serve::ServeArgs),
 }
 

@@ -31,6 +31,10 @@ use accelsql_udf_runtime::AcceleratorRequest;
 ///
 /// When the plan has run to its end, the statement's script workers are finished (their
 /// `cleanup()` runs) before the stream ends; a failing `cleanup()` fails the statement.
+///
+/// With `max_hold` (`EngineOptions::max_lease_hold`) a statement holding the lease must be done
+/// by then — the plan's progress and the consumer's reading both count — or it is stopped, the
+/// lease released, and the consumer's next read gets error 57G03.
 fn run_off_thread(
     inner: SendableRecordBatchStream,
     lease: Option<Lease>,

@@ -1,5 +1,5 @@
 //! `accelsql serve`: an Arrow Flight SQL server over one accelsql [`Engine`], so that many
-//! clients (ADBC, JDBC, arrow-rs, the `accelsql` Python package) share one GPU node.
+//! clients (ADBC, arrow-rs, the `accelsql` Python package: any Flight SQL client) share one GPU node.
 //!
 //! Every client connection is its own [`Session`](accelsql_engine::Session) (settings, script
 //! languages, tables); all share the engine's GPUs, node lease queue and scripts, so GPU

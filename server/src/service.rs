@@ -1,4 +1,4 @@
-//! The Flight SQL service: every RPC a Flight SQL client (ADBC, JDBC, arrow-rs) sends, answered
+//! The Flight SQL service: every RPC a Flight SQL client (ADBC, arrow-rs, …) sends, answered
 //! from one accelsql [`Engine`]; each client is its own [`Session`](accelsql_engine::Session).
 
 use std::pin::Pin;
