@@ -102,6 +102,8 @@ pub(crate) struct EngineInner {
     pub(crate) default_wait_timeout: Option<Duration>,
     /// [`EngineOptions::max_lease_hold`].
     pub(crate) max_lease_hold: Option<Duration>,
+    /// [`EngineOptions::node`].
+    pub(crate) node: NodeIdentity,
     pub(crate) udfs: RwLock<Registry>,
     pub(crate) next_statement: AtomicU64,
     pub(crate) next_session: AtomicU64,
@@ -143,6 +145,24 @@ pub struct EngineOptions {
     /// error 57G03 and the lease goes to the next in line. For servers, whose clients may stop
     /// reading a result without closing it. `None` (the default): no limit.
     pub max_lease_hold: Option<Duration>,
+    /// Which node of a cluster this engine is (`iproc()`, `exa.meta.node_id`) and how many there
+    /// are (`nproc()`, `exa.meta.node_count`); one node of one by default.
+    pub node: NodeIdentity,
+}
+
+/// A node's place in a cluster: its number (0-based) and the number of nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeIdentity {
+    /// This node's number, `0..count`.
+    pub id: usize,
+    /// How many nodes there are (at least 1).
+    pub count: usize,
+}
+
+impl Default for NodeIdentity {
+    fn default() -> Self {
+        Self { id: 0, count: 1 }
+    }
 }
 
 impl Default for EngineOptions {
@@ -154,6 +174,7 @@ impl Default for EngineOptions {
             url_tables: false,
             restricted: false,
             max_lease_hold: None,
+            node: NodeIdentity::default(),
         }
     }
 }
@@ -195,6 +216,16 @@ impl Engine {
     /// `options.data_dir` (in memory without one; a damaged catalog file is an error), script
     /// DDL allowed or not, and files as tables or not.
     pub fn with_options(options: EngineOptions) -> Result<Self> {
+        let node = options.node;
+        if node.count == 0 || node.id >= node.count {
+            return Err(crate::EngineError::InvalidSetting {
+                name: "node".into(),
+                message: format!(
+                    "node {} of {}: the node number must be below the node count (at least 1)",
+                    node.id, node.count
+                ),
+            });
+        }
         let config = options.scheduler.clone();
         let scripts = match &options.data_dir {
             Some(dir) => ScriptCatalog::open(dir)?,
@@ -215,6 +246,7 @@ impl Engine {
                 queue,
                 default_wait_timeout: config.lease_wait_timeout,
                 max_lease_hold: options.max_lease_hold,
+                node: options.node,
                 udfs: RwLock::new(Registry {
                     scalar: crate::builtins::builtin_udfs()?
                         .into_iter()

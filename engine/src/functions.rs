@@ -33,13 +33,15 @@ impl ScalarUDFImpl for NodeFunction {
     }
 }
 
-/// `iproc()` for node `node` and `nproc()` for `nodes` nodes (a single node today: 0 and 1).
+/// `iproc()` for node `node` and `nproc()` for `nodes` nodes. Volatile: evaluated where the
+/// row is processed (on a cluster node, that node's), never folded into a constant by the
+/// planner.
 pub(crate) fn node_functions(node: i64, nodes: i64) -> [ScalarUDF; 2] {
     let make = |name, value| {
         ScalarUDF::new_from_impl(NodeFunction {
             name,
             value,
-            signature: Signature::nullary(Volatility::Stable),
+            signature: Signature::nullary(Volatility::Volatile),
         })
     };
     [make("iproc", node), make("nproc", nodes)]

@@ -35,7 +35,7 @@ pub use accelsql_gpu_scheduler::SchedulerConfig;
 pub use accelsql_udf_runtime as udf_runtime;
 pub use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
 pub use datafusion;
-pub use engine::{Engine, EngineOptions, RECENT_CALLS, UdfCallRecord};
+pub use engine::{Engine, EngineOptions, NodeIdentity, RECENT_CALLS, UdfCallRecord};
 pub use error::{EngineError, Result};
 pub use options::{AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy};
 pub use placement::{Placement, PlacementDecision};

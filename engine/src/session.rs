@@ -79,7 +79,8 @@ impl Session {
             ctx = crate::files::enable_url_tables(ctx, Arc::clone(&restricted));
         }
         ctx.add_analyzer_rule(Arc::new(EmitsRule));
-        for f in crate::functions::node_functions(0, 1) {
+        let node = engine.inner.node;
+        for f in crate::functions::node_functions(node.id as i64, node.count as i64) {
             ctx.register_udf(f);
         }
         let registry = engine
@@ -97,7 +98,7 @@ impl Session {
         if let Err(e) = crate::system::register(&ctx, &engine, &restricted) {
             log::error!("system tables unavailable in this session: {e}");
         }
-        let scripts = SessionScripts::new(engine.next_session_id());
+        let scripts = SessionScripts::new(engine.next_session_id(), node.count);
         scripts.set_builtins(function_names(&ctx));
         Self {
             engine,
@@ -589,6 +590,7 @@ impl Session {
         let id = self.engine.next_statement_id();
         self.last_statement.store(id, Ordering::Release);
         let mut scope = StatementScope::new(id, statement.to_string(), self.engine.devices().len());
+        scope.node_id = self.engine.inner.node.id;
         scope.run_timeout = own.udf_timeout()?;
         scope.optional_when_busy = own.optional_gpu_when_busy;
         let scope = Arc::new(scope);

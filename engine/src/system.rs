@@ -399,7 +399,16 @@ pub(crate) fn register(
                         engine.inventory().backend_name().to_string(),
                         "where devices come from: nvml or simulated",
                     ),
-                    ("nodeCount", "1".to_string(), "number of nodes (nproc())"),
+                    (
+                        "nodeCount",
+                        engine.inner.node.count.to_string(),
+                        "number of nodes (nproc())",
+                    ),
+                    (
+                        "nodeId",
+                        engine.inner.node.id.to_string(),
+                        "this node's number (iproc())",
+                    ),
                 ];
                 Ok(vec![
                     strings(rows.iter().map(|r| Some(r.0.to_string()))),

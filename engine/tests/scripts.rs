@@ -503,3 +503,43 @@ async fn a_misspelt_script_kind_is_a_script_ddl_error() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn a_nodes_identity_reaches_iproc_nproc_exa_metadata_and_scripts() {
+    use accelsql_engine::NodeIdentity;
+    let engine = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(1),
+        node: NodeIdentity { id: 2, count: 3 },
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let s = engine.session();
+    assert_eq!(run(&s, "SELECT iproc(), nproc()").await, ["2|3"]);
+    assert_eq!(
+        run(
+            &s,
+            "SELECT param_value FROM exa_metadata WHERE param_name IN ('nodeCount', 'nodeId') \
+             ORDER BY param_name"
+        )
+        .await,
+        ["3", "2"]
+    );
+    // Evaluated where the row is processed: the plan keeps the call, not a folded constant.
+    let plan = run(&s, "EXPLAIN SELECT iproc() + 1 AS k").await.join("\n");
+    assert!(plan.contains("iproc()"), "{plan}");
+    s.sql(
+        "CREATE PYTHON3 SCALAR SCRIPT where_am_i() RETURNS VARCHAR(20) AS\n\
+         def run(ctx):\n    return '%d/%d' % (exa.meta.node_id, exa.meta.node_count)\n/",
+    )
+    .await
+    .unwrap();
+    assert_eq!(run(&s, "SELECT where_am_i()").await, ["2/3"]);
+    // A node number outside the count is refused.
+    let e = Engine::with_options(EngineOptions {
+        node: NodeIdentity { id: 3, count: 3 },
+        ..EngineOptions::default()
+    })
+    .err()
+    .unwrap();
+    assert_eq!(e.code(), "22E03");
+}

@@ -58,7 +58,8 @@ async fn generate(session: &Session, t: &ScriptTransfer, call: SingleCall) -> Re
         current_user: SCRIPT_USER.into(),
         scope_user: SCRIPT_USER.into(),
         current_schema: Some(crate::system::exasol_name(&session.current_schema())),
-        node_count: 1,
+        node_count: session.engine().inner.node.count,
+        node_id: session.engine().inner.node.id,
         ..WorkerContext::default()
     };
     let timeout = session.accelsql_options().udf_timeout()?;

@@ -44,6 +44,8 @@ impl std::fmt::Display for Runtime {
 #[derive(Debug)]
 pub(crate) struct SessionScripts {
     session_id: u64,
+    /// The engine's node count (`exa.meta.node_count`).
+    node_count: usize,
     languages: Mutex<BTreeMap<String, Runtime>>,
     /// Catalog generation and current schema last registered, and the names registered then.
     synced: Mutex<(u64, String, Vec<String>)>,
@@ -59,9 +61,10 @@ const ACCEPTED: &str = "ALIAS=builtin_python3 (the python3 on PATH) or ALIAS=/ab
                         separated by spaces, e.g. 'PYTHON3=builtin_python3 GPU_PY=/opt/venv/bin/python3'";
 
 impl SessionScripts {
-    pub(crate) fn new(session_id: u64) -> Self {
+    pub(crate) fn new(session_id: u64, node_count: usize) -> Self {
         Self {
             session_id,
+            node_count,
             languages: Mutex::new(BTreeMap::from([(
                 "PYTHON3".to_string(),
                 Runtime::BuiltinPython3,
@@ -235,6 +238,7 @@ impl SessionScripts {
             imports: script_imports(entries.clone(), current.clone()),
             connections: script_connections(catalog),
             current_schema: current.clone(),
+            node_count: self.node_count,
         };
         let builtins = self.builtins();
         for entry in &entries {
@@ -298,6 +302,7 @@ impl SessionScripts {
             imports: script_imports(entries, current.clone()),
             connections: script_connections(catalog),
             current_schema: current,
+            node_count: self.node_count,
         };
         script_spec(&entry, interpreter, &links)
     }
@@ -373,6 +378,7 @@ impl SessionScripts {
             imports: script_imports(all, current.clone()),
             connections: script_connections(catalog),
             current_schema: current,
+            node_count: self.node_count,
         };
         for call in calls {
             let Some(entry) = dynamic
@@ -434,7 +440,7 @@ async fn default_output_columns(
         current_user: "SYS".into(),
         scope_user: "SYS".into(),
         current_schema: Some(crate::system::exasol_name(&links.current_schema)),
-        node_count: 1,
+        node_count: links.node_count,
         ..WorkerContext::default()
     };
     let text = tokio::task::spawn_blocking(move || {

@@ -76,11 +76,24 @@ pub(crate) fn script_spec(
 /// What a session's scripts reach besides their own code: other scripts
 /// (`exa.import_script`), connections (`exa.get_connection`) and the current schema
 /// (`exa.meta.current_schema`).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct ScriptLinks {
     pub(crate) imports: ScriptImports,
     pub(crate) connections: ScriptConnections,
     pub(crate) current_schema: String,
+    /// How many nodes the engine's cluster has (`exa.meta.node_count`).
+    pub(crate) node_count: usize,
+}
+
+impl Default for ScriptLinks {
+    fn default() -> Self {
+        Self {
+            imports: ScriptImports::default(),
+            connections: ScriptConnections::default(),
+            current_schema: String::new(),
+            node_count: 1,
+        }
+    }
 }
 
 /// The user every script runs as: accelsql has no users yet.
@@ -126,6 +139,7 @@ pub(crate) fn script_udf_named(
         spec: Arc::clone(&spec),
         session_id,
         current_schema: links.current_schema.clone(),
+        node_count: links.node_count,
         unavailable,
     });
     let input_types: Option<Vec<DataType>> = spec
@@ -252,6 +266,8 @@ struct ScriptRunner {
     session_id: u64,
     /// The session's current schema when the script was registered (`exa.meta`).
     current_schema: String,
+    /// `exa.meta.node_count`.
+    node_count: usize,
     /// Why the script cannot run in this session (its language alias), if it cannot.
     unavailable: Option<String>,
 }
@@ -347,7 +363,7 @@ impl ScriptRunner {
                     WorkerContext {
                         session_id: self.session_id,
                         statement_id: ctx.statement_id,
-                        node_count: 1,
+                        node_count: self.node_count,
                         node_id: ctx.node_id,
                         vm_id: ctx.instance_id,
                         device: ctx.device.clone(),
