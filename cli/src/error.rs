@@ -69,6 +69,10 @@ pub(crate) enum CliError {
     #[error(transparent)]
     Server(Box<accelsql_server::ServerError>),
 
+    /// A cluster could not be started or reached (`accelsql cluster …`, `--cluster`).
+    #[error(transparent)]
+    Cluster(Box<accelsql_cluster::ClusterError>),
+
     /// The interactive prompt or the async runtime failed.
     #[error("[{code}] {0}", code = Self::TERMINAL)]
     Terminal(String),
@@ -151,9 +155,11 @@ impl CliError {
                 EXIT_NOT_FOUND
             }
             Self::Spawn { .. } => EXIT_CANNOT_RUN,
-            Self::Scheduler(_) | Self::Output(_) | Self::OutputClosed | Self::Server(_) => {
-                EXIT_OWN_FAILURE
-            }
+            Self::Scheduler(_)
+            | Self::Output(_)
+            | Self::OutputClosed
+            | Self::Server(_)
+            | Self::Cluster(_) => EXIT_OWN_FAILURE,
             Self::Engine(_) | Self::Statement { .. } | Self::Script { .. } | Self::Terminal(_) => {
                 EXIT_SHELL_FAILURE
             }

@@ -1,6 +1,7 @@
 //! The `accelsql` command: the SQL shell (the default), `accelsql gpu status|run`, and
 //! `accelsql serve` (the Flight SQL server).
 
+mod cluster;
 mod error;
 mod gpu;
 mod serve;
@@ -42,6 +43,10 @@ enum Command {
     Gpu(gpu::GpuCommand),
     /// Serve SQL to many clients over Arrow Flight SQL (ADBC, `accelsql.connect("grpc://…")`, any Flight SQL client).
     Serve(serve::ServeArgs),
+    /// Run a cluster on Apache DataFusion Ballista: a scheduler, executors (one accelsql node
+    /// each), or a local cluster of both for trying it out.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
 }
 
 /// Options of the SQL shell.
@@ -79,6 +84,16 @@ pub(crate) struct ShellArgs {
     /// Existing scripts and UDFs can still be called.
     #[arg(long)]
     pub(crate) restricted: bool,
+
+    /// Run queries on the cluster whose scheduler is at HOST:PORT (`accelsql cluster local`
+    /// prints it) instead of in this process; needs --nodes.
+    #[arg(long, value_name = "HOST:PORT", requires = "nodes")]
+    pub(crate) cluster: Option<String>,
+
+    /// The number of executors (nodes) of --cluster: `nproc()`, and how many partitions each
+    /// query is planned with.
+    #[arg(long, value_name = "N", requires = "cluster")]
+    pub(crate) nodes: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -86,6 +101,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Some(Command::Gpu(command)) => gpu::run(command),
         Some(Command::Serve(args)) => serve::run(args),
+        Some(Command::Cluster(command)) => cluster::run(command),
         None => shell::run(&cli.shell),
     };
     match outcome {

@@ -159,7 +159,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
 }
 
 /// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use accelsql_gpu_scheduler::{DeviceInfo, DeviceLockDir, Inventory, LeaseQueue, SchedulerConfig};
 
+use crate::distribute::PlanDistributor;
 use crate::placement::PlacementDecision;
 use crate::script::ScriptCatalog;
 use crate::session::Session;
@@ -104,6 +105,8 @@ pub(crate) struct EngineInner {
     pub(crate) max_lease_hold: Option<Duration>,
     /// [`EngineOptions::node`].
     pub(crate) node: NodeIdentity,
+    /// [`EngineOptions::distributor`].
+    pub(crate) distributor: Option<Arc<dyn PlanDistributor>>,
     pub(crate) udfs: RwLock<Registry>,
     pub(crate) next_statement: AtomicU64,
     pub(crate) next_session: AtomicU64,
@@ -148,6 +151,11 @@ pub struct EngineOptions {
     /// Which node of a cluster this engine is (`iproc()`, `exa.meta.node_id`) and how many there
     /// are (`nproc()`, `exa.meta.node_count`); one node of one by default.
     pub node: NodeIdentity,
+    /// Where queries run: `None` (the default) in this process; a distributor (such as a
+    /// Ballista cluster's client) to run each query's placed physical plan elsewhere. Set
+    /// [`node`](Self::node)`.count` to the cluster's node count, so that `nproc()` and
+    /// `EXA_METADATA` agree with the executors.
+    pub distributor: Option<Arc<dyn PlanDistributor>>,
 }
 
 /// A node's place in a cluster: its number (0-based) and the number of nodes.
@@ -175,6 +183,7 @@ impl Default for EngineOptions {
             restricted: false,
             max_lease_hold: None,
             node: NodeIdentity::default(),
+            distributor: None,
         }
     }
 }
@@ -247,6 +256,7 @@ impl Engine {
                 default_wait_timeout: config.lease_wait_timeout,
                 max_lease_hold: options.max_lease_hold,
                 node: options.node,
+                distributor: options.distributor,
                 udfs: RwLock::new(Registry {
                     scalar: crate::builtins::builtin_udfs()?
                         .into_iter()

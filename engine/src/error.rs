@@ -235,10 +235,48 @@ impl EngineError {
         }
     }
 
+    /// The coded accelsql error inside an error message that crossed a process boundary as
+    /// text (a cluster executor's failure, relayed by Ballista inside its own wording): the
+    /// innermost `[CODE] message`, without the wrappers' trailing punctuation. `None` when the
+    /// text holds no code.
+    pub fn from_remote_message(text: &str) -> Option<Self> {
+        let bytes = text.as_bytes();
+        let start = (0..bytes.len().saturating_sub(7)).rev().find(|&i| {
+            bytes[i] == b'['
+                && bytes[i + 6] == b']'
+                && bytes[i + 7] == b' '
+                && bytes[i + 1..i + 6]
+                    .iter()
+                    .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+        })?;
+        let code = intern_code(&text[start + 1..start + 6]);
+        // Debug-formatted wrappers close with `")))`: cut there, keeping a message's own `)`.
+        let mut message = text[start..].trim_end();
+        let unwrapped = message.trim_end_matches(')');
+        if unwrapped.ends_with('"') && !unwrapped.ends_with("\\\"") {
+            message = &unwrapped[..unwrapped.len() - 1];
+        }
+        let message = message.replace("\\\"", "\"");
+        Some(Self::Relayed { code, message })
+    }
+
     /// Wraps this error for DataFusion, which hands it back unchanged through [`From`].
     pub fn into_datafusion(self) -> DataFusionError {
         DataFusionError::External(Box::new(self))
     }
+}
+
+/// `code` as a `&'static str`: each distinct code is allocated once (codes are five
+/// characters, and few).
+fn intern_code(code: &str) -> &'static str {
+    static CODES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut codes = CODES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(known) = codes.iter().find(|c| **c == code) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(code.to_string().into_boxed_str());
+    codes.push(leaked);
+    leaked
 }
 
 /// SQLSTATE-style class of a DataFusion error.
@@ -357,6 +395,27 @@ macro_rules! emits_err {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_innermost_code_of_a_relayed_message_is_the_error() {
+        let text = r#"Execution error: Job 1 failed: Task failed: DataFusionError(Shared(External(DataFusionError(Execution("[22069] no GPU on node 2 for \"f\"")))))"#;
+        let e = EngineError::from_remote_message(text).unwrap();
+        assert_eq!(e.code(), "22069");
+        assert_eq!(e.to_string(), r#"[22069] no GPU on node 2 for "f""#);
+        // A wrapper's own code is not the one that counts; the innermost is.
+        let nested = "[22000] Execution error: [42883] the function f is not known";
+        assert_eq!(
+            EngineError::from_remote_message(nested).unwrap().code(),
+            "42883"
+        );
+        // No code, or something that only looks like one: nothing to relay.
+        assert!(EngineError::from_remote_message("Arrow error: Divide by zero").is_none());
+        assert!(EngineError::from_remote_message("index [a-b_c] out").is_none());
+        assert!(EngineError::from_remote_message("[").is_none());
+        // A message's own closing parenthesis stays.
+        let plain = EngineError::from_remote_message("[57014] cancelled (by the client)").unwrap();
+        assert_eq!(plain.to_string(), "[57014] cancelled (by the client)");
+    }
 
     #[test]
     fn coded_errors_survive_a_trip_through_datafusion() {

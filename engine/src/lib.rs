@@ -9,6 +9,7 @@
 //! This crate is the facade a Rust application embeds: it re-exports the layers below it.
 
 mod builtins;
+mod distribute;
 mod emits;
 mod engine;
 mod error;
@@ -35,6 +36,7 @@ pub use accelsql_gpu_scheduler::SchedulerConfig;
 pub use accelsql_udf_runtime as udf_runtime;
 pub use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
 pub use datafusion;
+pub use distribute::PlanDistributor;
 pub use engine::{Engine, EngineOptions, NodeIdentity, RECENT_CALLS, UdfCallRecord};
 pub use error::{EngineError, Result};
 pub use options::{AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy};

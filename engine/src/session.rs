@@ -65,9 +65,17 @@ impl std::fmt::Debug for Session {
 
 impl Session {
     pub(crate) fn new(engine: Engine) -> Self {
-        let config = SessionConfig::new()
+        let mut config = SessionConfig::new()
             .with_option_extension(AccelsqlOptions::default())
             .with_information_schema(true);
+        if let Some(partitions) = engine
+            .inner
+            .distributor
+            .as_ref()
+            .and_then(|d| d.target_partitions())
+        {
+            config = config.with_target_partitions(partitions);
+        }
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
@@ -646,7 +654,10 @@ impl Session {
         let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
         let df = DataFrame::new(state, plan);
         let task = Arc::new(df.task_ctx());
-        let physical = df.create_physical_plan().await?;
+        let mut physical = df.create_physical_plan().await?;
+        if let Some(distributor) = &self.engine.inner.distributor {
+            physical = distributor.distribute(physical, &task)?;
+        }
         let mut stream =
             StatementStream::start(self.engine.clone(), scope, physical, task, wait_timeout)?;
         if is_analyze {

@@ -70,22 +70,30 @@ impl Shell {
             .enable_all()
             .build()
             .map_err(|e| CliError::Terminal(format!("cannot start the async runtime: {e}")))?;
-        let engine = runtime
-            .block_on(async {
-                let mut scheduler = SchedulerConfig::from_env()?;
-                if let Some(n) = args.simulated_gpus {
-                    scheduler = scheduler.with_simulated_gpus(n);
+        let engine = runtime.block_on(async {
+            let mut scheduler = SchedulerConfig::from_env()?;
+            if let Some(n) = args.simulated_gpus {
+                scheduler = scheduler.with_simulated_gpus(n);
+            }
+            let options = EngineOptions {
+                scheduler,
+                data_dir: args.data_dir.clone(),
+                // Files as tables (`SELECT * FROM 'x.parquet'`), as in datafusion-cli.
+                url_tables: true,
+                restricted: args.restricted,
+                ..EngineOptions::default()
+            };
+            let options = match (&args.cluster, args.nodes) {
+                (Some(address), Some(nodes)) => {
+                    accelsql_cluster::ClusterClient::connect(address, nodes)
+                        .await
+                        .map_err(|e| CliError::Cluster(Box::new(e)))?
+                        .engine_options(options)
                 }
-                Engine::with_options(EngineOptions {
-                    scheduler,
-                    data_dir: args.data_dir.clone(),
-                    // Files as tables (`SELECT * FROM 'x.parquet'`), as in datafusion-cli.
-                    url_tables: true,
-                    restricted: args.restricted,
-                    ..EngineOptions::default()
-                })
-            })
-            .map_err(|e| CliError::Engine(Box::new(e)))?;
+                _ => options,
+            };
+            Engine::with_options(options).map_err(|e| CliError::Engine(Box::new(e)))
+        })?;
         let session = engine.session();
         if !interrupt::install() {
             eprintln!("accelsql: Ctrl-C cannot cancel statements here; it will end the shell");

@@ -1,0 +1,292 @@
+//! The client side: [`ClusterClient`] makes a session run its queries on a cluster, through
+//! [`ClusterQueryExec`], the leaf that submits a placed physical plan to the scheduler.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use accelsql_engine::{EngineError, EngineOptions, NodeIdentity, PlanDistributor};
+use ballista_core::config::BALLISTA_SCHEDULER_MAX_PARTITIONS_PER_TASK;
+use ballista_core::execution_plans::execute_physical_plan;
+use ballista_core::extension::SessionConfigExt;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, displayable,
+};
+use datafusion_proto::physical_plan::PhysicalExtensionCodec;
+use datafusion_proto::protobuf::PhysicalPlanNode;
+use futures::{StreamExt, TryStreamExt};
+
+use crate::codec::{ClusterCodec, Decoder};
+use crate::error::config_err;
+use crate::{ClusterError, Result};
+
+/// How long [`ClusterClient::connect`] waits for the scheduler to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A cluster a session runs its queries on: the scheduler's address and the node count.
+///
+/// ```no_run
+/// # async fn f() -> accelsql_cluster::Result<()> {
+/// use accelsql_cluster::ClusterClient;
+/// use accelsql_engine::{Engine, EngineOptions};
+///
+/// let cluster = ClusterClient::connect("127.0.0.1:50050", 3).await?;
+/// let engine = Engine::with_options(cluster.engine_options(EngineOptions::default()))?;
+/// let rows = engine.session().sql("SELECT iproc(), count(*) FROM 'data/' GROUP BY iproc()").await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ClusterClient {
+    address: String,
+    nodes: usize,
+    partitions_per_node: usize,
+    codec: Arc<dyn PhysicalExtensionCodec>,
+}
+
+impl fmt::Debug for ClusterClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterClient")
+            .field("address", &self.address)
+            .field("nodes", &self.nodes)
+            .field("partitions_per_node", &self.partitions_per_node)
+            .finish()
+    }
+}
+
+impl ClusterClient {
+    /// A client of the scheduler at `address` (`HOST:PORT`) of a cluster of `nodes` executors;
+    /// fails with 08001 if the scheduler does not accept a connection within 5 seconds.
+    pub async fn connect(address: &str, nodes: usize) -> Result<Self> {
+        if nodes == 0 {
+            return config_err!("a cluster has at least one node");
+        }
+        let unreachable = |message: String| ClusterError::SchedulerUnreachable {
+            address: address.to_string(),
+            message,
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(address)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Err(_) => {
+                return Err(unreachable(format!("no answer within {CONNECT_TIMEOUT:?}")));
+            }
+        }
+        Ok(Self {
+            address: address.to_string(),
+            nodes,
+            partitions_per_node: 1,
+            codec: Arc::new(ClusterCodec::new(Decoder::Scheduler)),
+        })
+    }
+
+    /// Plans each query with `n` partitions per node (1 by default: a scan of N files on N
+    /// nodes gives each node one file).
+    pub fn with_partitions_per_node(mut self, n: usize) -> Self {
+        self.partitions_per_node = n.max(1);
+        self
+    }
+
+    /// The scheduler's address.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// The number of nodes.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// `base` with this cluster as the place queries run, and its node count for `nproc()`.
+    pub fn engine_options(&self, base: EngineOptions) -> EngineOptions {
+        EngineOptions {
+            node: NodeIdentity {
+                id: 0,
+                count: self.nodes,
+            },
+            distributor: Some(Arc::new(self.clone())),
+            ..base
+        }
+    }
+}
+
+impl PlanDistributor for ClusterClient {
+    fn distribute(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _task: &TaskContext,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(ClusterQueryExec::new(
+            plan,
+            self.address.clone(),
+            Arc::clone(&self.codec),
+        )))
+    }
+
+    fn target_partitions(&self) -> Option<usize> {
+        Some(self.nodes * self.partitions_per_node)
+    }
+}
+
+/// The code of a query stopped because a node left the cluster while it ran.
+pub const NODE_LOST: &str = "58C02";
+
+/// The accelsql error a cluster failure stands for: the coded error an executor raised, or
+/// 58C02 for a job the scheduler stopped because a node was lost (this client never cancels a
+/// job through the scheduler: dropping the stream ends it). `None`: keep Ballista's error.
+fn relay_error(e: &datafusion::error::DataFusionError) -> Option<EngineError> {
+    let text = e.to_string();
+    if let Some(coded) = EngineError::from_remote_message(&text) {
+        return Some(coded);
+    }
+    text.trim_end()
+        .ends_with("failed: Cancelled")
+        .then(|| EngineError::Relayed {
+            code: NODE_LOST,
+            message: format!(
+                "[{NODE_LOST}] the query stopped: a node of the cluster left while it ran (its \
+             executor stopped or stopped answering), and the scheduler stopped the query \
+             rather than risk a wrong answer (its log names the node); run it again"
+            ),
+        })
+}
+
+/// A leaf that runs its plan on a cluster: executing it submits the plan to the scheduler and
+/// streams the result of the final stage back.
+pub struct ClusterQueryExec {
+    plan: Arc<dyn ExecutionPlan>,
+    scheduler: String,
+    codec: Arc<dyn PhysicalExtensionCodec>,
+    properties: Arc<PlanProperties>,
+}
+
+impl ClusterQueryExec {
+    /// Runs `plan` on the cluster whose scheduler is at `scheduler`, encoding it with `codec`.
+    pub fn new(
+        plan: Arc<dyn ExecutionPlan>,
+        scheduler: String,
+        codec: Arc<dyn PhysicalExtensionCodec>,
+    ) -> Self {
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(plan.schema()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Self {
+            plan,
+            scheduler,
+            codec,
+            properties,
+        }
+    }
+
+    /// The plan the cluster runs.
+    pub fn plan(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.plan
+    }
+}
+
+impl fmt::Debug for ClusterQueryExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterQueryExec")
+            .field("scheduler", &self.scheduler)
+            .finish()
+    }
+}
+
+impl DisplayAs for ClusterQueryExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match t {
+            DisplayFormatType::TreeRender => write!(f, "scheduler={}", self.scheduler),
+            _ => write!(
+                f,
+                "ClusterQueryExec: scheduler={}\n{}",
+                self.scheduler,
+                displayable(self.plan.as_ref()).indent(false)
+            ),
+        }
+    }
+}
+
+impl ExecutionPlan for ClusterQueryExec {
+    fn name(&self) -> &str {
+        "ClusterQueryExec"
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.plan.schema()
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        if partition != 0 {
+            return datafusion::common::internal_err!(
+                "ClusterQueryExec has one partition, not {partition}"
+            );
+        }
+        // One partition per task: a stage's partitions spread over the nodes instead of
+        // filling the first executor's cores (a scan of N files on N nodes: one file each).
+        let config = context
+            .session_config()
+            .clone()
+            .upgrade_for_ballista()
+            .set_usize(BALLISTA_SCHEDULER_MAX_PARTITIONS_PER_TASK, 1);
+        let ballista = config.ballista_config();
+        let url = format!("http://{}", self.scheduler);
+        let plan = Arc::clone(&self.plan);
+        let codec = Arc::clone(&self.codec);
+        let session_id = context.session_id();
+        let submitted = async move {
+            execute_physical_plan::<PhysicalPlanNode>(
+                url,
+                &ballista,
+                plan,
+                codec.as_ref(),
+                session_id,
+                config,
+            )
+            .await
+        };
+        // An executor's failure arrives as Ballista's text around ours: give the caller the
+        // accelsql error inside it, with its code.
+        let stream = futures::stream::once(submitted)
+            .try_flatten()
+            .map_err(|e| relay_error(&e).map_or(e, EngineError::into_datafusion));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            stream.boxed(),
+        )))
+    }
+}

@@ -1,0 +1,228 @@
+//! The cluster's scheduler, in this process: Ballista's scheduler with accelsql's functions
+//! (so that it can decode the plans clients submit), push-staged, spreading tasks round-robin.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use accelsql_engine::SchedulerConfig as DeviceConfig;
+use ballista_core::config::TaskSchedulingPolicy;
+use ballista_scheduler::cluster::{BallistaCluster, ClusterStateEvent};
+use ballista_scheduler::config::{SchedulerConfig, TaskDistributionPolicy};
+use ballista_scheduler::scheduler_process::{create_scheduler, start_grpc_service_with_listener};
+use ballista_scheduler::scheduler_server::SchedulerServer;
+use datafusion::execution::SessionStateBuilder;
+use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
+use futures::StreamExt;
+use tokio::task::JoinHandle;
+
+use crate::codec::{ClusterCodec, Decoder};
+use crate::error::process_err;
+use crate::node::{NodeOptions, session_state};
+use crate::{ClusterError, Result};
+
+/// Receives one line for each notable event of a scheduler: an executor joined or was lost, a
+/// job was stopped.
+pub type EventSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// How to start a scheduler.
+#[derive(Clone)]
+pub struct SchedulerOptions {
+    /// Where to listen (port 0: any free port; [`SchedulerHandle::address`] tells which).
+    pub listen: SocketAddr,
+    /// How long an executor may miss heartbeats (sent every 2 s) before the scheduler drops it
+    /// and stops the queries that were running (15 s by default).
+    pub executor_timeout: Duration,
+    /// Where the scheduler reports executors joining and leaving (besides the `log` crate).
+    pub events: Option<EventSink>,
+}
+
+impl std::fmt::Debug for SchedulerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerOptions")
+            .field("listen", &self.listen)
+            .field("executor_timeout", &self.executor_timeout)
+            .field("events", &self.events.is_some())
+            .finish()
+    }
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 50050)),
+            executor_timeout: Duration::from_secs(15),
+            events: None,
+        }
+    }
+}
+
+/// A running scheduler; dropping the handle stops it.
+pub struct SchedulerHandle {
+    address: SocketAddr,
+    server: SchedulerServer<LogicalPlanNode, PhysicalPlanNode>,
+    task: JoinHandle<()>,
+}
+
+/// Starts a scheduler on a tokio runtime (the caller's), listening on `options.listen`.
+pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandle> {
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|e| ClusterError::Process {
+            message: format!("the scheduler cannot listen on {}: {e}", options.listen),
+        })?;
+    let address = listener.local_addr().map_err(|e| ClusterError::Process {
+        message: format!("the scheduler's address: {e}"),
+    })?;
+    // The scheduler decodes submitted plans: it needs every function name a plan may hold. It
+    // runs no UDF itself, so it has no devices.
+    let node = NodeOptions::new(0, 1, DeviceConfig::default().with_simulated_gpus(0));
+    let state = session_state(&node.engine()?);
+    let config = SchedulerConfig {
+        bind_host: address.ip().to_string(),
+        external_host: address.ip().to_string(),
+        bind_port: address.port(),
+        scheduling_policy: TaskSchedulingPolicy::PushStaged,
+        task_distribution: TaskDistributionPolicy::RoundRobin,
+        executor_timeout_seconds: options.executor_timeout.as_secs().max(1),
+        expire_dead_executor_interval_seconds: 2,
+        override_physical_codec: Some(Arc::new(ClusterCodec::new(Decoder::Scheduler))),
+        override_session_builder: Some(Arc::new(move |config| {
+            Ok(SessionStateBuilder::new_from_existing(state.clone())
+                .with_config(config)
+                .build())
+        })),
+        ..SchedulerConfig::default()
+    };
+    let cluster = BallistaCluster::new_from_config(&config).await?;
+    let server =
+        create_scheduler::<LogicalPlanNode, PhysicalPlanNode>(cluster, Arc::new(config)).await?;
+    let mut events = server.state.executor_manager.cluster_state_events().await?;
+    let serving = server.clone();
+    let watching = server.clone();
+    let events_sink = options.events.clone();
+    let task = tokio::spawn(async move {
+        let serve = async {
+            if let Err(e) = start_grpc_service_with_listener(listener, serving).await {
+                log::error!("the scheduler stopped: {e}");
+            }
+        };
+        // A lost executor stops every running job: Ballista would run the lost tasks again
+        // elsewhere, and that recovery was seen to return wrong answers (Ballista 55.0.0, a
+        // hash join whose executor was killed mid-query), so a query fails instead.
+        let watch = async {
+            while let Some(event) = events.next().await {
+                match event {
+                    ClusterStateEvent::RemovedExecutor { executor_id } => {
+                        stop_jobs_of_lost_executor(&watching, &executor_id, events_sink.as_ref())
+                            .await;
+                    }
+                    ClusterStateEvent::RegisteredExecutor { executor_id } => {
+                        if let Some(sink) = &events_sink {
+                            sink(&format!(
+                                "{} joined the cluster ({executor_id})",
+                                node_of_executor(&executor_id)
+                            ));
+                        }
+                    }
+                }
+            }
+        };
+        tokio::join!(serve, watch);
+    });
+    Ok(SchedulerHandle {
+        address,
+        server,
+        task,
+    })
+}
+
+/// Cancels every running job after executor `executor_id` was lost.
+async fn stop_jobs_of_lost_executor(
+    server: &SchedulerServer<LogicalPlanNode, PhysicalPlanNode>,
+    executor_id: &str,
+    events: Option<&EventSink>,
+) {
+    let node = node_of_executor(executor_id);
+    if let Some(events) = events {
+        events(&format!("{node} left the cluster ({executor_id})"));
+    }
+    let jobs = server.state.task_manager.get_running_job_cache();
+    for job in jobs.keys() {
+        let line = format!("{node} left the cluster: stopped job {job}");
+        log::warn!("{line}");
+        if let Some(events) = events {
+            events(&line);
+        }
+        if let Err(e) = server.cancel_job(job.clone()).await {
+            log::error!("cannot stop job {job}: {e}");
+        }
+    }
+}
+
+/// "node K" for an executor id `node-K-…` (as [`run_executor`](crate::run_executor) names
+/// them), else the id.
+pub(crate) fn node_of_executor(executor_id: &str) -> String {
+    executor_id
+        .strip_prefix("node-")
+        .and_then(|rest| rest.split('-').next())
+        .filter(|k| k.parse::<usize>().is_ok())
+        .map_or_else(
+            || format!("executor {executor_id}"),
+            |k| format!("node {k}"),
+        )
+}
+
+impl std::fmt::Debug for SchedulerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerHandle")
+            .field("address", &self.address)
+            .finish()
+    }
+}
+
+impl SchedulerHandle {
+    /// The address executors and clients connect to.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The ids of the executors registered now.
+    pub async fn executors(&self) -> Result<Vec<String>> {
+        let state = self
+            .server
+            .state
+            .executor_manager
+            .get_executors_state()
+            .await?;
+        Ok(state.into_iter().map(|(meta, _, _)| meta.id).collect())
+    }
+
+    /// Waits until at least `count` executors have registered; an error after `timeout`.
+    pub async fn wait_for_executors(&self, count: usize, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            let have = self.executors().await?.len();
+            if have >= count {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return process_err!(
+                    "{have} of {count} executors registered with the scheduler within {timeout:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops serving.
+    pub fn stop(self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for SchedulerHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

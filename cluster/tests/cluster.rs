@@ -1,0 +1,243 @@
+//! A cluster of 3 executors in this process (scheduler and executors on tokio tasks, talking
+//! gRPC over 127.0.0.1): queries give the answers one node gives, `iproc()` is the node that
+//! processed the row, and failures are coded errors, not hangs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use accelsql_cluster::{
+    ClusterClient, ConfigureEngine, ExecutorOptions, NodeOptions, SchedulerHandle,
+    SchedulerOptions, run_executor, start_scheduler,
+};
+use accelsql_engine::datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use accelsql_engine::datafusion::arrow::datatypes::DataType;
+use accelsql_engine::datafusion::arrow::util::display::array_value_to_string;
+use accelsql_engine::datafusion::logical_expr::ColumnarValue;
+use accelsql_engine::{Engine, EngineOptions, InstanceContext, ScalarUdf, SchedulerConfig};
+
+const NODES: usize = 3;
+
+/// `times_node(x)`: x * 10 + the number of the node it ran on — a Rust UDF every node has.
+fn times_node(node: i64) -> ScalarUdf {
+    ScalarUdf::builder("times_node")
+        .inputs([DataType::Int64])
+        .returns(DataType::Int64)
+        .cpu(
+            move |_: &InstanceContext, _rows: usize, args: &[ColumnarValue]| {
+                let ColumnarValue::Array(a) = &args[0] else {
+                    unreachable!("UDF arguments arrive as arrays")
+                };
+                let a = a.as_any().downcast_ref::<Int64Array>().unwrap();
+                Ok(Arc::new(
+                    a.iter()
+                        .map(|v| v.map(|v| v * 10 + node))
+                        .collect::<Int64Array>(),
+                ) as ArrayRef)
+            },
+        )
+        .build()
+        .unwrap()
+}
+
+struct TestCluster {
+    scheduler: SchedulerHandle,
+    executors: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for e in &self.executors {
+            e.abort();
+        }
+    }
+}
+
+async fn start_cluster() -> TestCluster {
+    let scheduler = start_scheduler(SchedulerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..SchedulerOptions::default()
+    })
+    .await
+    .unwrap();
+    let address = scheduler.address().to_string();
+    let mut executors = Vec::new();
+    for node in 0..NODES {
+        let mut options = NodeOptions::new(
+            node,
+            NODES,
+            SchedulerConfig::default().with_simulated_gpus(2),
+        );
+        let configure: ConfigureEngine =
+            Arc::new(move |e: &Engine| e.register_scalar_udf(times_node(node as i64)));
+        options.configure = Some(configure);
+        let mut executor = ExecutorOptions::new(address.clone(), options);
+        executor.vcores = 2;
+        executors.push(tokio::spawn(async move {
+            if let Err(e) = run_executor(executor).await {
+                eprintln!("executor {node}: {e}");
+            }
+        }));
+    }
+    scheduler
+        .wait_for_executors(NODES, Duration::from_secs(30))
+        .await
+        .unwrap();
+    TestCluster {
+        scheduler,
+        executors,
+    }
+}
+
+/// A client engine of `cluster` (files as tables), with `times_node` known for planning.
+async fn client(cluster: &TestCluster) -> Engine {
+    let client = ClusterClient::connect(&cluster.scheduler.address().to_string(), NODES)
+        .await
+        .unwrap();
+    let engine = Engine::with_options(client.engine_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+        url_tables: true,
+        ..EngineOptions::default()
+    }))
+    .unwrap();
+    engine.register_scalar_udf(times_node(-1)).unwrap();
+    engine
+}
+
+/// One node in this process, for the reference answers.
+fn single_node() -> Engine {
+    Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+        url_tables: true,
+        ..EngineOptions::default()
+    })
+    .unwrap()
+}
+
+fn rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for b in batches {
+        for r in 0..b.num_rows() {
+            out.push(
+                b.columns()
+                    .iter()
+                    .map(|c| array_value_to_string(c, r).unwrap())
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
+/// Three Parquet files of 100, 200 and 300 rows in a fresh directory.
+async fn parquet_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let s = single_node().session();
+    for (i, n) in [100, 200, 300].into_iter().enumerate() {
+        let path = dir.path().join(format!("part{i}.parquet"));
+        s.sql(&format!(
+            "COPY (SELECT value AS x, value % 7 AS k FROM generate_series(1, {n})) TO '{}' STORED AS PARQUET",
+            path.display()
+        ))
+        .await
+        .unwrap();
+    }
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_spreads_files_over_nodes_and_agrees_with_one_node() {
+    let cluster = start_cluster().await;
+    let engine = client(&cluster).await;
+    let dir = parquet_dir().await;
+    let table = format!("'{}/'", dir.path().display());
+    let s = engine.session();
+
+    // One file per node: every node processed rows, and the counts add up.
+    let by_node = rows(
+        &s.sql(&format!(
+            "SELECT iproc() AS node, nproc() AS nodes, count(*) AS n FROM {table} GROUP BY iproc(), nproc() ORDER BY node"
+        ))
+        .await
+        .unwrap(),
+    );
+    let nodes: Vec<&str> = by_node.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(nodes, ["0", "1", "2"], "{by_node:?}");
+    assert!(by_node.iter().all(|r| r[1] == "3"), "{by_node:?}");
+    let total: i64 = by_node.iter().map(|r| r[2].parse::<i64>().unwrap()).sum();
+    assert_eq!(total, 600);
+
+    // The Rust UDF ran on the node that read the row: its last digit is that node.
+    let udf = rows(
+        &s.sql(&format!(
+            "SELECT count(*) FROM {table} WHERE times_node(x) % 10 <> iproc()"
+        ))
+        .await
+        .unwrap(),
+    );
+    assert_eq!(udf, [["0"]]);
+
+    // Built-ins, aggregates over a shuffle, a join, ORDER BY LIMIT: the answers of one node.
+    let local = single_node().session();
+    for sql in [
+        "SELECT k, count(*), sum(x), min(x), max(x) FROM {t} GROUP BY k ORDER BY k",
+        "SELECT a.k, count(*) FROM {t} a JOIN (SELECT DISTINCT k FROM {t} WHERE k < 3) b ON a.k = b.k GROUP BY a.k ORDER BY a.k",
+        "SELECT x, upper(CAST(x AS VARCHAR)) FROM {t} ORDER BY x DESC LIMIT 5",
+        "SELECT count(DISTINCT x), avg(x) FROM {t}",
+    ] {
+        let sql = sql.replace("{t}", &table);
+        let want = rows(&local.sql(&sql).await.unwrap());
+        let got = rows(&s.sql(&sql).await.unwrap());
+        assert_eq!(got, want, "{sql}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_function_unknown_to_the_executors_is_an_error_not_a_hang() {
+    let cluster = start_cluster().await;
+    let engine = client(&cluster).await;
+    // Known to the client only.
+    let client_only = ScalarUdf::builder("client_only")
+        .inputs([DataType::Int64])
+        .returns(DataType::Int64)
+        .cpu(|_: &InstanceContext, rows: usize, _: &[ColumnarValue]| {
+            Ok(Arc::new(Int64Array::from(vec![0; rows])) as ArrayRef)
+        })
+        .build()
+        .unwrap();
+    engine.register_scalar_udf(client_only).unwrap();
+    let s = engine.session();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(60),
+        s.sql("SELECT client_only(value) FROM generate_series(1, 10)"),
+    )
+    .await
+    .expect("the query must fail, not hang");
+    let e = outcome.unwrap_err();
+    assert_eq!(e.code(), "42883", "{e}");
+    let message = e.to_string();
+    assert!(
+        message.starts_with("[42883] the function client_only is not known to node "),
+        "{message}"
+    );
+    // The session is still usable.
+    let ok = rows(&s.sql("SELECT 1 + 1").await.unwrap());
+    assert_eq!(ok, [["2"]]);
+}
+
+#[tokio::test]
+async fn an_unreachable_scheduler_is_a_coded_error_at_connect() {
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let start = std::time::Instant::now();
+    let e = ClusterClient::connect(&format!("127.0.0.1:{port}"), 3)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "08001", "{e}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+}

@@ -1,0 +1,31 @@
+//! The hook through which a statement's physical plan runs somewhere else: on a cluster's
+//! executors instead of in this process (the `accelsql-cluster` crate implements it).
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use datafusion::error::Result;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
+
+/// Runs the physical plans of a session's queries elsewhere.
+///
+/// The session plans every statement itself — the placement rule decides each UDF call once,
+/// here — then hands the finished physical plan to [`distribute`](PlanDistributor::distribute),
+/// which returns the plan this process executes in its place (typically one leaf that submits
+/// the plan to a cluster and streams the result back). DDL, `SET` and `EXPLAIN` stay local.
+pub trait PlanDistributor: Debug + Send + Sync {
+    /// The plan to execute instead of `plan`; `task` is the statement's context (its session
+    /// id and configuration).
+    fn distribute(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        task: &TaskContext,
+    ) -> Result<Arc<dyn ExecutionPlan>>;
+
+    /// How many partitions the session plans with (`datafusion.execution.target_partitions`):
+    /// enough to give every node of the cluster work. `None` keeps DataFusion's default.
+    fn target_partitions(&self) -> Option<usize> {
+        None
+    }
+}
