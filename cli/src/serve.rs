@@ -54,6 +54,13 @@ pub(crate) struct ServeArgs {
     /// no settings that lift a limit (error 42501).
     #[arg(long)]
     restricted: bool,
+    /// Run every client's queries on the cluster whose scheduler is at HOST:PORT
+    /// (`accelsql cluster local` prints it); needs --nodes.
+    #[arg(long, value_name = "HOST:PORT", requires = "nodes")]
+    cluster: Option<String>,
+    /// The number of executors (nodes) of --cluster.
+    #[arg(long, value_name = "N", requires = "cluster")]
+    nodes: Option<usize>,
     /// Do not log one line per statement on standard error.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -107,15 +114,21 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     if let Some(n) = args.simulated_gpus {
         scheduler = scheduler.with_simulated_gpus(n);
     }
-    let engine = Engine::with_options(EngineOptions {
+    let mut options = EngineOptions {
         scheduler,
         data_dir: args.data_dir.clone(),
         url_tables: true,
         restricted: args.restricted,
         max_lease_hold: Some(Duration::from_secs_f64(args.max_lease_hold)),
         ..EngineOptions::default()
-    })
-    .map_err(|e| CliError::Engine(Box::new(e)))?;
+    };
+    if let (Some(address), Some(nodes)) = (&args.cluster, args.nodes) {
+        options = accelsql_cluster::ClusterClient::connect(address, nodes)
+            .await
+            .map_err(|e| CliError::Cluster(Box::new(e)))?
+            .engine_options(options);
+    }
+    let engine = Engine::with_options(options).map_err(|e| CliError::Engine(Box::new(e)))?;
     let log: Option<accelsql_server::LogSink> = if args.quiet {
         None
     } else {
@@ -146,7 +159,13 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         } else {
             "no authentication (no --users), loopback only"
         };
-        eprintln!("accelsql serve: {gpus} GPU(s); {auth}; SIGINT/SIGTERM stops it");
+        let place = match (&args.cluster, args.nodes) {
+            (Some(address), Some(nodes)) => {
+                format!("queries run on the {nodes}-node cluster at {address}")
+            }
+            _ => format!("{gpus} GPU(s)"),
+        };
+        eprintln!("accelsql serve: {place}; {auth}; SIGINT/SIGTERM stops it");
     }
     server
         .serve_until(shutdown_signal())

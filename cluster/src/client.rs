@@ -19,7 +19,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, displayable,
 };
-use datafusion_proto::physical_plan::PhysicalExtensionCodec;
+use datafusion_proto::physical_plan::{AsExecutionPlan, PhysicalExtensionCodec};
 use datafusion_proto::protobuf::PhysicalPlanNode;
 use futures::{StreamExt, TryStreamExt};
 
@@ -122,6 +122,14 @@ impl PlanDistributor for ClusterClient {
         plan: Arc<dyn ExecutionPlan>,
         _task: &TaskContext,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        // A plan Ballista cannot carry (a system table, a script's plan node, a table provider
+        // of this process) runs here, as on one node: its answer is the same, only not spread.
+        if let Err(e) =
+            PhysicalPlanNode::try_from_physical_plan(Arc::clone(&plan), self.codec.as_ref())
+        {
+            log::debug!("running a plan in the client: the cluster cannot carry it: {e}");
+            return Ok(plan);
+        }
         Ok(Arc::new(ClusterQueryExec::new(
             plan,
             self.address.clone(),
@@ -135,7 +143,7 @@ impl PlanDistributor for ClusterClient {
 }
 
 /// The code of a query stopped because a node left the cluster while it ran.
-pub const NODE_LOST: &str = "58C02";
+pub const NODE_LOST: &str = "58K02";
 
 /// The accelsql error a cluster failure stands for: the coded error an executor raised, or
 /// 58C02 for a job the scheduler stopped because a node was lost (this client never cancels a

@@ -81,6 +81,26 @@ impl PhysicalExtensionCodec for ClusterCodec {
         ))))
     }
 
+    fn try_encode_udf(&self, udf: &ScalarUDF, _buf: &mut Vec<u8>) -> Result<()> {
+        if accelsql_engine::udf::runs_only_in_this_process(udf) {
+            return exec_err!(
+                "{} is a script of this process: it cannot run on the cluster",
+                udf.name()
+            );
+        }
+        Ok(())
+    }
+
+    fn try_encode_udaf(&self, udf: &AggregateUDF, _buf: &mut Vec<u8>) -> Result<()> {
+        if accelsql_engine::udf::aggregate_runs_only_in_this_process(udf) {
+            return exec_err!(
+                "{} is a script of this process: it cannot run on the cluster",
+                udf.name()
+            );
+        }
+        Ok(())
+    }
+
     fn try_decode_udaf(&self, name: &str, _buf: &[u8]) -> Result<Arc<AggregateUDF>> {
         self.unknown("aggregate function", name)
     }

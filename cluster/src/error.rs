@@ -54,7 +54,7 @@ impl ClusterError {
     /// A setting cannot be used.
     pub const CONFIG: &'static str = "22E03";
     /// A cluster process failed.
-    pub const PROCESS: &'static str = "58C01";
+    pub const PROCESS: &'static str = "58K01";
 
     /// The accelsql code of this error.
     pub fn code(&self) -> &str {

@@ -178,6 +178,33 @@ async fn a_cluster_spreads_files_over_nodes_and_agrees_with_one_node() {
     );
     assert_eq!(udf, [["0"]]);
 
+    // This session's own tables: written here, read through the cluster (the plan carries
+    // their rows); a system table's plan cannot travel, so it runs here.
+    s.sql("CREATE TABLE t(a BIGINT)").await.unwrap();
+    s.sql("INSERT INTO t VALUES (1), (2), (3)").await.unwrap();
+    let sum = rows(&s.sql("SELECT sum(a), max(nproc()) FROM t").await.unwrap());
+    assert_eq!(sum, [["6", "3"]]);
+    let devices = rows(
+        &s.sql("SELECT count(*) FROM accelsql.gpu_devices")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(devices, [["0"]]);
+
+    // A script of the client's catalog cannot travel: a query calling it runs in the client,
+    // with the answer one node gives.
+    s.sql(
+        "CREATE PYTHON3 SCALAR SCRIPT twice(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    return 2 * ctx.x\n/",
+    )
+    .await
+    .unwrap();
+    let twice = rows(
+        &s.sql(&format!("SELECT sum(twice(x)), count(*) FROM {table}"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(twice, [["140600", "600"]]);
+
     // Built-ins, aggregates over a shuffle, a join, ORDER BY LIMIT: the answers of one node.
     let local = single_node().session();
     for sql in [

@@ -13,7 +13,8 @@ use datafusion::physical_plan::ExecutionPlan;
 /// The session plans every statement itself — the placement rule decides each UDF call once,
 /// here — then hands the finished physical plan to [`distribute`](PlanDistributor::distribute),
 /// which returns the plan this process executes in its place (typically one leaf that submits
-/// the plan to a cluster and streams the result back). DDL, `SET` and `EXPLAIN` stay local.
+/// the plan to a cluster and streams the result back), or the plan itself to run it here. DDL,
+/// `SET`, `EXPLAIN`, `INSERT` and `COPY … TO` stay local.
 pub trait PlanDistributor: Debug + Send + Sync {
     /// The plan to execute instead of `plan`; `task` is the statement's context (its session
     /// id and configuration).

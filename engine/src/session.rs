@@ -652,10 +652,13 @@ impl Session {
             .gpu_wait_timeout()?
             .or(self.engine.inner.default_wait_timeout);
         let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
+        // Writes (INSERT into this session's tables, COPY TO) change this process's state:
+        // they run here; queries go to the distributor, if any.
+        let distribute = !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Copy(_));
         let df = DataFrame::new(state, plan);
         let task = Arc::new(df.task_ctx());
         let mut physical = df.create_physical_plan().await?;
-        if let Some(distributor) = &self.engine.inner.distributor {
+        if let (Some(distributor), true) = (&self.engine.inner.distributor, distribute) {
             physical = distributor.distribute(physical, &task)?;
         }
         let mut stream =

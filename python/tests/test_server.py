@@ -339,3 +339,43 @@ def test_the_notebook_example_runs_against_the_server(server):
     assert "ERROR [22069]" in out.stdout, out.stdout
     # The driver's "(Status; Operation)" suffix is not part of the message.
     assert "InvalidArgument;" not in out.stdout, out.stdout
+
+
+def test_a_server_on_a_cluster_spreads_queries_over_its_nodes(tmp_path):
+    """`accelsql serve --cluster`: ADBC clients unchanged, queries run on a local cluster's 3
+    executors (one Parquet file each), and stopping it stops every process."""
+    binary = _binary()
+    cluster = subprocess.Popen(
+        [binary, "cluster", "local", "--executors", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    server = None
+    try:
+        line = cluster.stdout.readline()
+        match = re.match(r"scheduler: (\S+)", line)
+        assert match, f"first line: {line!r}"
+        server = Server(tmp_path, "--cluster", match.group(1), "--nodes", "3")
+        data = tmp_path / "parts"
+        data.mkdir()
+        with server.connect() as conn:
+            cur = conn.cursor()
+            for i, n in enumerate([10, 20, 30]):
+                cur.execute(
+                    f"COPY (SELECT value AS x FROM generate_series(1, {n})) "
+                    f"TO '{data}/p{i}.parquet' STORED AS PARQUET"
+                )
+            cur.execute(f"SELECT iproc() AS node, nproc() AS nodes, count(*) AS n FROM '{data}/' GROUP BY 1, 2 ORDER BY 1")
+            rows = cur.fetchall()
+            assert [r[0] for r in rows] == [0, 1, 2], rows
+            assert {r[1] for r in rows} == {3}
+            assert sum(r[2] for r in rows) == 60
+            cur.close()
+        assert server.stop() == 0, server.log_text()
+        server = None
+    finally:
+        if server is not None:
+            server.stop()
+        cluster.send_signal(signal.SIGTERM)
+        assert cluster.wait(timeout=20) == 0

@@ -178,7 +178,8 @@ pub(crate) fn script_udf_named(
                     },
                 )
                 .build()?
-                .renamed(function.to_string());
+                .renamed(function.to_string())
+                .local_to_this_process();
             Ok(ScriptUdf::Scalar(udf))
         }
         (output, input_type) => {
@@ -203,7 +204,8 @@ pub(crate) fn script_udf_named(
             let udf = builder
                 .cpu(ScriptSetKernel(Arc::clone(&runner)))
                 .build()?
-                .renamed(function.to_string());
+                .renamed(function.to_string())
+                .local_to_this_process();
             Ok(ScriptUdf::Set(udf))
         }
     }

@@ -22,6 +22,19 @@ pub(crate) use self::aggregate::as_accel_aggregate;
 pub(crate) use self::call::{PlacedCall, on_instance, same_placement};
 pub(crate) use self::emits::{EmitsAggregate, EmitsScalar, emits_of, emits_of_aggregate};
 pub(crate) use self::scalar::{AccelScalarUdf, as_accel as as_accel_udf};
+
+/// Whether a plan that calls `udf` can only run in this process: the UDF was defined by a
+/// script of this engine's catalog, which another process (a cluster's executor) does not have.
+/// Rust UDFs and DataFusion's functions run wherever they are registered.
+pub fn runs_only_in_this_process(udf: &datafusion::logical_expr::ScalarUDF) -> bool {
+    as_accel_udf(udf.inner().as_ref()).is_some_and(|u| u.definition().local)
+}
+
+/// [`runs_only_in_this_process`] for aggregate functions (SET RETURNS scripts).
+pub fn aggregate_runs_only_in_this_process(udf: &datafusion::logical_expr::AggregateUDF) -> bool {
+    self::aggregate::as_accel_aggregate(udf.inner().as_ref())
+        .is_some_and(|u| u.definition().is_local())
+}
 pub use self::set::{InputType, Output, RunChunk, RunInput, SetKernel, SetUdf, SetUdfBuilder};
 use crate::{Result, definition_err};
 
@@ -223,6 +236,8 @@ pub struct ScalarUdf {
     instance_limit: Option<usize>,
     cpu: Arc<dyn ScalarKernel>,
     gpu: Option<Arc<dyn ScalarKernel>>,
+    /// Defined by a script of this process's catalog (see [`runs_only_in_this_process`]).
+    local: bool,
 }
 
 impl fmt::Debug for ScalarUdf {
@@ -261,6 +276,12 @@ impl ScalarUdf {
     /// the front end has already checked (the builder's check is for Rust identifiers).
     pub(crate) fn renamed(mut self, name: String) -> Self {
         self.name = name;
+        self
+    }
+
+    /// Marks it as defined by a script of this process (it cannot run in another process).
+    pub(crate) fn local_to_this_process(mut self) -> Self {
+        self.local = true;
         self
     }
 
@@ -364,6 +385,7 @@ impl ScalarUdfBuilder {
             instance_limit: self.instance_limit,
             cpu,
             gpu: self.gpu,
+            local: false,
         })
     }
 }

@@ -386,6 +386,8 @@ pub struct SetUdf {
     instance_limit: Option<usize>,
     pub(crate) cpu: Arc<dyn SetKernel>,
     pub(crate) gpu: Option<Arc<dyn SetKernel>>,
+    /// Defined by a script of this process's catalog.
+    local: bool,
 }
 
 impl fmt::Debug for SetUdf {
@@ -426,6 +428,17 @@ impl SetUdf {
     pub(crate) fn renamed(mut self, name: String) -> Self {
         self.name = name;
         self
+    }
+
+    /// Marks it as defined by a script of this process (it cannot run in another process).
+    pub(crate) fn local_to_this_process(mut self) -> Self {
+        self.local = true;
+        self
+    }
+
+    /// Whether a script of this process defined it.
+    pub(crate) fn is_local(&self) -> bool {
+        self.local
     }
 
     /// SCALAR or SET.
@@ -557,6 +570,7 @@ impl SetUdfBuilder {
             instance_limit: self.instance_limit,
             cpu,
             gpu: self.gpu,
+            local: false,
         })
     }
 }
