@@ -47,6 +47,7 @@ pub struct ClusterClient {
     address: String,
     nodes: usize,
     partitions_per_node: usize,
+    devices_per_node: usize,
     codec: Arc<dyn PhysicalExtensionCodec>,
 }
 
@@ -82,6 +83,7 @@ impl ClusterClient {
             address: address.to_string(),
             nodes,
             partitions_per_node: 1,
+            devices_per_node: 1,
             codec: Arc::new(ClusterCodec::new(Decoder::Scheduler)),
         })
     }
@@ -90,6 +92,15 @@ impl ClusterClient {
     /// nodes gives each node one file).
     pub fn with_partitions_per_node(mut self, n: usize) -> Self {
         self.partitions_per_node = n.max(1);
+        self
+    }
+
+    /// Tells the placement rule how many GPUs each node has (1 by default: it places calls as
+    /// if the nodes had GPUs; a node without one fails a required call with 22069 naming
+    /// itself and runs optional ones on the CPU). 0: the cluster has no GPUs (required calls
+    /// fail with 22069 when planned, optional ones are placed on the CPU).
+    pub fn with_devices_per_node(mut self, n: usize) -> Self {
+        self.devices_per_node = n;
         self
     }
 
@@ -139,6 +150,10 @@ impl PlanDistributor for ClusterClient {
 
     fn target_partitions(&self) -> Option<usize> {
         Some(self.nodes * self.partitions_per_node)
+    }
+
+    fn devices_per_node(&self) -> Option<usize> {
+        Some(self.devices_per_node)
     }
 }
 

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use accelsql_engine::Engine;
 use ballista_core::serde::BallistaPhysicalExtensionCodec;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{exec_err, internal_err, plan_err};
@@ -31,6 +32,8 @@ pub(crate) enum Decoder {
 pub(crate) struct ClusterCodec {
     inner: BallistaPhysicalExtensionCodec,
     decoder: Decoder,
+    /// The node's engine, on an executor: placed calls become its own UDFs.
+    node: Option<Engine>,
 }
 
 impl ClusterCodec {
@@ -38,6 +41,15 @@ impl ClusterCodec {
         Self {
             inner: BallistaPhysicalExtensionCodec::default(),
             decoder,
+            node: None,
+        }
+    }
+
+    /// The codec of an executor whose node runs `engine`.
+    pub(crate) fn for_node(node: usize, engine: Engine) -> Self {
+        Self {
+            node: Some(engine),
+            ..Self::new(Decoder::Node(node))
         }
     }
 
@@ -72,21 +84,37 @@ impl PhysicalExtensionCodec for ClusterCodec {
         self.inner.try_encode(node, buf, proto_converter)
     }
 
-    fn try_decode_udf(&self, name: &str, _buf: &[u8]) -> Result<Arc<ScalarUDF>> {
-        // On a node too: a decoding error loses its message in Ballista (the task is only
-        // "rejected"), so the stand-in fails when called, with the message the user needs.
+    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+        // A placed accelsql call: the node's own UDF, placed as the client decided.
+        if let Some(engine) = &self.node
+            && let Some(placed) = engine
+                .decode_placed_udf(name, buf)
+                .map_err(accelsql_engine::EngineError::into_datafusion)?
+        {
+            return Ok(Arc::new(placed));
+        }
+        // Unknown here. On a node too, a stand-in: a decoding error loses its message in
+        // Ballista (the task is only "rejected"), so the stand-in fails when called, with the
+        // message the user needs. On the scheduler it keeps the placement for the executors.
         Ok(Arc::new(ScalarUDF::new_from_impl(Forwarded::new(
             name,
             self.decoder,
+            buf.to_vec(),
         ))))
     }
 
-    fn try_encode_udf(&self, udf: &ScalarUDF, _buf: &mut Vec<u8>) -> Result<()> {
+    fn try_encode_udf(&self, udf: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
         if accelsql_engine::udf::runs_only_in_this_process(udf) {
             return exec_err!(
                 "{} is a script of this process: it cannot run on the cluster",
                 udf.name()
             );
+        }
+        let inner: &dyn std::any::Any = udf.inner().as_ref();
+        if let Some(forwarded) = inner.downcast_ref::<Forwarded>() {
+            buf.extend_from_slice(&forwarded.payload);
+        } else if let Some(placement) = accelsql_engine::encode_placement(udf) {
+            buf.extend_from_slice(&placement);
         }
         Ok(())
     }
@@ -114,14 +142,17 @@ struct Forwarded {
     name: String,
     signature: Signature,
     decoder: Decoder,
+    /// What the call carried (a placement), sent on as it came.
+    payload: Vec<u8>,
 }
 
 impl Forwarded {
-    fn new(name: &str, decoder: Decoder) -> Self {
+    fn new(name: &str, decoder: Decoder, payload: Vec<u8>) -> Self {
         Self {
             name: name.to_string(),
             signature: Signature::variadic_any(Volatility::Volatile),
             decoder,
+            payload,
         }
     }
 }

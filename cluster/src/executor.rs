@@ -6,9 +6,10 @@ use std::sync::Arc;
 use ballista_core::config::TaskSchedulingPolicy;
 use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
 
-use crate::codec::{ClusterCodec, Decoder};
+use crate::codec::ClusterCodec;
 use crate::error::config_err;
 use crate::node::{NodeOptions, function_registry};
+use crate::stage::LeasingEngine;
 use crate::{ClusterError, Result};
 
 /// How to start an executor.
@@ -113,7 +114,11 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
         print_thread_info: false,
         executor_heartbeat_interval_seconds: 2,
         override_function_registry: Some(registry),
-        override_physical_codec: Some(Arc::new(ClusterCodec::new(Decoder::Node(options.node.id)))),
+        override_physical_codec: Some(Arc::new(ClusterCodec::for_node(
+            options.node.id,
+            engine.clone(),
+        ))),
+        override_execution_engine: Some(Arc::new(LeasingEngine::new(engine.clone()))),
         ..ExecutorProcessConfig::default()
     };
     log::info!(

@@ -19,6 +19,7 @@ mod executor;
 mod local;
 mod node;
 mod scheduler;
+mod stage;
 
 pub use client::{ClusterClient, ClusterQueryExec, NODE_LOST};
 pub use error::{ClusterError, Result};

@@ -41,6 +41,23 @@ fn times_node(node: i64) -> ScalarUdf {
         .unwrap()
 }
 
+/// `gpu_where(x)`: node * 100 + the index of the device its instance is pinned to (-1 on the
+/// CPU); requires a GPU.
+fn gpu_where() -> ScalarUdf {
+    ScalarUdf::builder("gpu_where")
+        .inputs([DataType::Int64])
+        .returns(DataType::Int64)
+        .accelerator("GpuNvidia")
+        .unwrap()
+        .cpu(|ctx: &InstanceContext, rows: usize, _: &[ColumnarValue]| {
+            let device = ctx.device.as_ref().map_or(-1, |d| i64::from(d.index));
+            let value = ctx.node_id as i64 * 100 + device;
+            Ok(Arc::new(Int64Array::from(vec![value; rows])) as ArrayRef)
+        })
+        .build()
+        .unwrap()
+}
+
 struct TestCluster {
     scheduler: SchedulerHandle,
     executors: Vec<tokio::task::JoinHandle<()>>,
@@ -55,6 +72,11 @@ impl Drop for TestCluster {
 }
 
 async fn start_cluster() -> TestCluster {
+    start_cluster_with(&[2; NODES]).await
+}
+
+/// A cluster whose node k has `gpus[k]` simulated GPUs.
+async fn start_cluster_with(gpus: &[usize; NODES]) -> TestCluster {
     let scheduler = start_scheduler(SchedulerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         ..SchedulerOptions::default()
@@ -67,10 +89,12 @@ async fn start_cluster() -> TestCluster {
         let mut options = NodeOptions::new(
             node,
             NODES,
-            SchedulerConfig::default().with_simulated_gpus(2),
+            SchedulerConfig::default().with_simulated_gpus(gpus[node]),
         );
-        let configure: ConfigureEngine =
-            Arc::new(move |e: &Engine| e.register_scalar_udf(times_node(node as i64)));
+        let configure: ConfigureEngine = Arc::new(move |e: &Engine| {
+            e.register_scalar_udf(times_node(node as i64))?;
+            e.register_scalar_udf(gpu_where())
+        });
         options.configure = Some(configure);
         let mut executor = ExecutorOptions::new(address.clone(), options);
         executor.vcores = 2;
@@ -102,6 +126,7 @@ async fn client(cluster: &TestCluster) -> Engine {
     }))
     .unwrap();
     engine.register_scalar_udf(times_node(-1)).unwrap();
+    engine.register_scalar_udf(gpu_where()).unwrap();
     engine
 }
 
@@ -218,6 +243,46 @@ async fn a_cluster_spreads_files_over_nodes_and_agrees_with_one_node() {
         let got = rows(&s.sql(&sql).await.unwrap());
         assert_eq!(got, want, "{sql}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_required_gpu_call_runs_on_each_nodes_own_leased_devices() {
+    let cluster = start_cluster().await;
+    let engine = client(&cluster).await;
+    let dir = parquet_dir().await;
+    let s = engine.session();
+    let sql = format!(
+        "SELECT n, min(g), max(g), count(*) FROM (SELECT iproc() AS n, gpu_where(x) AS g FROM '{}/') GROUP BY n ORDER BY n",
+        dir.path().display()
+    );
+    let got = rows(&s.sql(&sql).await.unwrap());
+    assert_eq!(got.len(), NODES, "{got:?}");
+    for (node, row) in got.iter().enumerate() {
+        let (min, max): (i64, i64) = (row[1].parse().unwrap(), row[2].parse().unwrap());
+        // Each node's instances are pinned to that node's two devices, never the CPU.
+        let base = node as i64 * 100;
+        assert_eq!(row[0], node.to_string(), "{got:?}");
+        assert!(base <= min && max <= base + 1, "node {node}: {row:?}");
+    }
+    // The decision was made once, in the client: EXPLAIN shows it.
+    let explain = rows(&s.sql(&format!("EXPLAIN {sql}")).await.unwrap());
+    assert!(
+        explain
+            .iter()
+            .any(|r| r[1].contains("gpu_where() in block") && r[1].contains("GPU")),
+        "{explain:?}"
+    );
+
+    // A node without GPUs fails a required call with 22069, naming itself.
+    drop(cluster);
+    let cluster = start_cluster_with(&[2, 0, 2]).await;
+    let engine = client(&cluster).await;
+    let e = engine.session().sql(&sql).await.unwrap_err();
+    assert_eq!(e.code(), "22069", "{e}");
+    assert!(
+        e.to_string().contains("node 1 of the cluster has no GPU"),
+        "{e}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

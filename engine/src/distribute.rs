@@ -14,7 +14,8 @@ use datafusion::physical_plan::ExecutionPlan;
 /// here — then hands the finished physical plan to [`distribute`](PlanDistributor::distribute),
 /// which returns the plan this process executes in its place (typically one leaf that submits
 /// the plan to a cluster and streams the result back), or the plan itself to run it here. DDL,
-/// `SET`, `EXPLAIN`, `INSERT` and `COPY … TO` stay local.
+/// `SET`, `EXPLAIN`, `INSERT` and `COPY … TO` stay local. A distributed statement takes no GPU
+/// lease in this process: the nodes lease theirs (see [`Engine::lease_for_plan`](crate::Engine::lease_for_plan)).
 pub trait PlanDistributor: Debug + Send + Sync {
     /// The plan to execute instead of `plan`; `task` is the statement's context (its session
     /// id and configuration).
@@ -27,6 +28,13 @@ pub trait PlanDistributor: Debug + Send + Sync {
     /// How many partitions the session plans with (`datafusion.execution.target_partitions`):
     /// enough to give every node of the cluster work. `None` keeps DataFusion's default.
     fn target_partitions(&self) -> Option<usize> {
+        None
+    }
+
+    /// How many GPUs each node has, for the placement rule (a required call is placed on the
+    /// GPUs when there are some); `None`: this process's devices. Each node leases its own
+    /// devices when it runs its part of the plan.
+    fn devices_per_node(&self) -> Option<usize> {
         None
     }
 }

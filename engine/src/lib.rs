@@ -20,6 +20,7 @@ mod import;
 mod options;
 mod params;
 mod placement;
+mod remote;
 mod repeated;
 mod restricted;
 mod script;
@@ -41,6 +42,7 @@ pub use engine::{Engine, EngineOptions, NodeIdentity, RECENT_CALLS, UdfCallRecor
 pub use error::{EngineError, Result};
 pub use options::{AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy};
 pub use placement::{Placement, PlacementDecision};
+pub use remote::{NodeLease, encode_placement};
 pub use session::Session;
 pub use udf::{
     InputType, Inputs, Output, RunChunk, RunInput, ScalarKernel, ScalarUdf, ScalarUdfBuilder,

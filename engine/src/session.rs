@@ -597,7 +597,15 @@ impl Session {
             .unwrap_or_default();
         let id = self.engine.next_statement_id();
         self.last_statement.store(id, Ordering::Release);
-        let mut scope = StatementScope::new(id, statement.to_string(), self.engine.devices().len());
+        // On a cluster the calls are placed for the nodes' devices, not this process's.
+        let devices_present = self
+            .engine
+            .inner
+            .distributor
+            .as_ref()
+            .and_then(|d| d.devices_per_node())
+            .unwrap_or(self.engine.devices().len());
+        let mut scope = StatementScope::new(id, statement.to_string(), devices_present);
         scope.node_id = self.engine.inner.node.id;
         scope.run_timeout = own.udf_timeout()?;
         scope.optional_when_busy = own.optional_gpu_when_busy;
@@ -659,7 +667,11 @@ impl Session {
         let task = Arc::new(df.task_ctx());
         let mut physical = df.create_physical_plan().await?;
         if let (Some(distributor), true) = (&self.engine.inner.distributor, distribute) {
-            physical = distributor.distribute(physical, &task)?;
+            let distributed = distributor.distribute(Arc::clone(&physical), &task)?;
+            if !Arc::ptr_eq(&distributed, &physical) {
+                scope.remote.store(true, Ordering::Release);
+            }
+            physical = distributed;
         }
         let mut stream =
             StatementStream::start(self.engine.clone(), scope, physical, task, wait_timeout)?;

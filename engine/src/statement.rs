@@ -66,6 +66,9 @@ pub(crate) struct StatementScope {
     /// `SET accelsql.optional_gpu_when_busy`: whether GPU-placed optional calls wait for a busy
     /// lease.
     pub(crate) optional_when_busy: OptionalGpuWhenBusy,
+    /// The statement's plan runs in other processes (a cluster's executors), whose nodes lease
+    /// their own GPUs: this process takes no lease for it.
+    pub(crate) remote: std::sync::atomic::AtomicBool,
 }
 
 impl StatementScope {
@@ -83,6 +86,7 @@ impl StatementScope {
             placement_failure: Mutex::new(None),
             fell_back: OnceLock::new(),
             optional_when_busy: OptionalGpuWhenBusy::default(),
+            remote: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -107,11 +111,18 @@ impl StatementScope {
         self.calls.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Whether the statement's plan runs in other processes (see [`Self::remote`]).
+    pub(crate) fn is_remote(&self) -> bool {
+        self.remote.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Whether any call of the statement was placed on the GPUs (so it needs the lease).
     pub(crate) fn needs_lease(&self) -> bool {
-        self.calls()
-            .iter()
-            .any(|c| c.decision.placement == Placement::Gpu)
+        !self.is_remote()
+            && self
+                .calls()
+                .iter()
+                .any(|c| c.decision.placement == Placement::Gpu)
     }
 
     /// Whether a GPU-placed call is required (a lease timeout then fails the statement; with only
@@ -127,10 +138,11 @@ impl StatementScope {
     /// are optional and `accelsql.optional_gpu_when_busy` is `wait` (the default, as in Exasol).
     /// Otherwise it takes the lease only if it is free, else runs its GPU calls on the CPU.
     pub(crate) fn must_wait_for_lease(&self) -> bool {
-        self.calls().iter().any(|c| {
-            c.decision.placement == Placement::Gpu
-                && (c.decision.request == AcceleratorRequest::Required
-                    || self.optional_when_busy == OptionalGpuWhenBusy::Wait)
-        })
+        !self.is_remote()
+            && self.calls().iter().any(|c| {
+                c.decision.placement == Placement::Gpu
+                    && (c.decision.request == AcceleratorRequest::Required
+                        || self.optional_when_busy == OptionalGpuWhenBusy::Wait)
+            })
     }
 }

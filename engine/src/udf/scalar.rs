@@ -35,6 +35,11 @@ impl AccelScalarUdf {
         &self.def
     }
 
+    /// The placed call, if the placement rule placed this copy.
+    pub(crate) fn placed_call(&self) -> Option<&Arc<PlacedCall>> {
+        self.placed.as_ref()
+    }
+
     pub(crate) fn is_placed(&self) -> bool {
         self.placed.is_some()
     }

@@ -1,0 +1,125 @@
+//! The executors' execution engine: Ballista's, with each task holding its node's GPU lease
+//! while it runs, when its plan has GPU-placed calls.
+
+use std::fmt;
+use std::sync::Arc;
+
+use accelsql_engine::{Engine, EngineError};
+use ballista_core::JobId;
+use ballista_core::serde::protobuf::{
+    RuntimeStatsReport, ShuffleWritePartition, TaskColumnStats, WindowStateReport,
+};
+use ballista_executor::execution_engine::{
+    DefaultExecutionEngine, ExecutionEngine, QueryStageExecutor,
+};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::metrics::MetricsSet;
+use datafusion::prelude::SessionConfig;
+
+/// Ballista's default execution engine whose tasks lease the node's GPUs.
+pub(crate) struct LeasingEngine {
+    inner: DefaultExecutionEngine,
+    engine: Engine,
+}
+
+impl LeasingEngine {
+    pub(crate) fn new(engine: Engine) -> Self {
+        Self {
+            inner: DefaultExecutionEngine::new(),
+            engine,
+        }
+    }
+}
+
+impl ExecutionEngine for LeasingEngine {
+    fn create_query_stage_exec(
+        &self,
+        job_id: JobId,
+        stage_id: usize,
+        task_id: usize,
+        global_output_partition_ids: Vec<usize>,
+        plan: Arc<dyn ExecutionPlan>,
+        work_dir: &str,
+        config: &SessionConfig,
+    ) -> Result<Arc<dyn QueryStageExecutor>> {
+        let label = format!("job {job_id} stage {stage_id} task {task_id}");
+        let inner = self.inner.create_query_stage_exec(
+            job_id,
+            stage_id,
+            task_id,
+            global_output_partition_ids,
+            Arc::clone(&plan),
+            work_dir,
+            config,
+        )?;
+        Ok(Arc::new(LeasedStage {
+            inner,
+            plan,
+            engine: self.engine.clone(),
+            label,
+        }))
+    }
+}
+
+/// `e` as plain text that starts with its accelsql code: Ballista sends a task's failure to the
+/// scheduler in Debug form, where an accelsql error would lose its code and wording.
+fn coded(e: DataFusionError) -> DataFusionError {
+    DataFusionError::Execution(EngineError::from(e).to_string())
+}
+
+/// One task's stage executor, run under the node's lease.
+struct LeasedStage {
+    inner: Arc<dyn QueryStageExecutor>,
+    plan: Arc<dyn ExecutionPlan>,
+    engine: Engine,
+    label: String,
+}
+
+impl fmt::Debug for LeasedStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.inner, f)
+    }
+}
+
+impl fmt::Display for LeasedStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.inner, f)
+    }
+}
+
+#[async_trait::async_trait]
+impl QueryStageExecutor for LeasedStage {
+    async fn execute_query_stage(
+        &self,
+        task_id: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<Vec<ShuffleWritePartition>> {
+        let _lease = self
+            .engine
+            .lease_for_plan(&self.plan, self.label.clone())
+            .await
+            .map_err(|e| coded(e.into_datafusion()))?;
+        self.inner
+            .execute_query_stage(task_id, context)
+            .await
+            .map_err(coded)
+    }
+
+    fn collect_plan_metrics(&self) -> Vec<MetricsSet> {
+        self.inner.collect_plan_metrics()
+    }
+
+    fn collect_runtime_stats_reports(&self) -> Vec<RuntimeStatsReport> {
+        self.inner.collect_runtime_stats_reports()
+    }
+
+    fn collect_window_state_reports(&self) -> Result<Vec<WindowStateReport>> {
+        self.inner.collect_window_state_reports()
+    }
+
+    fn collect_column_stats(&self) -> Vec<TaskColumnStats> {
+        self.inner.collect_column_stats()
+    }
+}
