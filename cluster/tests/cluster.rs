@@ -58,6 +58,46 @@ fn gpu_where() -> ScalarUdf {
         .unwrap()
 }
 
+/// When each GPU batch ran: (node, (client, statement), start, end).
+type GpuRuns =
+    Arc<std::sync::Mutex<Vec<(usize, (i64, u64), std::time::Instant, std::time::Instant)>>>;
+
+/// `slow_gpu(x)`: sleeps 20 ms per batch on a GPU (required) and records when, where and for
+/// which statement (the client is `x / 1_000_000`: client engines number statements alike).
+fn slow_gpu(runs: GpuRuns) -> ScalarUdf {
+    ScalarUdf::builder("slow_gpu")
+        .inputs([DataType::Int64])
+        .returns(DataType::Int64)
+        .accelerator("GpuNvidia")
+        .unwrap()
+        .cpu(
+            move |ctx: &InstanceContext, rows: usize, args: &[ColumnarValue]| {
+                let start = std::time::Instant::now();
+                let client = match &args[0] {
+                    ColumnarValue::Array(a) if !a.is_empty() => {
+                        a.as_any().downcast_ref::<Int64Array>().unwrap().value(0) / 1_000_000
+                    }
+                    _ => -1,
+                };
+                std::thread::sleep(Duration::from_millis(20));
+                runs.lock().unwrap().push((
+                    ctx.node_id,
+                    (client, ctx.statement_id),
+                    start,
+                    std::time::Instant::now(),
+                ));
+                Ok(Arc::new(Int64Array::from(vec![1; rows])) as ArrayRef)
+            },
+        )
+        .build()
+        .unwrap()
+}
+
+fn gpu_runs() -> GpuRuns {
+    static RUNS: std::sync::OnceLock<GpuRuns> = std::sync::OnceLock::new();
+    Arc::clone(RUNS.get_or_init(GpuRuns::default))
+}
+
 struct TestCluster {
     scheduler: SchedulerHandle,
     executors: Vec<tokio::task::JoinHandle<()>>,
@@ -93,6 +133,7 @@ async fn start_cluster_with(gpus: &[usize; NODES]) -> TestCluster {
         );
         let configure: ConfigureEngine = Arc::new(move |e: &Engine| {
             e.register_scalar_udf(times_node(node as i64))?;
+            e.register_scalar_udf(slow_gpu(gpu_runs()))?;
             e.register_scalar_udf(gpu_where())
         });
         options.configure = Some(configure);
@@ -127,6 +168,7 @@ async fn client(cluster: &TestCluster) -> Engine {
     .unwrap();
     engine.register_scalar_udf(times_node(-1)).unwrap();
     engine.register_scalar_udf(gpu_where()).unwrap();
+    engine.register_scalar_udf(slow_gpu(gpu_runs())).unwrap();
     engine
 }
 
@@ -283,6 +325,55 @@ async fn a_required_gpu_call_runs_on_each_nodes_own_leased_devices() {
         e.to_string().contains("node 1 of the cluster has no GPU"),
         "{e}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_clients_gpu_statements_take_turns_on_each_node() {
+    let cluster = start_cluster().await;
+    let dir = parquet_dir().await;
+    let mut clients = Vec::new();
+    for c in 0..2 {
+        let engine = client(&cluster).await;
+        let sql = format!(
+            "SELECT sum(y) FROM (SELECT slow_gpu(x + {}) AS y FROM '{}/' WHERE x % 50 = 0)",
+            c * 1_000_000,
+            dir.path().display()
+        );
+        clients.push(tokio::spawn(async move {
+            let s = engine.session();
+            let mut out = Vec::new();
+            for _ in 0..2 {
+                out.push(rows(&s.sql(&sql).await.unwrap()));
+            }
+            out
+        }));
+    }
+    for c in clients {
+        for answer in c.await.unwrap() {
+            assert_eq!(answer, [["12"]]);
+        }
+    }
+    // On each node, GPU batches of different statements never overlap: each node's lease
+    // queue serializes the statements' tasks there.
+    let runs = gpu_runs().lock().unwrap().clone();
+    let nodes: std::collections::HashSet<usize> = runs.iter().map(|r| r.0).collect();
+    assert!(
+        nodes.len() >= 2,
+        "the work spread over the nodes: {nodes:?}"
+    );
+    for a in &runs {
+        for b in &runs {
+            if a.0 == b.0 && a.1 != b.1 {
+                assert!(
+                    a.3 <= b.2 || b.3 <= a.2,
+                    "node {}: statements {:?} and {:?} overlapped",
+                    a.0,
+                    a.1,
+                    b.1
+                );
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
