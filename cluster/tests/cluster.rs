@@ -279,6 +279,15 @@ async fn a_cluster_spreads_files_over_nodes_and_agrees_with_one_node() {
         "SELECT a.k, count(*) FROM {t} a JOIN (SELECT DISTINCT k FROM {t} WHERE k < 3) b ON a.k = b.k GROUP BY a.k ORDER BY a.k",
         "SELECT x, upper(CAST(x AS VARCHAR)) FROM {t} ORDER BY x DESC LIMIT 5",
         "SELECT count(DISTINCT x), avg(x) FROM {t}",
+        "SELECT k, x, row_number() OVER (PARTITION BY k ORDER BY x DESC) AS r FROM {t} ORDER BY k, r LIMIT 12",
+        "SELECT k, sum(x) OVER (ORDER BY k RANGE BETWEEN 1 PRECEDING AND CURRENT ROW) FROM (SELECT DISTINCT k FROM {t}) s JOIN {t} USING (k) ORDER BY 1, 2 LIMIT 7",
+        "SELECT CASE WHEN x % 2 = 0 THEN 'even' ELSE 'odd' END AS parity, count(*), sum(x) FROM {t} GROUP BY 1 ORDER BY 1",
+        "SELECT k, count(*) FROM {t} GROUP BY k HAVING count(*) > 85 ORDER BY k",
+        "SELECT x FROM {t} WHERE x IN (SELECT x * 3 FROM {t} WHERE x < 5) ORDER BY x",
+        "SELECT k, string_agg(CAST(x AS VARCHAR), ',' ORDER BY x) FROM {t} WHERE x < 15 GROUP BY k ORDER BY k",
+        "SELECT approx_distinct(x), median(x), round(stddev(CAST(x AS DOUBLE)), 6) FROM {t}",
+        "SELECT k, max(x) - min(x), bool_and(x > 0) FROM {t} GROUP BY ROLLUP (k) ORDER BY k NULLS LAST",
+        "SELECT a.x, b.x FROM {t} a LEFT JOIN {t} b ON a.x = b.x * 100 WHERE a.x < 3 ORDER BY a.x, b.x",
     ] {
         let sql = sql.replace("{t}", &table);
         let want = rows(&local.sql(&sql).await.unwrap());
