@@ -144,7 +144,6 @@ async fn scheduler(
         listen,
         events: Some(events),
         executor_timeout: Duration::from_secs(executor_timeout.max(1)),
-        ..SchedulerOptions::default()
     })
     .await
     .map_err(cluster_err)?;

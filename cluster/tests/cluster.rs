@@ -125,11 +125,11 @@ async fn start_cluster_with(gpus: &[usize; NODES]) -> TestCluster {
     .unwrap();
     let address = scheduler.address().to_string();
     let mut executors = Vec::new();
-    for node in 0..NODES {
+    for (node, &node_gpus) in gpus.iter().enumerate() {
         let mut options = NodeOptions::new(
             node,
             NODES,
-            SchedulerConfig::default().with_simulated_gpus(gpus[node]),
+            SchedulerConfig::default().with_simulated_gpus(node_gpus),
         );
         let configure: ConfigureEngine = Arc::new(move |e: &Engine| {
             e.register_scalar_udf(times_node(node as i64))?;
