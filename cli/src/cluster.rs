@@ -44,6 +44,11 @@ pub(crate) enum ClusterCommand {
         /// The number of nodes (`nproc()`).
         #[arg(long, value_name = "N", default_value_t = 1)]
         nodes: usize,
+        /// The node's GPUs, listed as CUDA_VISIBLE_DEVICES lists them (indices or UUIDs; the
+        /// default is CUDA_VISIBLE_DEVICES, else every GPU NVML sees). Executors sharing a
+        /// machine should get different GPUs (or share ACCELSQL_DEVICE_LOCK_DIR).
+        #[arg(long, value_name = "LIST")]
+        gpus: Option<String>,
         /// Use N simulated GPUs instead of NVML (overrides ACCELSQL_SIMULATED_GPUS).
         #[arg(long, value_name = "N")]
         simulated_gpus: Option<usize>,
@@ -109,6 +114,7 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
                 scheduler,
                 node_id,
                 nodes,
+                gpus,
                 simulated_gpus,
                 vcores,
                 bind_host,
@@ -117,6 +123,9 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
                 let mut devices = SchedulerConfig::from_env()?;
                 if let Some(n) = simulated_gpus {
                     devices = devices.with_simulated_gpus(n);
+                }
+                if let Some(list) = gpus {
+                    devices = devices.with_visible_devices(list);
                 }
                 let mut options =
                     ExecutorOptions::new(scheduler, NodeOptions::new(node_id, nodes, devices));

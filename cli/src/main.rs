@@ -145,6 +145,49 @@ mod tests {
     }
 
     #[test]
+    fn cluster_options_parse_and_cluster_needs_nodes() {
+        let cli = Cli::try_parse_from([
+            "accelsql",
+            "cluster",
+            "executor",
+            "--scheduler",
+            "h:50050",
+            "--node-id",
+            "2",
+            "--nodes",
+            "3",
+            "--gpus",
+            "1,0",
+        ])
+        .unwrap();
+        let Some(Command::Cluster(cluster::ClusterCommand::Executor {
+            node_id,
+            nodes,
+            gpus,
+            ..
+        })) = cli.command
+        else {
+            panic!("not an executor command");
+        };
+        assert_eq!((node_id, nodes, gpus.as_deref()), (2, 3, Some("1,0")));
+        let cli = Cli::try_parse_from([
+            "accelsql",
+            "--cluster",
+            "h:1",
+            "--nodes",
+            "3",
+            "-c",
+            "SELECT 1",
+        ])
+        .unwrap();
+        assert_eq!(
+            (cli.shell.cluster.as_deref(), cli.shell.nodes),
+            (Some("h:1"), Some(3))
+        );
+        assert!(Cli::try_parse_from(["accelsql", "--cluster", "h:1", "-c", "SELECT 1"]).is_err());
+    }
+
+    #[test]
     fn a_file_and_a_command_cannot_be_combined() {
         assert!(Cli::try_parse_from(["accelsql", "-c", "SELECT 1", "-f", "x.sql"]).is_err());
     }

@@ -86,6 +86,10 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandl
         task_distribution: TaskDistributionPolicy::RoundRobin,
         executor_timeout_seconds: options.executor_timeout.as_secs().max(1),
         expire_dead_executor_interval_seconds: 2,
+        // A failed task fails its query: Ballista's retries and stage rollbacks were seen to
+        // return wrong answers (see `stop_jobs_of_lost_executor`).
+        task_max_failures: 1,
+        stage_max_failures: 1,
         override_physical_codec: Some(Arc::new(ClusterCodec::new(Decoder::Scheduler))),
         override_session_builder: Some(Arc::new(move |config| {
             Ok(SessionStateBuilder::new_from_existing(state.clone())

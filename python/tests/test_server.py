@@ -366,6 +366,9 @@ def test_a_server_on_a_cluster_spreads_queries_over_its_nodes(tmp_path):
                     f"COPY (SELECT value AS x FROM generate_series(1, {n})) "
                     f"TO '{data}/p{i}.parquet' STORED AS PARQUET"
                 )
+                # Read the row count: the statement runs as its result streams, and the next
+                # execute would close (cancel) a result nobody read.
+                assert cur.fetchall() == [(n,)]
             cur.execute(f"SELECT iproc() AS node, nproc() AS nodes, count(*) AS n FROM '{data}/' GROUP BY 1, 2 ORDER BY 1")
             rows = cur.fetchall()
             assert [r[0] for r in rows] == [0, 1, 2], rows
