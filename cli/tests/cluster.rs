@@ -9,24 +9,13 @@ use std::time::{Duration, Instant};
 
 use accelsql_cluster::{ClusterClient, LocalCluster, LocalClusterOptions, NODE_LOST};
 use accelsql_engine::datafusion::arrow::array::RecordBatch;
-use accelsql_engine::datafusion::arrow::util::display::array_value_to_string;
 use accelsql_engine::{Engine, EngineOptions, SchedulerConfig};
 
 const BIN: &str = env!("CARGO_BIN_EXE_accelsql");
 
+/// The cells of a result as text, as the engine's tests compare them.
 fn rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    for b in batches {
-        for r in 0..b.num_rows() {
-            out.push(
-                b.columns()
-                    .iter()
-                    .map(|c| array_value_to_string(c, r).unwrap())
-                    .collect(),
-            );
-        }
-    }
-    out
+    accelsql_engine::testing::cells(batches).unwrap()
 }
 
 fn options() -> EngineOptions {

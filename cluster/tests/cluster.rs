@@ -13,7 +13,6 @@ use accelsql_cluster::{
 };
 use accelsql_engine::datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use accelsql_engine::datafusion::arrow::datatypes::DataType;
-use accelsql_engine::datafusion::arrow::util::display::array_value_to_string;
 use accelsql_engine::datafusion::logical_expr::ColumnarValue;
 use accelsql_engine::{Engine, EngineOptions, InstanceContext, ScalarUdf, SchedulerConfig};
 
@@ -182,19 +181,9 @@ fn single_node() -> Engine {
     .unwrap()
 }
 
+/// The cells of a result as text, as the engine's tests compare them.
 fn rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    for b in batches {
-        for r in 0..b.num_rows() {
-            out.push(
-                b.columns()
-                    .iter()
-                    .map(|c| array_value_to_string(c, r).unwrap())
-                    .collect(),
-            );
-        }
-    }
-    out
+    accelsql_engine::testing::cells(batches).unwrap()
 }
 
 /// Three Parquet files of 100, 200 and 300 rows in a fresh directory.
