@@ -153,6 +153,7 @@ async fn scheduler(
         listen,
         events: Some(events),
         executor_timeout: Duration::from_secs(executor_timeout.max(1)),
+        configure: None,
     })
     .await
     .map_err(cluster_err)?;

@@ -10,15 +10,21 @@ use ballista_core::config::BALLISTA_SCHEDULER_MAX_PARTITIONS_PER_TASK;
 use ballista_core::execution_plans::execute_physical_plan;
 use ballista_core::extension::SessionConfigExt;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::limit::LocalLimitExec;
+use datafusion::physical_plan::memory::LazyMemoryExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, displayable,
 };
+use datafusion::prelude::SessionConfig;
 use datafusion_proto::physical_plan::{AsExecutionPlan, PhysicalExtensionCodec};
 use datafusion_proto::protobuf::PhysicalPlanNode;
 use futures::{StreamExt, TryStreamExt};
@@ -141,11 +147,22 @@ impl PlanDistributor for ClusterClient {
             log::debug!("running a plan in the client: the cluster cannot carry it: {e}");
             return Ok(plan);
         }
+        if let Some(why) = cannot_travel(&plan) {
+            log::debug!("running a plan in the client: {why}");
+            return Ok(plan);
+        }
+        let plan = keep_source_limits(plan)?;
         Ok(Arc::new(ClusterQueryExec::new(
             plan,
             self.address.clone(),
             Arc::clone(&self.codec),
         )))
+    }
+
+    /// Ballista's settings for the plans it runs (no dynamic filters across stages, scalar
+    /// subqueries as joins, no round-robin repartitions, ...), applied where the plan is made.
+    fn configure_session(&self, config: SessionConfig) -> SessionConfig {
+        config.upgrade_for_ballista()
     }
 
     fn target_partitions(&self) -> Option<usize> {
@@ -155,6 +172,59 @@ impl PlanDistributor for ClusterClient {
     fn devices_per_node(&self) -> Option<usize> {
         Some(self.devices_per_node)
     }
+}
+
+/// Why `plan` must run here although it can be encoded: a part that DataFusion's plan encoding
+/// changes on the way (a compressed CSV or JSON scan arrives as an uncompressed one; a
+/// generated series that keeps no column arrives with one).
+fn cannot_travel(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
+    let mut why = None;
+    let _ = plan.apply(|node| {
+        // A generated series that keeps none of its columns (`SELECT count(*) FROM range(n)`)
+        // arrives with its column back, and fails there.
+        if node.is::<LazyMemoryExec>() && node.schema().fields().is_empty() {
+            why = Some(
+                "it counts the rows of a generated series, which the cluster's plan \
+                        encoding changes"
+                    .to_string(),
+            );
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        if let Some(scan) = node.downcast_ref::<DataSourceExec>() {
+            let source: &dyn std::any::Any = scan.data_source().as_ref();
+            if let Some(config) = source.downcast_ref::<FileScanConfig>()
+                && config.file_compression_type.is_compressed()
+            {
+                why = Some(format!(
+                    "it reads compressed files ({:?}), which the cluster's plan encoding loses",
+                    config.file_compression_type.get_variant()
+                ));
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    why
+}
+
+/// `plan` with each in-memory scan's row limit (`fetch`, a `LIMIT` pushed into the scan) kept
+/// by a `LocalLimitExec` above it as well: Ballista gives each task a copy of the scan holding
+/// only its partitions, and that copy loses the limit.
+fn keep_source_limits(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let limit = node
+            .downcast_ref::<DataSourceExec>()
+            .filter(|scan| {
+                let source: &dyn std::any::Any = scan.data_source().as_ref();
+                source.is::<MemorySourceConfig>()
+            })
+            .and_then(|scan| scan.fetch());
+        Ok(match limit {
+            Some(fetch) => Transformed::yes(Arc::new(LocalLimitExec::new(node, fetch)) as _),
+            None => Transformed::no(node),
+        })
+    })
+    .map(|t| t.data)
 }
 
 /// The code of a query stopped because a node left the cluster while it ran.
@@ -168,16 +238,17 @@ fn relay_error(e: &datafusion::error::DataFusionError) -> Option<EngineError> {
     if let Some(coded) = EngineError::from_remote_message(&text) {
         return Some(coded);
     }
-    text.trim_end()
-        .ends_with("failed: Cancelled")
-        .then(|| EngineError::Relayed {
-            code: NODE_LOST,
-            message: format!(
-                "[{NODE_LOST}] the query stopped: a node of the cluster left while it ran (its \
+    if !text.trim_end().ends_with("failed: Cancelled") {
+        return EngineError::from_remote_datafusion_text(&text);
+    }
+    Some(EngineError::Relayed {
+        code: NODE_LOST,
+        message: format!(
+            "[{NODE_LOST}] the query stopped: a node of the cluster left while it ran (its \
              executor stopped or stopped answering), and the scheduler stopped the query \
              rather than risk a wrong answer (its log names the node); run it again"
-            ),
-        })
+        ),
+    })
 }
 
 /// A leaf that runs its plan on a cluster: executing it submits the plan to the scheduler and

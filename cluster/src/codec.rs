@@ -5,18 +5,23 @@
 
 use std::sync::Arc;
 
-use accelsql_engine::Engine;
+use accelsql_engine::{Engine, UdfCallParts};
 use ballista_core::serde::BallistaPhysicalExtensionCodec;
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::{exec_err, internal_err, plan_err};
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{
     AggregateUDF, ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
     Volatility,
 };
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use datafusion_proto::physical_plan::{
+    PhysicalExtensionCodec, PhysicalPlanDecodeContext, PhysicalProtoConverterExtension,
+};
+use datafusion_proto::protobuf::PhysicalExprNode;
+use prost::Message;
 
 /// Who decodes with the codec, which decides what an unknown function name becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,6 +50,16 @@ impl ClusterCodec {
         }
     }
 
+    /// The codec of the scheduler, whose engine (node 0's configuration) rebuilds the calls it
+    /// knows — Rust UDFs registered there, scripts carried by their calls — so that their
+    /// types are known when stages are planned.
+    pub(crate) fn for_scheduler(engine: Engine) -> Self {
+        Self {
+            node: Some(engine),
+            ..Self::new(Decoder::Scheduler)
+        }
+    }
+
     /// The codec of an executor whose node runs `engine`.
     pub(crate) fn for_node(node: usize, engine: Engine) -> Self {
         Self {
@@ -64,6 +79,104 @@ impl ClusterCodec {
     }
 }
 
+/// What starts an EMITS call's operator (and tells it from Ballista's own operators).
+const UDF_CALL: &[u8] = b"accelsql-udf-call-v1\n";
+
+/// An EMITS call's operator as it travels.
+#[derive(Clone, PartialEq, prost::Message)]
+struct UdfCallNode {
+    #[prost(string, tag = "1")]
+    name: String,
+    /// The placement, and a script's definition.
+    #[prost(bytes = "vec", tag = "2")]
+    placement: Vec<u8>,
+    #[prost(message, repeated, tag = "3")]
+    keys: Vec<PhysicalExprNode>,
+    #[prost(uint64, repeated, tag = "4")]
+    output_keys: Vec<u64>,
+    #[prost(message, repeated, tag = "5")]
+    args: Vec<PhysicalExprNode>,
+    #[prost(message, repeated, tag = "6")]
+    carried: Vec<PhysicalExprNode>,
+    #[prost(message, optional, tag = "7")]
+    schema: Option<datafusion_proto::protobuf::Schema>,
+}
+
+impl ClusterCodec {
+    fn encode_udf_call(
+        &self,
+        parts: UdfCallParts,
+        buf: &mut Vec<u8>,
+        converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<()> {
+        let exprs = |list: &[Arc<dyn PhysicalExpr>]| {
+            list.iter()
+                .map(|e| converter.physical_expr_to_proto(e, self))
+                .collect::<Result<Vec<_>>>()
+        };
+        let node = UdfCallNode {
+            name: parts.name.clone(),
+            placement: parts.placement.clone(),
+            keys: exprs(&parts.keys)?,
+            output_keys: parts.output_keys.iter().map(|&k| k as u64).collect(),
+            args: exprs(&parts.args)?,
+            carried: exprs(&parts.carried)?,
+            schema: Some(parts.schema.as_ref().try_into()?),
+        };
+        buf.extend_from_slice(UDF_CALL);
+        node.encode(buf)
+            .map_err(|e| DataFusionError::Internal(format!("encoding {}: {e}", parts.name)))
+    }
+
+    fn decode_udf_call(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+        converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let node = UdfCallNode::decode(buf).map_err(|e| {
+            DataFusionError::Internal(format!("an EMITS call arrived damaged: {e}"))
+        })?;
+        let [input] = inputs else {
+            return internal_err!(
+                "the EMITS call {} has one input, got {}",
+                node.name,
+                inputs.len()
+            );
+        };
+        let Some(engine) = &self.node else {
+            return self.unknown("function", &node.name);
+        };
+        let input_schema = input.schema();
+        let decode_ctx = PhysicalPlanDecodeContext::new(ctx, self);
+        let exprs = |list: &[PhysicalExprNode]| {
+            list.iter()
+                .map(|e| converter.proto_to_physical_expr(e, &input_schema, &decode_ctx))
+                .collect::<Result<Vec<_>>>()
+        };
+        let Some(schema) = &node.schema else {
+            return internal_err!("the EMITS call {} arrived without its schema", node.name);
+        };
+        let parts = UdfCallParts {
+            keys: exprs(&node.keys)?,
+            output_keys: node
+                .output_keys
+                .iter()
+                .map(|&k| usize::try_from(k).unwrap_or(usize::MAX))
+                .collect(),
+            args: exprs(&node.args)?,
+            carried: exprs(&node.carried)?,
+            schema: Arc::new(Schema::try_from(schema)?),
+            name: node.name,
+            placement: node.placement,
+        };
+        engine
+            .udf_call_exec(parts, Arc::clone(input))
+            .map_err(accelsql_engine::EngineError::into_datafusion)
+    }
+}
+
 impl PhysicalExtensionCodec for ClusterCodec {
     fn try_decode(
         &self,
@@ -72,7 +185,10 @@ impl PhysicalExtensionCodec for ClusterCodec {
         ctx: &TaskContext,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.inner.try_decode(buf, inputs, ctx, proto_converter)
+        match buf.strip_prefix(UDF_CALL) {
+            Some(rest) => self.decode_udf_call(rest, inputs, ctx, proto_converter),
+            None => self.inner.try_decode(buf, inputs, ctx, proto_converter),
+        }
     }
 
     fn try_encode(
@@ -81,11 +197,15 @@ impl PhysicalExtensionCodec for ClusterCodec {
         buf: &mut Vec<u8>,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
-        self.inner.try_encode(node, buf, proto_converter)
+        match accelsql_engine::udf_call_parts(node.as_ref()) {
+            Some(parts) => self.encode_udf_call(parts, buf, proto_converter),
+            None => self.inner.try_encode(node, buf, proto_converter),
+        }
     }
 
     fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
-        // A placed accelsql call: the node's own UDF, placed as the client decided.
+        // A placed accelsql call: the node's own UDF (or the script the call carries), placed
+        // as the client decided.
         if let Some(engine) = &self.node
             && let Some(placed) = engine
                 .decode_placed_udf(name, buf)
@@ -119,17 +239,27 @@ impl PhysicalExtensionCodec for ClusterCodec {
         Ok(())
     }
 
-    fn try_encode_udaf(&self, udf: &AggregateUDF, _buf: &mut Vec<u8>) -> Result<()> {
+    fn try_encode_udaf(&self, udf: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
         if accelsql_engine::udf::aggregate_runs_only_in_this_process(udf) {
             return exec_err!(
                 "{} is a script of this process: it cannot run on the cluster",
                 udf.name()
             );
         }
+        if let Some(placement) = accelsql_engine::encode_aggregate_placement(udf) {
+            buf.extend_from_slice(&placement);
+        }
         Ok(())
     }
 
-    fn try_decode_udaf(&self, name: &str, _buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+        if let Some(engine) = &self.node
+            && let Some(placed) = engine
+                .decode_placed_udaf(name, buf)
+                .map_err(accelsql_engine::EngineError::into_datafusion)?
+        {
+            return Ok(Arc::new(placed));
+        }
         self.unknown("aggregate function", name)
     }
 }

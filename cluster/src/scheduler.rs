@@ -16,9 +16,9 @@ use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 use futures::StreamExt;
 use tokio::task::JoinHandle;
 
-use crate::codec::{ClusterCodec, Decoder};
+use crate::codec::ClusterCodec;
 use crate::error::process_err;
-use crate::node::{NodeOptions, session_state};
+use crate::node::{ConfigureEngine, NodeOptions, session_state};
 use crate::{ClusterError, Result};
 
 /// Receives one line for each notable event of a scheduler: an executor joined or was lost, a
@@ -35,6 +35,11 @@ pub struct SchedulerOptions {
     pub executor_timeout: Duration,
     /// Where the scheduler reports executors joining and leaving (besides the `log` crate).
     pub events: Option<EventSink>,
+    /// Registers the embedding application's UDFs, as on the nodes
+    /// ([`NodeOptions::configure`]): the scheduler plans stages with their types. Its Rust SET
+    /// RETURNS UDFs (aggregate functions) must be registered here; scalar UDFs it does not know
+    /// are passed on to the executors by name.
+    pub configure: Option<ConfigureEngine>,
 }
 
 impl std::fmt::Debug for SchedulerOptions {
@@ -43,6 +48,7 @@ impl std::fmt::Debug for SchedulerOptions {
             .field("listen", &self.listen)
             .field("executor_timeout", &self.executor_timeout)
             .field("events", &self.events.is_some())
+            .field("configure", &self.configure.is_some())
             .finish()
     }
 }
@@ -53,6 +59,7 @@ impl Default for SchedulerOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 50050)),
             executor_timeout: Duration::from_secs(15),
             events: None,
+            configure: None,
         }
     }
 }
@@ -76,8 +83,10 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandl
     })?;
     // The scheduler decodes submitted plans: it needs every function name a plan may hold. It
     // runs no UDF itself, so it has no devices.
-    let node = NodeOptions::new(0, 1, DeviceConfig::default().with_simulated_gpus(0));
-    let state = session_state(&node.engine()?);
+    let mut node = NodeOptions::new(0, 1, DeviceConfig::default().with_simulated_gpus(0));
+    node.configure = options.configure.clone();
+    let engine = node.engine()?;
+    let state = session_state(&engine);
     let config = SchedulerConfig {
         bind_host: address.ip().to_string(),
         external_host: address.ip().to_string(),
@@ -90,7 +99,7 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandl
         // return wrong answers (see `stop_jobs_of_lost_executor`).
         task_max_failures: 1,
         stage_max_failures: 1,
-        override_physical_codec: Some(Arc::new(ClusterCodec::new(Decoder::Scheduler))),
+        override_physical_codec: Some(Arc::new(ClusterCodec::for_scheduler(engine))),
         override_session_builder: Some(Arc::new(move |config| {
             Ok(SessionStateBuilder::new_from_existing(state.clone())
                 .with_config(config)

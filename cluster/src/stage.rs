@@ -65,8 +65,15 @@ impl ExecutionEngine for LeasingEngine {
 
 /// `e` as plain text that starts with its accelsql code: Ballista sends a task's failure to the
 /// scheduler in Debug form, where an accelsql error would lose its code and wording.
+/// A DataFusion error that Ballista boxed in its own error type keeps the code it has unboxed
+/// (`Arrow error: Divide by zero error` is 22000 on one node, and here too).
 fn coded(e: DataFusionError) -> DataFusionError {
-    DataFusionError::Execution(EngineError::from(e).to_string())
+    let e = EngineError::from(e);
+    let e = match e.code() {
+        "XX000" => EngineError::from_remote_datafusion_text(&e.to_string()).unwrap_or(e),
+        _ => e,
+    };
+    DataFusionError::Execution(e.to_string())
 }
 
 /// One task's stage executor, run under the node's lease.

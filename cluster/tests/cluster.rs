@@ -238,6 +238,22 @@ async fn a_cluster_spreads_files_over_nodes_and_agrees_with_one_node() {
     // their rows); a system table's plan cannot travel, so it runs here.
     s.sql("CREATE TABLE t(a BIGINT)").await.unwrap();
     s.sql("INSERT INTO t VALUES (1), (2), (3)").await.unwrap();
+    // Ballista gives each task its own copy of an in-memory scan, without the scan's LIMIT.
+    let one = rows(&s.sql("SELECT a FROM t LIMIT 1").await.unwrap());
+    assert_eq!(one.len(), 1, "{one:?}");
+    // What Ballista's plan encoding would change runs in the client (a series of no column).
+    let series = rows(
+        &s.sql("SELECT count(*) FROM (SELECT 'a' AS d FROM range(1000)) WHERE d IN ('a', 'b')")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(series, [["1000"]]);
+    // An executor's uncoded DataFusion error keeps the code it has on one node.
+    let e = s
+        .sql("SELECT x / 0 FROM (VALUES (1)) t(x)")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "22000", "{e}");
     let sum = rows(&s.sql("SELECT sum(a), max(nproc()) FROM t").await.unwrap());
     assert_eq!(sum, [["6", "3"]]);
     let devices = rows(
@@ -246,20 +262,6 @@ async fn a_cluster_spreads_files_over_nodes_and_agrees_with_one_node() {
             .unwrap(),
     );
     assert_eq!(devices, [["0"]]);
-
-    // A script of the client's catalog cannot travel: a query calling it runs in the client,
-    // with the answer one node gives.
-    s.sql(
-        "CREATE PYTHON3 SCALAR SCRIPT twice(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    return 2 * ctx.x\n/",
-    )
-    .await
-    .unwrap();
-    let twice = rows(
-        &s.sql(&format!("SELECT sum(twice(x)), count(*) FROM {table}"))
-            .await
-            .unwrap(),
-    );
-    assert_eq!(twice, [["140600", "600"]]);
 
     // Built-ins, aggregates over a shuffle, a join, ORDER BY LIMIT: the answers of one node.
     let local = single_node().session();
@@ -277,12 +279,110 @@ async fn a_cluster_spreads_files_over_nodes_and_agrees_with_one_node() {
         "SELECT approx_distinct(x), median(x), round(stddev(CAST(x AS DOUBLE)), 6) FROM {t}",
         "SELECT k, max(x) - min(x), bool_and(x > 0) FROM {t} GROUP BY ROLLUP (k) ORDER BY k NULLS LAST",
         "SELECT a.x, b.x FROM {t} a LEFT JOIN {t} b ON a.x = b.x * 100 WHERE a.x < 3 ORDER BY a.x, b.x",
+        "SELECT x FROM {t} WHERE x < 3 UNION ALL SELECT x FROM {t} WHERE x > 295 ORDER BY x",
+        "SELECT x, k FROM {t} ORDER BY k DESC, x LIMIT 4",
     ] {
         let sql = sql.replace("{t}", &table);
         let want = rows(&local.sql(&sql).await.unwrap());
         let got = rows(&s.sql(&sql).await.unwrap());
         assert_eq!(got, want, "{sql}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scripts_created_after_the_cluster_started_run_on_its_nodes() {
+    let cluster = start_cluster().await;
+    let engine = client(&cluster).await;
+    let dir = parquet_dir().await;
+    let table = format!("'{}/'", dir.path().display());
+    let s = engine.session();
+    let local = single_node().session();
+    let ddl = [
+        "CREATE PYTHON3 SCALAR SCRIPT twice(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    return 2 * ctx.x\n/",
+        "CREATE PYTHON3 SCALAR SCRIPT where_am_i(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    return int(exa.meta.node_id)\n/",
+        "CREATE PYTHON3 SCALAR SCRIPT lib() RETURNS INT AS\ndef triple(v):\n    return 3 * v\n/",
+        "CREATE PYTHON3 SCALAR SCRIPT use_lib(x BIGINT) RETURNS BIGINT AS\nlib = exa.import_script('LIB')\ndef run(ctx):\n    return lib.triple(ctx.x)\n/",
+        "CREATE CONNECTION my_conn TO 'https://example.com/data' USER 'reader' IDENTIFIED BY 'secret'",
+        "CREATE PYTHON3 SCALAR SCRIPT conn_of(x BIGINT) RETURNS VARCHAR(100) AS\ndef run(ctx):\n    c = exa.get_connection('MY_CONN')\n    return c.address + ' ' + c.user\n/",
+        "CREATE PYTHON3 SET SCRIPT total(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    s = 0\n    while True:\n        s += ctx.x\n        if not ctx.next():\n            break\n    return s\n/",
+        "CREATE PYTHON3 SET SCRIPT evens(x BIGINT) EMITS (v BIGINT, n BIGINT) AS\ndef run(ctx):\n    n = 0\n    while True:\n        n += 1\n        if ctx.x % 2 == 0:\n            ctx.emit(ctx.x, n)\n        if not ctx.next():\n            break\n/",
+        "CREATE PYTHON3 SCALAR SCRIPT dyn(x BIGINT) EMITS (...) AS\ndef run(ctx):\n    ctx.emit(ctx.x, 2 * ctx.x)\n/",
+        "CREATE PYTHON3 SCALAR SCRIPT node_rows(x BIGINT) EMITS (node BIGINT, x2 BIGINT) AS\ndef run(ctx):\n    ctx.emit(int(exa.meta.node_id), ctx.x)\n    ctx.emit(int(exa.meta.node_id), -ctx.x)\n/",
+    ];
+    for sql in ddl {
+        s.sql(sql).await.unwrap();
+        local.sql(sql).await.unwrap();
+    }
+
+    // Each row's script call ran on the node that read the row.
+    let by_node = rows(
+        &s.sql(&format!(
+            "SELECT iproc(), min(where_am_i(x)), max(where_am_i(x)), count(*) FROM {table} GROUP BY iproc() ORDER BY 1"
+        ))
+        .await
+        .unwrap(),
+    );
+    assert_eq!(by_node.len(), NODES, "{by_node:?}");
+    for (node, row) in by_node.iter().enumerate() {
+        assert_eq!(
+            row[..3],
+            [node.to_string(), node.to_string(), node.to_string()],
+            "{by_node:?}"
+        );
+    }
+
+    // Scalar and SET RETURNS scripts, imports and connections: the answers of one node.
+    for sql in [
+        "SELECT sum(twice(x)), count(*) FROM {t}",
+        "SELECT k, sum(use_lib(x)), max(conn_of(x)) FROM {t} GROUP BY k ORDER BY k",
+        "SELECT k, total(x), sum(x) FROM {t} GROUP BY k ORDER BY k",
+        "SELECT total(x) FROM {t}",
+        "SELECT k, total(twice(x)) FROM {t} WHERE x % 3 = 0 GROUP BY k ORDER BY k",
+        "SELECT count(*), sum(v), count(DISTINCT n) > 40 FROM (SELECT evens(x) FROM {t} GROUP BY k)",
+        "SELECT k, v FROM (SELECT k, evens(x) FROM {t} GROUP BY k) ORDER BY k, v LIMIT 9",
+        "SELECT count(*), sum(x2), sum(abs(x2)) FROM (SELECT node_rows(x) FROM {t})",
+        "SELECT count(*), sum(b) FROM (SELECT dyn(x) EMITS (a BIGINT, b BIGINT) FROM {t})",
+    ] {
+        let sql = sql.replace("{t}", &table);
+        let want = rows(&local.sql(&sql).await.unwrap());
+        let got = rows(&s.sql(&sql).await.unwrap());
+        assert_eq!(got, want, "{sql}");
+    }
+
+    // A SCALAR EMITS script ran where its rows were read: on every node.
+    let emitted = rows(
+        &s.sql(&format!(
+            "SELECT node, count(*) FROM (SELECT node_rows(x) FROM {table}) GROUP BY node ORDER BY node"
+        ))
+        .await
+        .unwrap(),
+    );
+    let nodes: Vec<&str> = emitted.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(nodes, ["0", "1", "2"], "{emitted:?}");
+
+    // GROUP BY iproc() with a SET script: one group per node, the totals add up.
+    let groups = rows(
+        &s.sql(&format!(
+            "SELECT iproc() AS n, total(x) FROM {table} GROUP BY iproc() ORDER BY n"
+        ))
+        .await
+        .unwrap(),
+    );
+    let nodes: Vec<&str> = groups.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(nodes, ["0", "1", "2"], "{groups:?}");
+    let sum: i64 = groups.iter().map(|r| r[1].parse::<i64>().unwrap()).sum();
+    assert_eq!(sum, 70_300);
+
+    // A script replaced after the first queries: the executors run the new code at once.
+    s.sql("CREATE OR REPLACE PYTHON3 SCALAR SCRIPT twice(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    return 20 * ctx.x\n/")
+        .await
+        .unwrap();
+    let replaced = rows(
+        &s.sql(&format!("SELECT sum(twice(x)) FROM {table}"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(replaced, [["1406000"]]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

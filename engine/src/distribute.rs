@@ -7,6 +7,7 @@ use std::sync::Arc;
 use datafusion::error::Result;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionConfig;
 
 /// Runs the physical plans of a session's queries elsewhere.
 ///
@@ -24,6 +25,13 @@ pub trait PlanDistributor: Debug + Send + Sync {
         plan: Arc<dyn ExecutionPlan>,
         task: &TaskContext,
     ) -> Result<Arc<dyn ExecutionPlan>>;
+
+    /// The configuration the session plans with, from the one it would use on one node: the
+    /// settings the place plans run needs (a cluster's: no plan parts it cannot split into
+    /// stages, such as dynamic filters that cross a stage boundary). Unchanged by default.
+    fn configure_session(&self, config: SessionConfig) -> SessionConfig {
+        config
+    }
 
     /// How many partitions the session plans with (`datafusion.execution.target_partitions`):
     /// enough to give every node of the cluster work. `None` keeps DataFusion's default.

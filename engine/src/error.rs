@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use accelsql_gpu_scheduler::SchedulerError;
 use accelsql_udf_runtime::{AcceleratorRequest, RuntimeError};
+use datafusion::arrow::error::ArrowError;
 use datafusion::error::DataFusionError;
 
 /// Result type of this crate.
@@ -253,17 +254,92 @@ impl EngineError {
         // Debug-formatted wrappers close with `")))`: cut there, keeping a message's own `)`.
         let mut message = text[start..].trim_end();
         let unwrapped = message.trim_end_matches(')');
+        let mut debug = false;
         if unwrapped.ends_with('"') && !unwrapped.ends_with("\\\"") {
             message = &unwrapped[..unwrapped.len() - 1];
+            debug = true;
         }
-        let message = message.replace("\\\"", "\"");
+        // A Debug-formatted message has its newlines, quotes and backslashes escaped.
+        let message = if debug || (!message.contains('\n') && message.contains("\\n")) {
+            unescape_debug(message)
+        } else {
+            message.replace("\\\"", "\"")
+        };
         Some(Self::Relayed { code, message })
+    }
+
+    /// The error a remote process's uncoded DataFusion error stands for, from its text: the
+    /// innermost DataFusion error in `text` (`Arrow error: Divide by zero error`), with the code
+    /// it has in this process (22000). `None` when the text names no DataFusion error.
+    pub fn from_remote_datafusion_text(text: &str) -> Option<Self> {
+        const KINDS: [(&str, &str); 9] = [
+            ("Arrow error: ", "22000"),
+            ("Execution error: ", "22000"),
+            ("Parquet error: ", "22000"),
+            ("Error during planning: ", "42000"),
+            ("Schema error: ", "42000"),
+            ("This feature is not implemented: ", "0A000"),
+            ("Resources exhausted: ", "53000"),
+            ("Invalid or Unsupported Configuration: ", "22023"),
+            ("IO error: ", EngineError::IO_ERROR),
+        ];
+        let (start, code) = KINDS
+            .iter()
+            .filter_map(|(prefix, code)| text.rfind(prefix).map(|i| (i, *code)))
+            .max_by_key(|(i, _)| *i)?;
+        let message = text[start..].trim_end();
+        let unwrapped = message.trim_end_matches(')');
+        let message = if unwrapped.ends_with('"') && !unwrapped.ends_with("\\\"") {
+            unescape_debug(&unwrapped[..unwrapped.len() - 1])
+        } else {
+            message.to_string()
+        };
+        Some(Self::Relayed {
+            code,
+            message: format!("[{code}] {message}"),
+        })
     }
 
     /// Wraps this error for DataFusion, which hands it back unchanged through [`From`].
     pub fn into_datafusion(self) -> DataFusionError {
         DataFusionError::External(Box::new(self))
     }
+}
+
+/// `text` as it was before `{:?}` escaped it (`\\n`, `\\t`, `\\"`, `\\\\`, `\\u{…}`).
+fn unescape_debug(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('r') => out.push('\r'),
+            Some('0') => out.push('\0'),
+            Some('u') => {
+                let rest = chars.as_str();
+                let code = rest
+                    .strip_prefix('{')
+                    .and_then(|r| r.split_once('}'))
+                    .and_then(|(hex, _)| u32::from_str_radix(hex, 16).ok().map(|v| (hex.len(), v)))
+                    .and_then(|(len, v)| char::from_u32(v).map(|ch| (len, ch)));
+                match code {
+                    Some((len, ch)) => {
+                        out.push(ch);
+                        chars = rest[len + 2..].chars();
+                    }
+                    None => out.push_str("\\u"),
+                }
+            }
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
 }
 
 /// `code` as a `&'static str`: each distinct code is allocated once (codes are five
@@ -325,7 +401,15 @@ impl From<DataFusionError> for EngineError {
                 Ok(engine) => *engine,
                 Err(other) => match other.downcast::<SchedulerError>() {
                     Ok(s) => Self::Scheduler(*s),
-                    Err(other) => Self::Sql(DataFusionError::External(other)),
+                    // A DataFusion or Arrow error boxed by another layer (Ballista's task
+                    // runner) keeps the code it has unboxed.
+                    Err(other) => match other.downcast::<DataFusionError>() {
+                        Ok(inner) => Self::from(*inner),
+                        Err(other) => match other.downcast::<ArrowError>() {
+                            Ok(arrow) => Self::Sql(DataFusionError::ArrowError(arrow, None)),
+                            Err(other) => Self::Sql(DataFusionError::External(other)),
+                        },
+                    },
                 },
             },
             // Context only decorates; the root keeps its code.
@@ -415,10 +499,33 @@ mod tests {
         // A message's own closing parenthesis stays.
         let plain = EngineError::from_remote_message("[57014] cancelled (by the client)").unwrap();
         assert_eq!(plain.to_string(), "[57014] cancelled (by the client)");
+        // A remote DataFusion error without a code gets the code it has here.
+        let e = EngineError::from_remote_datafusion_text(
+            "Execution error: Job 7 failed: Arrow error: Divide by zero error",
+        )
+        .unwrap();
+        assert_eq!(e.code(), "22000");
+        assert_eq!(e.to_string(), "[22000] Arrow error: Divide by zero error");
+        assert!(EngineError::from_remote_datafusion_text("connection refused").is_none());
+        // A Debug-formatted message gets its newlines, quotes and backslashes back.
+        let text = r#"Task failed: DataFusionError(Execution("[22U10] failed at line 5:\nTraceback:\n  x = \"a\\b\" \u{e9}"))"#;
+        let e = EngineError::from_remote_message(text).unwrap();
+        assert_eq!(
+            e.to_string(),
+            "[22U10] failed at line 5:\nTraceback:\n  x = \"a\\b\" \u{e9}"
+        );
     }
 
     #[test]
     fn coded_errors_survive_a_trip_through_datafusion() {
+        // A DataFusion error boxed by another layer keeps its code and message.
+        let boxed = DataFusionError::External(Box::new(DataFusionError::ArrowError(
+            Box::new(ArrowError::DivideByZero),
+            None,
+        )));
+        let e = EngineError::from(boxed);
+        assert_eq!(e.code(), "22000");
+        assert_eq!(e.to_string(), "[22000] Arrow error: Divide by zero error");
         let e = EngineError::NoGpuPresent { udf: "f".into() }.into_datafusion();
         let e = DataFusionError::Context("while running".into(), Box::new(e));
         let back = EngineError::from(e);

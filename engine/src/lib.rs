@@ -42,7 +42,9 @@ pub use engine::{Engine, EngineOptions, NodeIdentity, RECENT_CALLS, UdfCallRecor
 pub use error::{EngineError, Result};
 pub use options::{AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy};
 pub use placement::{Placement, PlacementDecision};
-pub use remote::{NodeLease, encode_placement};
+pub use remote::{
+    NodeLease, UdfCallParts, encode_aggregate_placement, encode_placement, udf_call_parts,
+};
 pub use session::Session;
 pub use udf::{
     InputType, Inputs, Output, RunChunk, RunInput, ScalarKernel, ScalarUdf, ScalarUdfBuilder,

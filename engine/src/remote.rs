@@ -7,15 +7,19 @@ use std::time::Duration;
 
 use accelsql_gpu_scheduler::{Lease, LeaseRequest};
 use accelsql_udf_runtime::{AcceleratorRequest, StatementInfo};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::logical_expr::ScalarUDF;
-use datafusion::physical_expr::ScalarFunctionExpr;
+use datafusion::logical_expr::{AggregateUDF, ScalarUDF};
+use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use serde::{Deserialize, Serialize};
 
+use crate::emits::{CallSpec, UdfCallExec};
 use crate::placement::{CallStats, Placement, PlacementDecision};
+use crate::script::{ScriptOrigin, ScriptUdf};
 use crate::statement::LeaseDevices;
-use crate::udf::{AccelScalarUdf, PlacedCall, as_accel_udf};
+use crate::udf::{AccelAggregateUdf, AccelScalarUdf, PlacedCall, as_accel_aggregate, as_accel_udf};
 use crate::{Engine, EngineError, Result};
 
 /// What starts an encoded placement (and tells it from other encodings).
@@ -33,6 +37,10 @@ struct WirePlacement {
     instances: usize,
     statement_id: u64,
     run_timeout_ms: Option<u64>,
+    /// A script's definition ([`ScriptOrigin`]); absent for Rust UDFs, which the receiving
+    /// process has registered under the same name.
+    #[serde(default)]
+    script: Option<serde_json::Value>,
 }
 
 fn request_name(r: AcceleratorRequest) -> &'static str {
@@ -52,9 +60,24 @@ fn request_from(name: &str) -> AcceleratorRequest {
 }
 
 /// The placement of `udf` to send with a plan, when it is an accelsql UDF call the placement
-/// rule placed; `None` for anything else (DataFusion's functions, unplaced calls).
+/// rule placed; `None` for anything else (DataFusion's functions, unplaced calls). A script's
+/// call carries the script.
 pub fn encode_placement(udf: &ScalarUDF) -> Option<Vec<u8>> {
-    let call = as_accel_udf(udf.inner().as_ref())?.placed_call()?;
+    let accel = as_accel_udf(udf.inner().as_ref())?;
+    wire_bytes(accel.placed_call()?, accel.definition().origin())
+}
+
+/// [`encode_placement`] for a SET RETURNS UDF's call (an aggregate function).
+pub fn encode_aggregate_placement(udf: &AggregateUDF) -> Option<Vec<u8>> {
+    let accel = as_accel_aggregate(udf.inner().as_ref())?;
+    wire_bytes(accel.placed_call()?, accel.definition().origin())
+}
+
+fn wire_bytes(call: &PlacedCall, origin: Option<&Arc<ScriptOrigin>>) -> Option<Vec<u8>> {
+    let script = match origin {
+        Some(origin) => Some(origin.to_json().ok()?),
+        None => None,
+    };
     let wire = WirePlacement {
         udf: call.decision.udf.clone(),
         call_id: call.decision.call_id,
@@ -68,10 +91,75 @@ pub fn encode_placement(udf: &ScalarUDF) -> Option<Vec<u8>> {
             .statement
             .run_timeout
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        script,
     };
     let mut out = MAGIC.to_vec();
     serde_json::to_writer(&mut out, &wire).ok()?;
     Some(out)
+}
+
+/// An EMITS call's operator (`UdfCallExec`) taken apart to travel: its function and placement
+/// (as [`encode_placement`] writes them) and its expressions, which the caller encodes (they
+/// refer to the operator's input). [`Engine::udf_call_exec`] puts it together again.
+#[derive(Debug, Clone)]
+pub struct UdfCallParts {
+    /// The function's name.
+    pub name: String,
+    /// The placement and, for a script, its definition.
+    pub placement: Vec<u8>,
+    /// The GROUP BY keys of a SET call.
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Which keys the output shows, before the EMITS columns.
+    pub output_keys: Vec<usize>,
+    /// The call's arguments.
+    pub args: Vec<Arc<dyn PhysicalExpr>>,
+    /// A SCALAR EMITS call's other select items.
+    pub carried: Vec<Arc<dyn PhysicalExpr>>,
+    /// The operator's output.
+    pub schema: SchemaRef,
+}
+
+/// `plan` taken apart when it is an EMITS call's operator; `None` for any other plan, and for
+/// a call of a script that cannot travel (a call site's `EMITS (...)`).
+pub fn udf_call_parts(plan: &dyn ExecutionPlan) -> Option<UdfCallParts> {
+    let exec = plan.downcast_ref::<UdfCallExec>()?;
+    let call = exec.call();
+    if call.def.is_local() && call.def.origin().is_none() {
+        return None;
+    }
+    let placement = match &call.placed {
+        Some(placed) => wire_bytes(placed, call.def.origin())?,
+        None => wire_bytes(&unplaced_call(call.def.name()), call.def.origin())?,
+    };
+    Some(UdfCallParts {
+        name: call.def.name().to_string(),
+        placement,
+        keys: call.keys.clone(),
+        output_keys: call.output_keys.clone(),
+        args: call.args.clone(),
+        carried: call.carried.clone(),
+        schema: Arc::clone(&call.schema),
+    })
+}
+
+/// A CPU placement for a call the placement rule left alone.
+fn unplaced_call(name: &str) -> PlacedCall {
+    PlacedCall {
+        decision: PlacementDecision {
+            call_id: 0,
+            block: 0,
+            udf: name.to_string(),
+            request: AcceleratorRequest::None,
+            placement: Placement::Cpu,
+            reason: "unplaced".into(),
+        },
+        devices: Arc::new(LeaseDevices::new()),
+        node_id: 0,
+        instances: 1,
+        pool: OnceLock::new(),
+        statement: StatementInfo::default(),
+        stats: CallStats::default(),
+    }
 }
 
 /// The tasks' node lease: held while a task with GPU-placed calls runs; dropping it releases
@@ -83,26 +171,121 @@ pub struct NodeLease {
 
 impl Engine {
     /// This node's copy of a placed call that arrived as `bytes` (from [`encode_placement`]):
-    /// the UDF registered here under `name`, placed as the client decided, on this node's
-    /// devices once [`lease_for_plan`](Self::lease_for_plan) gives them. `Ok(None)` when the
-    /// bytes are not a placement or no UDF of that name is registered here.
+    /// the script it carries, or the UDF registered here under `name`, placed as the client
+    /// decided, on this node's devices once [`lease_for_plan`](Self::lease_for_plan) gives
+    /// them. `Ok(None)` when the bytes are not a placement or no UDF of that name is registered
+    /// here.
     pub fn decode_placed_udf(&self, name: &str, bytes: &[u8]) -> Result<Option<ScalarUDF>> {
+        let Some((wire, script)) = self.read_wire(name, bytes)? else {
+            return Ok(None);
+        };
+        let def = match script {
+            Some(ScriptUdf::Scalar(def)) => Arc::new(def),
+            Some(ScriptUdf::Set(_)) => return Err(damaged(name, "a SET script in a scalar call")),
+            None => {
+                let registry = self.inner.udfs.read().unwrap_or_else(|e| e.into_inner());
+                match registry.scalar.iter().find(|u| u.name() == name) {
+                    Some(def) => Arc::clone(def),
+                    None => return Ok(None),
+                }
+            }
+        };
+        Ok(Some(ScalarUDF::new_from_impl(
+            AccelScalarUdf::new(def).placed(self.wire_call(wire)),
+        )))
+    }
+
+    /// [`decode_placed_udf`](Self::decode_placed_udf) for a SET RETURNS call (from
+    /// [`encode_aggregate_placement`]).
+    pub fn decode_placed_udaf(&self, name: &str, bytes: &[u8]) -> Result<Option<AggregateUDF>> {
+        let Some((wire, script)) = self.read_wire(name, bytes)? else {
+            return Ok(None);
+        };
+        let def = match script {
+            Some(ScriptUdf::Set(def)) => Arc::new(def),
+            Some(ScriptUdf::Scalar(_)) => {
+                return Err(damaged(name, "a scalar script in an aggregate call"));
+            }
+            None => {
+                let registry = self.inner.udfs.read().unwrap_or_else(|e| e.into_inner());
+                match registry.set.iter().find(|u| u.name() == name) {
+                    Some(def) => Arc::clone(def),
+                    None => return Ok(None),
+                }
+            }
+        };
+        Ok(Some(AggregateUDF::new_from_impl(
+            AccelAggregateUdf::new(def)?.placed(self.wire_call(wire)),
+        )))
+    }
+
+    /// The EMITS call's operator that `parts` describe, over `input`, on this node: the script
+    /// the call carries, or the SET/EMITS UDF registered here under its name.
+    pub fn udf_call_exec(
+        &self,
+        parts: UdfCallParts,
+        input: Arc<dyn ExecutionPlan>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let name = parts.name.as_str();
+        let Some((wire, script)) = self.read_wire(name, &parts.placement)? else {
+            return Err(damaged(name, "no placement"));
+        };
+        let def = match script {
+            Some(ScriptUdf::Set(def)) => Arc::new(def),
+            Some(ScriptUdf::Scalar(_)) => {
+                return Err(damaged(name, "a RETURNS script in an EMITS call"));
+            }
+            None => {
+                let registry = self.inner.udfs.read().unwrap_or_else(|e| e.into_inner());
+                match registry.set.iter().find(|u| u.name() == name) {
+                    Some(def) => Arc::clone(def),
+                    None => {
+                        return Err(EngineError::Sql(
+                            datafusion::error::DataFusionError::Execution(format!(
+                                "[42883] the function {name} is not known to node {}: register \
+                                 it on every node of the cluster (NodeOptions::configure)",
+                                self.inner.node.id
+                            )),
+                        ));
+                    }
+                }
+            }
+        };
+        let spec = CallSpec {
+            def,
+            keys: parts.keys,
+            output_keys: parts.output_keys,
+            args: parts.args,
+            carried: parts.carried,
+            schema: parts.schema,
+            placed: Some(self.wire_call(wire)),
+        };
+        Ok(Arc::new(UdfCallExec::new(spec, input)))
+    }
+
+    /// The placement in `bytes` and the script it carries, rebuilt for this node.
+    fn read_wire(
+        &self,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<Option<(WirePlacement, Option<ScriptUdf>)>> {
         let Some(json) = bytes.strip_prefix(MAGIC) else {
             return Ok(None);
         };
-        let wire: WirePlacement = serde_json::from_slice(json).map_err(|e| {
-            EngineError::Sql(datafusion::error::DataFusionError::Internal(format!(
-                "a placed call of {name} arrived damaged: {e}"
-            )))
-        })?;
-        let def = {
-            let registry = self.inner.udfs.read().unwrap_or_else(|e| e.into_inner());
-            registry.scalar.iter().find(|u| u.name() == name).cloned()
+        let mut wire: WirePlacement = serde_json::from_slice(json).map_err(|e| damaged(name, e))?;
+        let script = match wire.script.take() {
+            Some(value) => {
+                let origin = ScriptOrigin::from_json(value).map_err(|e| damaged(name, e))?;
+                Some(Arc::new(origin).rebuild(self.inner.node.count)?)
+            }
+            None => None,
         };
-        let Some(def) = def else {
-            return Ok(None);
-        };
-        let call = Arc::new(PlacedCall {
+        Ok(Some((wire, script)))
+    }
+
+    /// The call `wire` describes, on this node.
+    fn wire_call(&self, wire: WirePlacement) -> Arc<PlacedCall> {
+        Arc::new(PlacedCall {
             decision: PlacementDecision {
                 call_id: wire.call_id,
                 block: wire.block,
@@ -125,10 +308,7 @@ impl Engine {
                 processes: Default::default(),
             },
             stats: CallStats::default(),
-        });
-        Ok(Some(ScalarUDF::new_from_impl(
-            AccelScalarUdf::new(def).placed(call),
-        )))
+        })
     }
 
     /// Gives the GPU-placed calls of a task's `plan` this node's devices: waits (in FIFO order,
@@ -177,10 +357,36 @@ impl Engine {
     }
 }
 
-/// The placed accelsql calls in `plan`'s expressions.
+/// The error of a placed call that arrived damaged.
+fn damaged(name: &str, why: impl std::fmt::Display) -> EngineError {
+    EngineError::Sql(datafusion::error::DataFusionError::Internal(format!(
+        "a placed call of {name} arrived damaged: {why}"
+    )))
+}
+
+/// The placed accelsql calls that `plan` runs: scalar calls in its expressions, and SET RETURNS
+/// calls of aggregations that produce their result (a partial aggregation only gathers rows),
+/// and EMITS calls.
 fn placed_calls(plan: &Arc<dyn ExecutionPlan>) -> Vec<Arc<PlacedCall>> {
     let mut out = Vec::new();
     let _ = plan.apply(|node| {
+        if let Some(agg) = node.downcast_ref::<AggregateExec>()
+            && *agg.mode() != AggregateMode::Partial
+        {
+            for expr in agg.aggr_expr() {
+                if let Some(call) =
+                    as_accel_aggregate(expr.fun().inner().as_ref()).and_then(|a| a.placed_call())
+                {
+                    out.push(Arc::clone(call));
+                }
+            }
+        }
+        if let Some(call) = node
+            .downcast_ref::<UdfCallExec>()
+            .and_then(|exec| exec.call().placed.as_ref())
+        {
+            out.push(Arc::clone(call));
+        }
         node.apply_expressions(&mut |e| {
             e.apply(|expr| {
                 if let Some(f) = expr.downcast_ref::<ScalarFunctionExpr>()

@@ -68,13 +68,11 @@ impl Session {
         let mut config = SessionConfig::new()
             .with_option_extension(AccelsqlOptions::default())
             .with_information_schema(true);
-        if let Some(partitions) = engine
-            .inner
-            .distributor
-            .as_ref()
-            .and_then(|d| d.target_partitions())
-        {
-            config = config.with_target_partitions(partitions);
+        if let Some(distributor) = &engine.inner.distributor {
+            if let Some(partitions) = distributor.target_partitions() {
+                config = config.with_target_partitions(partitions);
+            }
+            config = distributor.configure_session(config);
         }
         let state = SessionStateBuilder::new()
             .with_config(config)

@@ -10,6 +10,10 @@ pub struct Directives {
     /// `url_tables = true`: the file's engine resolves a file, folder or glob named as a table
     /// (`SELECT * FROM '$__TEST_DIR__/x.parquet'`), as `EngineOptions::url_tables` does.
     pub url_tables: bool,
+    /// `single_node = true`: the file's answers are those of one node with the devices it
+    /// names (e.g. a node without GPUs); a run through a cluster, whose nodes have their own
+    /// devices, skips it.
+    pub single_node: bool,
 }
 
 /// The prefix of a directive line.
@@ -57,9 +61,16 @@ impl Directives {
                         format!("line {at}: url_tables = {value:?} is not true or false")
                     })?;
                 }
+                "single_node" => {
+                    let value = value.trim();
+                    directives.single_node = value.parse::<bool>().map_err(|_| {
+                        format!("line {at}: single_node = {value:?} is not true or false")
+                    })?;
+                }
                 other => {
                     return Err(format!(
-                        "line {at}: unknown directive {other:?} (known: simulated_gpus, url_tables)"
+                        "line {at}: unknown directive {other:?} (known: simulated_gpus, \
+                         url_tables, single_node)"
                     ));
                 }
             }
@@ -81,6 +92,11 @@ mod tests {
             Directives::parse("# accelsql: url_tables = true\n")
                 .unwrap()
                 .url_tables
+        );
+        assert!(
+            Directives::parse("# accelsql: single_node = true\n")
+                .unwrap()
+                .single_node
         );
         assert_eq!(
             Directives::parse("query I\nSELECT 1\n").unwrap(),

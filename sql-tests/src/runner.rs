@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use accelsql_engine::{Engine, EngineOptions, SchedulerConfig, testing};
@@ -16,7 +17,7 @@ use crate::upstream::output::DFColumnType;
 use crate::upstream::validator::{df_value_validator, value_normalizer};
 
 /// How a run goes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RunOptions {
     /// Files run at the same time.
     pub threads: usize,
@@ -24,6 +25,30 @@ pub struct RunOptions {
     pub file_timeout: Duration,
     /// At most this many failing records are reported per file (the rest are counted).
     pub max_failures_shown: usize,
+    /// Changes each file's engine options before the engine is made: e.g. a cluster client's
+    /// [`engine_options`](https://docs.rs/accelsql-cluster), so that every file runs through a
+    /// cluster.
+    pub engine_hook: Option<EngineHook>,
+    /// A label besides the flavor's, for `skipif`/`onlyif` (`cluster` for a cluster run).
+    pub extra_label: Option<String>,
+    /// Skip the files that say `# accelsql: single_node = true` (a run through a cluster).
+    pub skip_single_node: bool,
+}
+
+/// See [`RunOptions::engine_hook`].
+pub type EngineHook = std::sync::Arc<dyn Fn(EngineOptions) -> EngineOptions + Send + Sync>;
+
+impl fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("threads", &self.threads)
+            .field("file_timeout", &self.file_timeout)
+            .field("max_failures_shown", &self.max_failures_shown)
+            .field("engine_hook", &self.engine_hook.is_some())
+            .field("extra_label", &self.extra_label)
+            .field("skip_single_node", &self.skip_single_node)
+            .finish()
+    }
 }
 
 impl Default for RunOptions {
@@ -32,6 +57,9 @@ impl Default for RunOptions {
             threads: std::thread::available_parallelism().map_or(1, usize::from),
             file_timeout: Duration::from_secs(600),
             max_failures_shown: 10,
+            engine_hook: None,
+            extra_label: None,
+            skip_single_node: false,
         }
     }
 }
@@ -112,7 +140,11 @@ impl fmt::Display for FileReport {
 }
 
 /// The engine a file of `flavor` runs on.
-fn engine_for(flavor: Flavor, directives: &Directives) -> Result<Engine, String> {
+fn engine_for(
+    flavor: Flavor,
+    directives: &Directives,
+    hook: Option<&EngineHook>,
+) -> Result<Engine, String> {
     let config = match flavor {
         // Parity files need no devices; do not probe NVML for each of them.
         Flavor::Upstream => SchedulerConfig::default().with_simulated_gpus(0),
@@ -123,16 +155,35 @@ fn engine_for(flavor: Flavor, directives: &Directives) -> Result<Engine, String>
             None => SchedulerConfig::from_env().map_err(|e| e.to_string())?,
         },
     };
-    let engine = Engine::with_options(EngineOptions {
+    let mut options = EngineOptions {
         scheduler: config,
         url_tables: directives.url_tables,
         ..EngineOptions::default()
-    })
-    .map_err(|e| e.to_string())?;
+    };
+    if let Some(hook) = hook {
+        options = hook(options);
+    }
+    let engine = Engine::with_options(options).map_err(|e| e.to_string())?;
     if flavor == Flavor::Accelsql {
         testing::register_fixtures(&engine).map_err(|e| e.to_string())?;
     }
     Ok(engine)
+}
+
+/// Whether a `skipif LABEL` skips the record (an `onlyif` for another label does not: the
+/// flavor's label decides those).
+fn skipped_by_label(conditions: &[Condition], label: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| matches!(c, Condition::SkipIf { label: l } if l == label))
+}
+
+/// Where `record` starts, as `file:line`, for a statement or query.
+fn record_location(record: &Record<DFColumnType>) -> Option<String> {
+    match record {
+        Record::Statement { loc, .. } | Record::Query { loc, .. } => Some(loc.to_string()),
+        _ => None,
+    }
 }
 
 fn skipped(conditions: &[Condition], label: &str) -> bool {
@@ -145,6 +196,16 @@ fn skipped(conditions: &[Condition], label: &str) -> bool {
 /// Runs one file: a fresh engine (devices from the file's `# accelsql:` directive, else the
 /// environment), a fresh session per connection, every record to the end or to `halt`.
 pub async fn run_file(path: &Path, options: &RunOptions) -> FileReport {
+    run_file_tracked(path, options, &Mutex::new(String::new())).await
+}
+
+/// [`run_file`], keeping in `current` where the record being run starts (`file:line`), so that
+/// a file that times out says which record hung.
+async fn run_file_tracked(
+    path: &Path,
+    options: &RunOptions,
+    current: &Mutex<String>,
+) -> FileReport {
     let start = Instant::now();
     let flavor = Flavor::of_path(path);
     let text = match std::fs::read_to_string(path) {
@@ -155,7 +216,17 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> FileReport {
         Ok(d) => d,
         Err(e) => return FileReport::failed(path, flavor, format!("bad directive: {e}"), start),
     };
-    let engine = match engine_for(flavor, &directives) {
+    if directives.single_node && options.skip_single_node {
+        return FileReport {
+            path: path.to_path_buf(),
+            flavor,
+            records: 0,
+            failed_records: 0,
+            failures: Vec::new(),
+            elapsed: start.elapsed(),
+        };
+    }
+    let engine = match engine_for(flavor, &directives, options.engine_hook.as_ref()) {
         Ok(engine) => engine,
         Err(e) => return FileReport::failed(path, flavor, format!("no engine: {e}"), start),
     };
@@ -179,6 +250,9 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> FileReport {
         async move { AccelsqlDb::connect(session, flavor).await }
     });
     runner.add_label(flavor.label());
+    if let Some(label) = &options.extra_label {
+        runner.add_label(label);
+    }
     runner.with_column_validator(strict_column_validator);
     runner.with_normalizer(value_normalizer);
     runner.with_validator(df_value_validator);
@@ -195,11 +269,18 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> FileReport {
         match &record {
             Record::Halt { .. } => break,
             Record::Statement { conditions, .. } | Record::Query { conditions, .. }
-                if !skipped(conditions, flavor.label()) =>
+                if !skipped(conditions, flavor.label())
+                    && options
+                        .extra_label
+                        .as_deref()
+                        .is_none_or(|l| !skipped_by_label(conditions, l)) =>
             {
                 report.records += 1;
             }
             _ => {}
+        }
+        if let Some(location) = record_location(&record) {
+            *current.lock().unwrap_or_else(|e| e.into_inner()) = location;
         }
         if let Err(e) = runner.run_async(record).await {
             report.failed_records += 1;
@@ -236,13 +317,28 @@ pub async fn run_files(
             let start = Instant::now();
             let flavor = Flavor::of_path(&path);
             let task_path = path.clone();
+            let timeout = options.file_timeout;
+            let current = Arc::new(Mutex::new(String::new()));
+            let tracked = Arc::clone(&current);
             let task = tokio::spawn(async move {
-                tokio::time::timeout(options.file_timeout, run_file(&task_path, &options)).await
+                tokio::time::timeout(
+                    options.file_timeout,
+                    run_file_tracked(&task_path, &options, &tracked),
+                )
+                .await
             });
             match task.await {
                 Ok(Ok(report)) => report,
                 Ok(Err(_)) => {
-                    FileReport::failed(&path, flavor, "timed out (a statement hung?)".into(), start)
+                    let at = current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    FileReport::failed(
+                        &path,
+                        flavor,
+                        format!(
+                            "timed out after {timeout:?} in the record at {at} (a statement hung?)"
+                        ),
+                        start,
+                    )
                 }
                 Err(e) => FileReport::failed(&path, flavor, format!("panicked: {e}"), start),
             }

@@ -61,6 +61,11 @@ impl UdfCallExec {
         Self::with_spec(Arc::new(call), input)
     }
 
+    /// The call it runs.
+    pub(crate) fn call(&self) -> &Arc<CallSpec> {
+        &self.call
+    }
+
     fn with_spec(call: Arc<CallSpec>, input: Arc<dyn ExecutionPlan>) -> Self {
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&call.schema)),

@@ -7,6 +7,7 @@ mod planner;
 mod rule;
 mod sql;
 
+pub(crate) use exec::{CallSpec, UdfCallExec};
 pub(crate) use node::UdfCallNode;
 pub(crate) use planner::AccelQueryPlanner;
 pub(crate) use rule::EmitsRule;

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use accelsql_udf_runtime::script::{
     ConnectionInfo, ScriptConnections, ScriptSpec, SingleCall, WorkerContext, find_python3,
@@ -11,11 +11,12 @@ use accelsql_udf_runtime::script::{
 };
 use datafusion::prelude::SessionContext;
 
-use super::catalog::{ScriptCatalog, ScriptEntry, StoredOutput};
+use super::catalog::{ConnectionEntry, ScriptCatalog, ScriptEntry, StoredOutput};
 use super::ddl::{DdlOutput, ScriptDdl, parse, parse_columns};
 use super::dynamic::rewrite_dynamic_emits;
 use super::names::{find_script, owns_plain_name, qualified_function, script_imports};
 use super::options::take_options;
+use super::travel::{ScriptOrigin, TravelRuntime};
 use super::udf::{ScriptLinks, ScriptUdf, script_spec, script_udf, script_udf_named};
 use crate::EngineError;
 
@@ -104,6 +105,24 @@ impl SessionScripts {
                 "language alias {alias} is not defined in this session (SCRIPT_LANGUAGES = '{}')",
                 self.languages_text()
             )),
+        }
+    }
+
+    /// How another process of a cluster finds the interpreter of `alias`.
+    fn travel_runtime(&self, alias: &str) -> TravelRuntime {
+        let runtime = self
+            .languages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&alias.to_ascii_uppercase())
+            .cloned();
+        match runtime {
+            Some(Runtime::BuiltinPython3) => TravelRuntime::BuiltinPython3,
+            Some(Runtime::Interpreter(path)) => TravelRuntime::Interpreter(path),
+            None => match self.interpreter(alias) {
+                Ok(path) => TravelRuntime::Interpreter(path),
+                Err(why) => TravelRuntime::Unavailable(why),
+            },
         }
     }
 
@@ -234,12 +253,16 @@ impl SessionScripts {
             ctx.deregister_udaf(&name);
         }
         let entries = catalog.entries();
+        let connections = catalog.connections();
         let links = ScriptLinks {
             imports: script_imports(entries.clone(), current.clone()),
-            connections: script_connections(catalog),
+            connections: script_connections(connections.clone()),
             current_schema: current.clone(),
             node_count: self.node_count,
         };
+        // What each script's calls carry to a cluster's processes (shared by them all).
+        let travel_scripts = Arc::new(entries.clone());
+        let travel_connections = Arc::new(connections);
         let builtins = self.builtins();
         for entry in &entries {
             if entry.output == StoredOutput::DynamicEmits {
@@ -253,6 +276,15 @@ impl SessionScripts {
             // Registered even when its language cannot run here, so that a call says why.
             let interpreter = self.interpreter(&entry.language);
             for function in functions {
+                let origin = ScriptOrigin {
+                    entry: Arc::clone(entry),
+                    function: function.clone(),
+                    runtime: self.travel_runtime(&entry.language),
+                    session_id: self.session_id,
+                    current_schema: current.clone(),
+                    scripts: Arc::clone(&travel_scripts),
+                    connections: Arc::clone(&travel_connections),
+                };
                 match script_udf_named(
                     entry,
                     &function,
@@ -261,6 +293,7 @@ impl SessionScripts {
                     &links,
                 ) {
                     Ok(udf) => {
+                        let udf = udf.travelling(Arc::new(origin));
                         register(ctx, udf);
                         synced.2.push(function);
                     }
@@ -300,7 +333,7 @@ impl SessionScripts {
         }
         let links = ScriptLinks {
             imports: script_imports(entries, current.clone()),
-            connections: script_connections(catalog),
+            connections: script_connections(catalog.connections()),
             current_schema: current,
             node_count: self.node_count,
         };
@@ -374,10 +407,13 @@ impl SessionScripts {
         };
         let (rewritten, calls) = rewrite_dynamic_emits(text, &find)?;
         let mut udfs = Vec::with_capacity(calls.len());
+        let connections = catalog.connections();
+        let travel_scripts = Arc::new(all.clone());
+        let travel_connections = Arc::new(connections.clone());
         let links = ScriptLinks {
             imports: script_imports(all, current.clone()),
-            connections: script_connections(catalog),
-            current_schema: current,
+            connections: script_connections(connections),
+            current_schema: current.clone(),
             node_count: self.node_count,
         };
         for call in calls {
@@ -402,13 +438,26 @@ impl SessionScripts {
                 }
             };
             entry.output = StoredOutput::Emits(columns);
-            udfs.push(script_udf_named(
-                &entry,
-                &call.function,
-                Ok(interpreter),
-                self.session_id,
-                &links,
-            )?);
+            // The call site's columns travel with the script to a cluster's nodes.
+            let origin = ScriptOrigin {
+                entry: Arc::new(entry.clone()),
+                function: call.function.clone(),
+                runtime: self.travel_runtime(&entry.language),
+                session_id: self.session_id,
+                current_schema: current.clone(),
+                scripts: Arc::clone(&travel_scripts),
+                connections: Arc::clone(&travel_connections),
+            };
+            udfs.push(
+                script_udf_named(
+                    &entry,
+                    &call.function,
+                    Ok(interpreter),
+                    self.session_id,
+                    &links,
+                )?
+                .travelling(Arc::new(origin)),
+            );
         }
         Ok((rewritten, udfs))
     }
@@ -460,9 +509,9 @@ async fn default_output_columns(
 
 /// `exa.get_connection(name)`'s lookup: a snapshot of the catalog's connections (a change to
 /// them bumps the catalog's generation, so sessions register their scripts again).
-fn script_connections(catalog: &ScriptCatalog) -> ScriptConnections {
+pub(crate) fn script_connections(connections: Vec<ConnectionEntry>) -> ScriptConnections {
     let snapshot = ScriptCatalog::in_memory();
-    for c in catalog.connections() {
+    for c in connections {
         let _ = snapshot.create_connection(c, true);
     }
     ScriptConnections::new(move |name| {

@@ -15,6 +15,7 @@ use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::logical_expr::ColumnarValue;
 
 use super::catalog::{ScriptEntry, StoredOutput};
+use super::travel::ScriptOrigin;
 use crate::udf::{RunInput, SetKernel};
 use crate::{EngineError, ScalarUdf, SetUdf};
 
@@ -24,6 +25,16 @@ pub(crate) enum ScriptUdf {
     Scalar(ScalarUdf),
     /// SET …, or SCALAR … EMITS.
     Set(SetUdf),
+}
+
+impl ScriptUdf {
+    /// The same UDF, which another process of a cluster rebuilds from `origin`.
+    pub(crate) fn travelling(self, origin: Arc<ScriptOrigin>) -> Self {
+        match self {
+            Self::Scalar(udf) => Self::Scalar(udf.with_origin(origin)),
+            Self::Set(udf) => Self::Set(udf.with_origin(origin)),
+        }
+    }
 }
 
 fn definition_error(entry: &ScriptEntry, message: impl std::fmt::Display) -> EngineError {

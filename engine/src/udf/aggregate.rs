@@ -52,6 +52,11 @@ impl AccelAggregateUdf {
         self.placed.is_some()
     }
 
+    /// The call this copy was placed as, if placed.
+    pub(crate) fn placed_call(&self) -> Option<&Arc<PlacedCall>> {
+        self.placed.as_ref()
+    }
+
     pub(crate) fn placed(&self, call: Arc<PlacedCall>) -> Self {
         Self {
             placed: Some(call),

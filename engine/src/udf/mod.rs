@@ -24,18 +24,21 @@ pub(crate) use self::emits::{EmitsAggregate, EmitsScalar, emits_of, emits_of_agg
 pub(crate) use self::scalar::{AccelScalarUdf, as_accel as as_accel_udf};
 
 /// Whether a plan that calls `udf` can only run in this process: the UDF was defined by a
-/// script of this engine's catalog, which another process (a cluster's executor) does not have.
-/// Rust UDFs and DataFusion's functions run wherever they are registered.
+/// script of this process that does not carry its definition (a call site's `EMITS (...)`).
+/// Catalog scripts travel with the plan (their definition with the placed call); Rust UDFs and
+/// DataFusion's functions run wherever they are registered.
 pub fn runs_only_in_this_process(udf: &datafusion::logical_expr::ScalarUDF) -> bool {
-    as_accel_udf(udf.inner().as_ref()).is_some_and(|u| u.definition().local)
+    as_accel_udf(udf.inner().as_ref())
+        .is_some_and(|u| u.definition().local && u.definition().origin.is_none())
 }
 
 /// [`runs_only_in_this_process`] for aggregate functions (SET RETURNS scripts).
 pub fn aggregate_runs_only_in_this_process(udf: &datafusion::logical_expr::AggregateUDF) -> bool {
     self::aggregate::as_accel_aggregate(udf.inner().as_ref())
-        .is_some_and(|u| u.definition().is_local())
+        .is_some_and(|u| u.definition().is_local() && u.definition().origin().is_none())
 }
 pub use self::set::{InputType, Output, RunChunk, RunInput, SetKernel, SetUdf, SetUdfBuilder};
+use crate::script::ScriptOrigin;
 use crate::{Result, definition_err};
 
 /// A scalar UDF implementation: `num_rows` rows of arguments in, one column of `num_rows` out.
@@ -238,6 +241,8 @@ pub struct ScalarUdf {
     gpu: Option<Arc<dyn ScalarKernel>>,
     /// Defined by a script of this process's catalog (see [`runs_only_in_this_process`]).
     local: bool,
+    /// How another process rebuilds it, for a script that can travel.
+    origin: Option<Arc<ScriptOrigin>>,
 }
 
 impl fmt::Debug for ScalarUdf {
@@ -283,6 +288,17 @@ impl ScalarUdf {
     pub(crate) fn local_to_this_process(mut self) -> Self {
         self.local = true;
         self
+    }
+
+    /// Marks it as a script that another process rebuilds from `origin`.
+    pub(crate) fn with_origin(mut self, origin: Arc<ScriptOrigin>) -> Self {
+        self.origin = Some(origin);
+        self
+    }
+
+    /// How another process rebuilds it, when it is a script that can travel.
+    pub(crate) fn origin(&self) -> Option<&Arc<ScriptOrigin>> {
+        self.origin.as_ref()
     }
 
     /// The accelerator annotation.
@@ -386,6 +402,7 @@ impl ScalarUdfBuilder {
             cpu,
             gpu: self.gpu,
             local: false,
+            origin: None,
         })
     }
 }

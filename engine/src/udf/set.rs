@@ -14,6 +14,7 @@ use datafusion::error::DataFusionError;
 use datafusion::logical_expr::ColumnarValue;
 
 use super::{Inputs, check_name, common_builder_methods};
+use crate::script::ScriptOrigin;
 use crate::{Result, definition_err};
 
 /// A run-based UDF implementation.
@@ -388,6 +389,8 @@ pub struct SetUdf {
     pub(crate) gpu: Option<Arc<dyn SetKernel>>,
     /// Defined by a script of this process's catalog.
     local: bool,
+    /// How another process rebuilds it, for a script that can travel.
+    origin: Option<Arc<ScriptOrigin>>,
 }
 
 impl fmt::Debug for SetUdf {
@@ -434,6 +437,17 @@ impl SetUdf {
     pub(crate) fn local_to_this_process(mut self) -> Self {
         self.local = true;
         self
+    }
+
+    /// Marks it as a script that another process rebuilds from `origin`.
+    pub(crate) fn with_origin(mut self, origin: Arc<ScriptOrigin>) -> Self {
+        self.origin = Some(origin);
+        self
+    }
+
+    /// How another process rebuilds it, when it is a script that can travel.
+    pub(crate) fn origin(&self) -> Option<&Arc<ScriptOrigin>> {
+        self.origin.as_ref()
     }
 
     /// Whether a script of this process defined it.
@@ -571,6 +585,7 @@ impl SetUdfBuilder {
             cpu,
             gpu: self.gpu,
             local: false,
+            origin: None,
         })
     }
 }

@@ -1,0 +1,133 @@
+//! What a script's call carries to another process (a cluster's scheduler and executors): the
+//! script's definition as the client's catalog had it when the statement was planned, and what it
+//! reaches there (other scripts for `exa.import_script`, connections for `exa.get_connection`),
+//! so that an executor runs a script created after it started, without a catalog of its own.
+//!
+//! Connections travel with their passwords: a cluster's processes trust each other (as Exasol's
+//! nodes do); keep a cluster's ports off untrusted networks.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use accelsql_udf_runtime::script::find_python3;
+use serde::{Deserialize, Serialize};
+
+use super::catalog::{ConnectionEntry, ScriptEntry};
+use super::languages::script_connections;
+use super::names::script_imports;
+use super::udf::{ScriptLinks, ScriptUdf, script_udf_named};
+
+/// How the receiving process finds the script's interpreter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum TravelRuntime {
+    /// `builtin_python3`: the `python3` on the receiving machine's PATH.
+    BuiltinPython3,
+    /// The interpreter at this path (it must exist on every machine of the cluster).
+    Interpreter(PathBuf),
+    /// The script cannot run (its language alias is not defined): every call says why.
+    Unavailable(String),
+}
+
+/// A script function as another process rebuilds it.
+#[derive(Debug)]
+pub(crate) struct ScriptOrigin {
+    /// The script.
+    pub(crate) entry: Arc<ScriptEntry>,
+    /// The name it is registered under (`f`, `schema.f`).
+    pub(crate) function: String,
+    pub(crate) runtime: TravelRuntime,
+    /// The client's session (`exa.meta.session_id`).
+    pub(crate) session_id: u64,
+    /// The session's current schema when the statement was planned.
+    pub(crate) current_schema: String,
+    /// Every script of the catalog, for `exa.import_script` (shared by a session's scripts).
+    pub(crate) scripts: Arc<Vec<Arc<ScriptEntry>>>,
+    /// Every connection of the catalog, for `exa.get_connection`.
+    pub(crate) connections: Arc<Vec<ConnectionEntry>>,
+}
+
+/// [`ScriptOrigin`] as it is written.
+#[derive(Serialize)]
+struct OriginRef<'a> {
+    entry: &'a ScriptEntry,
+    function: &'a str,
+    runtime: &'a TravelRuntime,
+    session_id: u64,
+    current_schema: &'a str,
+    scripts: Vec<&'a ScriptEntry>,
+    connections: &'a [ConnectionEntry],
+}
+
+/// [`ScriptOrigin`] as it is read.
+#[derive(Deserialize)]
+struct OriginOwned {
+    entry: ScriptEntry,
+    function: String,
+    runtime: TravelRuntime,
+    session_id: u64,
+    current_schema: String,
+    scripts: Vec<ScriptEntry>,
+    connections: Vec<ConnectionEntry>,
+}
+
+impl ScriptOrigin {
+    /// The origin as JSON, to travel with a placed call.
+    pub(crate) fn to_json(&self) -> serde_json::Result<serde_json::Value> {
+        serde_json::to_value(OriginRef {
+            entry: &self.entry,
+            function: &self.function,
+            runtime: &self.runtime,
+            session_id: self.session_id,
+            current_schema: &self.current_schema,
+            scripts: self.scripts.iter().map(Arc::as_ref).collect(),
+            connections: &self.connections,
+        })
+    }
+
+    /// The origin [`to_json`](Self::to_json) wrote.
+    pub(crate) fn from_json(value: serde_json::Value) -> serde_json::Result<Self> {
+        let owned: OriginOwned = serde_json::from_value(value)?;
+        Ok(Self {
+            entry: Arc::new(owned.entry),
+            function: owned.function,
+            runtime: owned.runtime,
+            session_id: owned.session_id,
+            current_schema: owned.current_schema,
+            scripts: Arc::new(owned.scripts.into_iter().map(Arc::new).collect()),
+            connections: Arc::new(owned.connections),
+        })
+    }
+
+    /// The script's UDF in this process, on a node of `node_count` nodes; it carries this
+    /// origin on, so that it can be sent again (the scheduler forwards it to the executors).
+    pub(crate) fn rebuild(self: Arc<Self>, node_count: usize) -> crate::Result<ScriptUdf> {
+        let interpreter = match &self.runtime {
+            TravelRuntime::BuiltinPython3 => builtin_python3(),
+            TravelRuntime::Interpreter(path) => Ok(path.clone()),
+            TravelRuntime::Unavailable(why) => Err(why.clone()),
+        };
+        let links = ScriptLinks {
+            imports: script_imports(self.scripts.to_vec(), self.current_schema.clone()),
+            connections: script_connections(self.connections.to_vec()),
+            current_schema: self.current_schema.clone(),
+            node_count,
+        };
+        let udf = script_udf_named(
+            &self.entry,
+            &self.function,
+            interpreter,
+            self.session_id,
+            &links,
+        )?;
+        Ok(udf.travelling(self))
+    }
+}
+
+/// This process's `python3` for `builtin_python3` scripts that arrived from a client; found
+/// once (finding it starts Python).
+fn builtin_python3() -> Result<PathBuf, String> {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| find_python3().map_err(|e| e.to_string()))
+        .clone()
+}
