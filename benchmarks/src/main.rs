@@ -57,6 +57,8 @@ enum Target {
     Concurrency,
     /// accelsql over Arrow Flight SQL (`accelsql serve`) vs in process.
     Server,
+    /// accelsql on a Ballista cluster of 1, 2 and 3 executors vs one process.
+    Cluster,
 }
 
 impl Target {
@@ -71,6 +73,7 @@ impl Target {
             Self::Options => Suite::Options,
             Self::Concurrency => Suite::Concurrency,
             Self::Server => Suite::Server,
+            Self::Cluster => Suite::Cluster,
         })
     }
 }

@@ -1,6 +1,7 @@
 //! The suites: what each measures, the sizes it runs at (base sizes × `--scale`), and the shared
 //! context they run in (engines, data directory, run plan, Python).
 
+pub mod cluster;
 pub mod concurrency;
 pub mod geo;
 pub mod options;
@@ -46,11 +47,13 @@ pub enum Suite {
     Concurrency,
     /// accelsql over Arrow Flight SQL (`accelsql serve`) vs in process.
     Server,
+    /// accelsql on a Ballista cluster of 1, 2 and 3 executors vs one process.
+    Cluster,
 }
 
 impl Suite {
     /// Every suite, in the order `all` runs them.
-    pub const ALL: [Suite; 8] = [
+    pub const ALL: [Suite; 9] = [
         Self::Scheduler,
         Self::UdfOverhead,
         Self::PythonUdf,
@@ -59,6 +62,7 @@ impl Suite {
         Self::Options,
         Self::Concurrency,
         Self::Server,
+        Self::Cluster,
     ];
 
     /// Its CLI name.
@@ -72,6 +76,7 @@ impl Suite {
             Self::Options => "options",
             Self::Concurrency => "concurrency",
             Self::Server => "server",
+            Self::Cluster => "cluster",
         }
     }
 
@@ -99,6 +104,7 @@ impl Suite {
             Self::Options => options::run(ctx, &mut result).await,
             Self::Concurrency => concurrency::run(ctx, &mut result).await,
             Self::Server => server::run(ctx, &mut result).await,
+            Self::Cluster => cluster::run(ctx, &mut result).await,
         };
         if let Err(e) = outcome {
             result.error = Some(e.to_string());

@@ -44,7 +44,8 @@ def run(ctx):
     return ctx.x * 2.0 + 1.0
 /";
 
-const GRP_SUM: &str =
+/// The SET script of the group case (also the `cluster` suite's).
+pub(crate) const GRP_SUM: &str =
     "CREATE OR REPLACE PYTHON3 SET SCRIPT grp_sum(x DOUBLE) EMITS (n BIGINT, total DOUBLE) AS
 def run(ctx):
     n = 0
