@@ -1,5 +1,5 @@
-//! The executors' execution engine: Ballista's, with each task holding its node's GPU lease
-//! while it runs, when its plan has GPU-placed calls.
+//! The executors' execution engine: Ballista's, with each task holding its job's share of its
+//! node's GPU lease while it runs, when its plan has GPU-placed calls.
 
 use std::fmt;
 use std::sync::Arc;
@@ -45,6 +45,7 @@ impl ExecutionEngine for LeasingEngine {
         config: &SessionConfig,
     ) -> Result<Arc<dyn QueryStageExecutor>> {
         let label = format!("job {job_id} stage {stage_id} task {task_id}");
+        let statement = job_id.to_string();
         let inner = self.inner.create_query_stage_exec(
             job_id,
             stage_id,
@@ -56,6 +57,7 @@ impl ExecutionEngine for LeasingEngine {
         )?;
         Ok(Arc::new(LeasedStage {
             inner,
+            statement,
             plan,
             engine: self.engine.clone(),
             label,
@@ -79,6 +81,8 @@ fn coded(e: DataFusionError) -> DataFusionError {
 /// One task's stage executor, run under the node's lease.
 struct LeasedStage {
     inner: Arc<dyn QueryStageExecutor>,
+    /// The job: its tasks on this node share one lease.
+    statement: String,
     plan: Arc<dyn ExecutionPlan>,
     engine: Engine,
     label: String,
@@ -105,7 +109,7 @@ impl QueryStageExecutor for LeasedStage {
     ) -> Result<Vec<ShuffleWritePartition>> {
         let _lease = self
             .engine
-            .lease_for_plan(&self.plan, self.label.clone())
+            .lease_for_plan(&self.plan, &self.statement, self.label.clone())
             .await
             .map_err(|e| coded(e.into_datafusion()))?;
         self.inner

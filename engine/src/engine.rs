@@ -119,6 +119,9 @@ pub(crate) struct EngineInner {
     /// Whether sessions resolve unknown table names as files ([`EngineOptions::url_tables`]).
     pub(crate) url_tables: bool,
     pub(crate) recent_calls: Mutex<VecDeque<UdfCallRecord>>,
+    /// The node leases of the statements whose tasks run here (a cluster's executor), by the
+    /// statement's key: every task of a statement on this node shares one lease.
+    pub(crate) node_leases: crate::remote::NodeLeases,
 }
 
 /// How to build an [`Engine`].
@@ -273,6 +276,7 @@ impl Engine {
                 script_ddl: options.script_ddl,
                 url_tables: options.url_tables,
                 restricted: options.restricted,
+                node_leases: crate::remote::NodeLeases::default(),
                 recent_calls: Mutex::new(VecDeque::new()),
             }),
         })

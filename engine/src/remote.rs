@@ -2,7 +2,8 @@
 //! what travels with a placed call, how a node rebuilds it with its own UDF, and the node lease
 //! a task takes for the GPU-placed calls in its plan.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use accelsql_gpu_scheduler::{Lease, LeaseRequest};
@@ -162,11 +163,35 @@ fn unplaced_call(name: &str) -> PlacedCall {
     }
 }
 
-/// The tasks' node lease: held while a task with GPU-placed calls runs; dropping it releases
-/// the node's GPUs to the next task in line.
+/// A task's share of its statement's node lease: the node's GPUs stay with the statement while
+/// any of its tasks here holds one; dropping the last gives them to the next statement in line.
 #[derive(Debug)]
 pub struct NodeLease {
-    _lease: Option<Lease>,
+    _shared: Option<Arc<SharedLease>>,
+}
+
+/// One statement's lease on this node, shared by its tasks here.
+#[derive(Debug, Default)]
+pub(crate) struct SharedLease {
+    lease: tokio::sync::OnceCell<Lease>,
+}
+
+/// The statements' leases on this node, by statement key; an entry lives while a task holds it.
+#[derive(Debug, Default)]
+pub(crate) struct NodeLeases(Mutex<HashMap<String, Weak<SharedLease>>>);
+
+impl NodeLeases {
+    /// The lease of `key`'s statement, shared with its other tasks here (new if none holds one).
+    fn share(&self, key: &str) -> Arc<SharedLease> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(shared) = map.get(key).and_then(Weak::upgrade) {
+            return shared;
+        }
+        map.retain(|_, lease| lease.strong_count() > 0);
+        let shared = Arc::new(SharedLease::default());
+        map.insert(key.to_string(), Arc::downgrade(&shared));
+        shared
+    }
 }
 
 impl Engine {
@@ -312,13 +337,16 @@ impl Engine {
     }
 
     /// Gives the GPU-placed calls of a task's `plan` this node's devices: waits (in FIFO order,
-    /// as statements do on one node) for the node lease and hands its devices to them; the
-    /// lease is held until the returned guard is dropped. A plan without GPU-placed calls takes
-    /// nothing. On a node without GPUs, a required call fails with 22069 naming the node, and
-    /// optional ones run on the CPU.
+    /// as statements do on one node) for the node lease of the task's statement (`statement`:
+    /// a key unique to it, such as its cluster job's id) and hands its devices to them. Every
+    /// task of one statement on this node shares that lease — they run side by side, on the
+    /// same devices — and it is held until the last of their guards is dropped. A plan without
+    /// GPU-placed calls takes nothing. On a node without GPUs, a required call fails with
+    /// 22069 naming the node, and optional ones run on the CPU.
     pub async fn lease_for_plan(
         &self,
         plan: &Arc<dyn ExecutionPlan>,
+        statement: &str,
         label: String,
     ) -> Result<NodeLease> {
         let calls: Vec<Arc<PlacedCall>> = placed_calls(plan)
@@ -326,7 +354,7 @@ impl Engine {
             .filter(|c| c.decision.placement == Placement::Gpu)
             .collect();
         if calls.is_empty() {
-            return Ok(NodeLease { _lease: None });
+            return Ok(NodeLease { _shared: None });
         }
         if self.devices().is_empty() {
             if let Some(required) = calls
@@ -344,15 +372,21 @@ impl Engine {
             for call in &calls {
                 let _ = call.devices.set(Vec::new());
             }
-            return Ok(NodeLease { _lease: None });
+            return Ok(NodeLease { _shared: None });
         }
-        let request = LeaseRequest::new(label).timeout_opt(self.inner.default_wait_timeout);
-        let lease = self.lease_queue().acquire(request).await?;
+        let shared = self.inner.node_leases.share(statement);
+        let lease = shared
+            .lease
+            .get_or_try_init(|| {
+                let request = LeaseRequest::new(label).timeout_opt(self.inner.default_wait_timeout);
+                self.lease_queue().acquire(request)
+            })
+            .await?;
         for call in &calls {
             let _ = call.devices.set(lease.devices().to_vec());
         }
         Ok(NodeLease {
-            _lease: Some(lease),
+            _shared: Some(shared),
         })
     }
 }
@@ -401,4 +435,28 @@ fn placed_calls(plan: &Arc<dyn ExecutionPlan>) -> Vec<Arc<PlacedCall>> {
         Ok(TreeNodeRecursion::Continue)
     });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statements_tasks_share_one_lease_until_the_last_lets_go() {
+        let leases = NodeLeases::default();
+        let first = leases.share("job-1");
+        let second = leases.share("job-1");
+        assert!(Arc::ptr_eq(&first, &second));
+        assert!(!Arc::ptr_eq(&first, &leases.share("job-2")));
+        drop(first);
+        // Still held by the second task: the same lease.
+        assert!(Arc::ptr_eq(&second, &leases.share("job-1")));
+        let weak = Arc::downgrade(&second);
+        drop(second);
+        // The last task let go: the lease is gone, and the next task of the job starts anew.
+        assert!(weak.upgrade().is_none());
+        let again = leases.share("job-1");
+        assert!(weak.upgrade().is_none());
+        assert!(again.lease.get().is_none());
+    }
 }
