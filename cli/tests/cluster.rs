@@ -168,3 +168,111 @@ fn the_shell_refuses_an_unreachable_cluster_at_once() {
     assert!(err.contains("[08001]"), "{err}");
     assert!(start.elapsed() < Duration::from_secs(10));
 }
+
+/// Waits up to `limit` for `done`.
+fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    done()
+}
+
+#[test]
+fn scripts_run_in_the_executors_processes_and_their_workers_die_with_a_killed_executor() {
+    let data = tempfile::tempdir().unwrap();
+    let seen = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let single = Engine::with_options(options()).unwrap().session();
+    runtime.block_on(async {
+        for i in 0..3 {
+            let path = data.path().join(format!("f{i}.parquet"));
+            single
+                .sql(&format!(
+                    "COPY (SELECT value AS x FROM generate_series(1, 3000)) TO '{}' STORED AS PARQUET",
+                    path.display()
+                ))
+                .await
+                .unwrap();
+        }
+    });
+    let table = format!("'{}/'", data.path().display());
+
+    let mut cluster = LocalCluster::start(&LocalClusterOptions::new(BIN, 3)).unwrap();
+    let executors: Vec<u32> = (0..3).map(|k| cluster.executor_pid(k).unwrap()).collect();
+    let address = cluster.scheduler().to_string();
+    let engine = runtime.block_on(async {
+        let client = ClusterClient::connect(&address, 3).await.unwrap();
+        Engine::with_options(client.engine_options(options())).unwrap()
+    });
+    let session = engine.session();
+    // Each worker notes its node and process, then works slowly (3000 rows × 2 ms per node).
+    runtime
+        .block_on(session.sql(&format!(
+            "CREATE PYTHON3 SCALAR SCRIPT noted(x BIGINT) RETURNS BIGINT AS\n\
+             import os, time\n\
+             open(os.path.join('{}', 'node%d-%d' % (exa.meta.node_id, os.getpid())), 'w').close()\n\
+             def run(ctx):\n    time.sleep(0.002)\n    return ctx.x\n/",
+            seen.path().display()
+        )))
+        .unwrap();
+    let workers = |node: Option<usize>| -> Vec<u32> {
+        std::fs::read_dir(seen.path())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter_map(|name| {
+                let (n, pid) = name.strip_prefix("node")?.split_once('-')?;
+                let n: usize = n.parse().ok()?;
+                (node.is_none() || node == Some(n)).then(|| pid.parse().ok())?
+            })
+            .collect()
+    };
+
+    let running = runtime.spawn({
+        let session = engine.session();
+        let sql = format!("SELECT count(*) FROM {table} WHERE noted(x) > 0");
+        async move { session.sql(&sql).await }
+    });
+    // Every node has started its workers (the script runs in the executors' processes).
+    assert!(
+        eventually(Duration::from_secs(30), || (0..3)
+            .all(|n| !workers(Some(n)).is_empty())),
+        "workers seen: {:?}",
+        workers(None)
+    );
+    for pid in workers(None) {
+        assert!(!executors.contains(&pid));
+    }
+    let node2 = workers(Some(2));
+    cluster.kill_executor(2).unwrap();
+    let outcome = runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(60), running).await })
+        .expect("a lost node must fail the query, not hang it")
+        .unwrap();
+    if let Err(e) = &outcome {
+        assert_eq!(e.code(), NODE_LOST, "{e}");
+    }
+    // The killed executor's workers die with it; the others end with their tasks.
+    assert!(
+        eventually(Duration::from_secs(10), || node2.iter().all(|&p| !alive(p))),
+        "node 2's workers {node2:?} outlived their executor"
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || workers(None)
+            .iter()
+            .all(|&p| !alive(p))),
+        "workers left running: {:?}",
+        workers(None)
+            .into_iter()
+            .filter(|&p| alive(p))
+            .collect::<Vec<_>>()
+    );
+    drop(cluster);
+}
