@@ -90,9 +90,11 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
         n => n,
     };
     let config = ExecutorProcessConfig {
+        // `node-K-of-N-…`: the scheduler places partition p on node p mod N by it.
         executor_id: format!(
-            "node-{}-{}",
+            "node-{}-of-{}-{}",
             options.node.id,
+            options.node.count,
             ballista_core::ids::new_instance_id()
         ),
         bind_host: options.bind_host.clone(),

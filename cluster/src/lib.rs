@@ -12,6 +12,7 @@
 //!
 //! [`Engine`]: accelsql_engine::Engine
 
+mod affinity;
 mod client;
 mod codec;
 mod error;

@@ -16,6 +16,7 @@ use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 use futures::StreamExt;
 use tokio::task::JoinHandle;
 
+use crate::affinity::NodeAffinity;
 use crate::codec::ClusterCodec;
 use crate::error::process_err;
 use crate::node::{ConfigureEngine, NodeOptions, session_state};
@@ -87,12 +88,14 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandl
     node.configure = options.configure.clone();
     let engine = node.engine()?;
     let state = session_state(&engine);
+    let affinity = Arc::new(NodeAffinity::default());
     let config = SchedulerConfig {
         bind_host: address.ip().to_string(),
         external_host: address.ip().to_string(),
         bind_port: address.port(),
         scheduling_policy: TaskSchedulingPolicy::PushStaged,
-        task_distribution: TaskDistributionPolicy::RoundRobin,
+        // Partition p runs on node p mod N (see `affinity.rs`).
+        task_distribution: TaskDistributionPolicy::Custom(Arc::clone(&affinity) as _),
         executor_timeout_seconds: options.executor_timeout.as_secs().max(1),
         expire_dead_executor_interval_seconds: 2,
         // A failed task fails its query: Ballista's retries and stage rollbacks were seen to
@@ -127,10 +130,12 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandl
             while let Some(event) = events.next().await {
                 match event {
                     ClusterStateEvent::RemovedExecutor { executor_id } => {
+                        affinity.left(&executor_id);
                         stop_jobs_of_lost_executor(&watching, &executor_id, events_sink.as_ref())
                             .await;
                     }
                     ClusterStateEvent::RegisteredExecutor { executor_id } => {
+                        affinity.joined(&executor_id);
                         if let Some(sink) = &events_sink {
                             sink(&format!(
                                 "{} joined the cluster ({executor_id})",
