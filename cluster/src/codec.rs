@@ -102,7 +102,38 @@ struct UdfCallNode {
     schema: Option<datafusion_proto::protobuf::Schema>,
 }
 
+/// What starts a per-node system table's scan (`accelsql.gpu_devices`).
+const NODE_ROWS: &[u8] = b"accelsql-node-rows-v1\n";
+
 impl ClusterCodec {
+    /// A per-node system table's scan, producing the rows of the engine that decodes it.
+    fn decode_node_rows(&self, buf: &[u8]) -> Result<Arc<dyn ExecutionPlan>> {
+        let damaged = || DataFusionError::Internal("a system table's scan arrived damaged".into());
+        let text = std::str::from_utf8(buf).map_err(|_| damaged())?;
+        let mut lines = text.split('\n');
+        let (Some(table), Some(partitions), Some(columns)) =
+            (lines.next(), lines.next(), lines.next())
+        else {
+            return Err(damaged());
+        };
+        let partitions: usize = partitions.parse().map_err(|_| damaged())?;
+        let projection = match columns {
+            "*" => None,
+            "" => Some(Vec::new()),
+            list => Some(
+                list.split(',')
+                    .map(|c| c.parse::<usize>().map_err(|_| damaged()))
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+        };
+        let Some(engine) = &self.node else {
+            return internal_err!("{table} cannot be read without a node's engine");
+        };
+        engine
+            .node_rows_exec(table, projection, partitions)
+            .map_err(accelsql_engine::EngineError::into_datafusion)
+    }
+
     fn encode_udf_call(
         &self,
         parts: UdfCallParts,
@@ -185,6 +216,9 @@ impl PhysicalExtensionCodec for ClusterCodec {
         ctx: &TaskContext,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if let Some(rest) = buf.strip_prefix(NODE_ROWS) {
+            return self.decode_node_rows(rest);
+        }
         match buf.strip_prefix(UDF_CALL) {
             Some(rest) => self.decode_udf_call(rest, inputs, ctx, proto_converter),
             None => self.inner.try_decode(buf, inputs, ctx, proto_converter),
@@ -197,6 +231,23 @@ impl PhysicalExtensionCodec for ClusterCodec {
         buf: &mut Vec<u8>,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
+        if let Some((table, projection, partitions)) =
+            accelsql_engine::node_rows_parts(node.as_ref())
+        {
+            // `table`, the partition count, the projected columns (`*` for all), a line each.
+            let columns = projection.map_or_else(
+                || "*".to_string(),
+                |p| {
+                    p.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                },
+            );
+            buf.extend_from_slice(NODE_ROWS);
+            buf.extend_from_slice(format!("{table}\n{partitions}\n{columns}").as_bytes());
+            return Ok(());
+        }
         match accelsql_engine::udf_call_parts(node.as_ref()) {
             Some(parts) => self.encode_udf_call(parts, buf, proto_converter),
             None => self.inner.try_encode(node, buf, proto_converter),

@@ -89,14 +89,28 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
+    let executor_id = format!(
+        "node-{}-of-{}-{}",
+        options.node.id,
+        options.node.count,
+        ballista_core::ids::new_instance_id()
+    );
+    // The work directory (shuffle files, spills) must exist before the first task: Ballista's
+    // own default names a temporary directory it has already removed, and two tasks arriving
+    // at once then race to create it (one fails with "File exists").
+    let (work_dir, own_work_dir) = match &options.work_dir {
+        Some(dir) => (dir.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("accelsql-executor-{executor_id}")),
+            true,
+        ),
+    };
+    std::fs::create_dir_all(&work_dir).map_err(|e| ClusterError::Process {
+        message: format!("the work directory {}: {e}", work_dir.display()),
+    })?;
     let config = ExecutorProcessConfig {
         // `node-K-of-N-…`: the scheduler places partition p on node p mod N by it.
-        executor_id: format!(
-            "node-{}-of-{}-{}",
-            options.node.id,
-            options.node.count,
-            ballista_core::ids::new_instance_id()
-        ),
+        executor_id,
         bind_host: options.bind_host.clone(),
         external_host: Some(options.bind_host.clone()),
         port,
@@ -109,10 +123,7 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
         scheduler_connect_timeout_seconds: 10,
         vcores,
         task_scheduling_policy: TaskSchedulingPolicy::PushStaged,
-        work_dir: options
-            .work_dir
-            .as_ref()
-            .map(|d| d.to_string_lossy().into_owned()),
+        work_dir: Some(work_dir.to_string_lossy().into_owned()),
         print_thread_info: false,
         executor_heartbeat_interval_seconds: 2,
         override_function_registry: Some(registry),
@@ -132,6 +143,9 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
     // The engine lives as long as the executor: its lease queue and device locks are the node's.
     let result = start_executor_process(Arc::new(config)).await;
     drop(engine);
+    if own_work_dir {
+        let _ = std::fs::remove_dir_all(&work_dir);
+    }
     result.map_err(|e| ClusterError::Process {
         message: format!("executor of node {}: {e}", options.node.id),
     })

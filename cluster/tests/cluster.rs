@@ -115,7 +115,25 @@ async fn start_cluster() -> TestCluster {
 }
 
 /// A cluster whose node k has `gpus[k]` simulated GPUs.
+/// Prints the cluster's error log lines (Ballista's included) with a failing test's output.
+struct ErrorLog;
+
+impl log::Log for ErrorLog {
+    fn enabled(&self, m: &log::Metadata) -> bool {
+        m.level() <= log::Level::Error
+    }
+    fn log(&self, r: &log::Record) {
+        if self.enabled(r.metadata()) {
+            eprintln!("LOG {}: {}", r.target(), r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+static ERROR_LOG: ErrorLog = ErrorLog;
+
 async fn start_cluster_with(gpus: &[usize; NODES]) -> TestCluster {
+    let _ = log::set_logger(&ERROR_LOG);
+    log::set_max_level(log::LevelFilter::Error);
     let scheduler = start_scheduler(SchedulerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         ..SchedulerOptions::default()
@@ -236,7 +254,7 @@ async fn a_cluster_spreads_files_over_nodes_and_agrees_with_one_node() {
     assert_eq!(udf, [["0"]]);
 
     // This session's own tables: written here, read through the cluster (the plan carries
-    // their rows); a system table's plan cannot travel, so it runs here.
+    // their rows).
     s.sql("CREATE TABLE t(a BIGINT)").await.unwrap();
     s.sql("INSERT INTO t VALUES (1), (2), (3)").await.unwrap();
     // Ballista gives each task its own copy of an in-memory scan, without the scan's LIMIT.
@@ -257,12 +275,13 @@ async fn a_cluster_spreads_files_over_nodes_and_agrees_with_one_node() {
     assert_eq!(e.code(), "22000", "{e}");
     let sum = rows(&s.sql("SELECT sum(a), max(nproc()) FROM t").await.unwrap());
     assert_eq!(sum, [["6", "3"]]);
+    // accelsql.gpu_devices answers for every node (2 simulated GPUs each), not the client.
     let devices = rows(
-        &s.sql("SELECT count(*) FROM accelsql.gpu_devices")
+        &s.sql("SELECT node, count(*) FROM accelsql.gpu_devices GROUP BY node ORDER BY node")
             .await
             .unwrap(),
     );
-    assert_eq!(devices, [["0"]]);
+    assert_eq!(devices, [["0", "2"], ["1", "2"], ["2", "2"]]);
 
     // Built-ins, aggregates over a shuffle, a join, ORDER BY LIMIT: the answers of one node.
     let local = single_node().session();

@@ -17,6 +17,7 @@ mod exasol;
 mod files;
 mod functions;
 mod import;
+mod node_rows;
 mod options;
 mod params;
 mod placement;
@@ -40,6 +41,7 @@ pub use datafusion;
 pub use distribute::PlanDistributor;
 pub use engine::{Engine, EngineOptions, NodeIdentity, RECENT_CALLS, UdfCallRecord};
 pub use error::{EngineError, Result};
+pub use node_rows::node_rows_parts;
 pub use options::{AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy};
 pub use placement::{Placement, PlacementDecision};
 pub use remote::{

@@ -92,6 +92,129 @@ fn millis(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// A system table that answers for every node of a cluster: each node produces its own rows
+/// (see `node_rows.rs`).
+pub(crate) struct NodeTable {
+    /// Its qualified name.
+    pub(crate) name: &'static str,
+    /// Its columns.
+    pub(crate) schema: fn() -> SchemaRef,
+    /// The rows of the node whose engine this is, as columns.
+    pub(crate) produce: fn(&Engine) -> DfResult<Vec<ArrayRef>>,
+}
+
+/// `accelsql.gpu_devices`: one row per device of each node.
+pub(crate) static GPU_DEVICES: NodeTable = NodeTable {
+    name: "accelsql.gpu_devices",
+    schema: gpu_devices_schema,
+    produce: gpu_devices_columns,
+};
+
+/// The per-node system table named `name`.
+pub(crate) fn node_table(name: &str) -> Option<&'static NodeTable> {
+    (name == GPU_DEVICES.name).then_some(&GPU_DEVICES)
+}
+
+fn gpu_devices_schema() -> SchemaRef {
+    use DataType::{Boolean, Float64, UInt32, UInt64, Utf8};
+    schema(&[
+        ("node", UInt32),
+        ("index", UInt32),
+        ("uuid", Utf8),
+        ("name", Utf8),
+        ("memory_total", UInt64),
+        ("memory_free", UInt64),
+        ("utilization", UInt32),
+        ("memory_utilization", UInt32),
+        ("processes", UInt32),
+        ("temperature_c", UInt32),
+        ("power_w", Float64),
+        ("simulated", Boolean),
+    ])
+}
+
+fn gpu_devices_columns(engine: &Engine) -> DfResult<Vec<ArrayRef>> {
+    let d = engine
+        .inventory()
+        .devices()
+        .map_err(|e| crate::EngineError::from(e).into_datafusion())?;
+    let node = u32::try_from(engine.inner.node.id).unwrap_or(u32::MAX);
+    Ok(vec![
+        Arc::new(d.iter().map(|_| Some(node)).collect::<UInt32Array>()),
+        Arc::new(d.iter().map(|d| Some(d.index)).collect::<UInt32Array>()),
+        strings(d.iter().map(|d| Some(d.uuid.clone()))),
+        strings(d.iter().map(|d| Some(d.name.clone()))),
+        Arc::new(
+            d.iter()
+                .map(|d| Some(d.memory_total))
+                .collect::<UInt64Array>(),
+        ),
+        Arc::new(
+            d.iter()
+                .map(|d| Some(d.memory_free))
+                .collect::<UInt64Array>(),
+        ),
+        Arc::new(d.iter().map(|d| d.utilization).collect::<UInt32Array>()),
+        Arc::new(
+            d.iter()
+                .map(|d| d.memory_utilization)
+                .collect::<UInt32Array>(),
+        ),
+        Arc::new(d.iter().map(|d| d.processes).collect::<UInt32Array>()),
+        Arc::new(d.iter().map(|d| d.temperature_c).collect::<UInt32Array>()),
+        Arc::new(d.iter().map(|d| d.power_w).collect::<Float64Array>()),
+        Arc::new(
+            d.iter()
+                .map(|d| Some(d.simulated))
+                .collect::<BooleanArray>(),
+        ),
+    ])
+}
+
+/// The table of a [`NodeTable`]: on a cluster its scan has one partition per node.
+struct NodeTableProvider {
+    table: &'static NodeTable,
+    engine: Engine,
+}
+
+impl fmt::Debug for NodeTableProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeTableProvider")
+            .field("table", &self.table.name)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl TableProvider for NodeTableProvider {
+    fn schema(&self) -> SchemaRef {
+        (self.table.schema)()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn CatalogSession,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let nodes = match &self.engine.inner.distributor {
+            Some(_) => self.engine.inner.node.count,
+            None => 1,
+        };
+        Ok(Arc::new(crate::node_rows::NodeRowsExec::try_new(
+            self.table,
+            self.engine.clone(),
+            projection.cloned(),
+            nodes,
+        )?))
+    }
+}
+
 /// Exasol's system schema, where its system tables and `DUAL` live.
 pub(crate) const SYSTEM_SCHEMA: &str = "sys";
 
@@ -355,7 +478,7 @@ pub(crate) fn register(
             produce,
         })
     };
-    use DataType::{Boolean, Float64, UInt32, UInt64, Utf8};
+    use DataType::{Float64, UInt64, Utf8};
     register_exasol_views(ctx, &table, restricted)?;
 
     ctx.register_table(
@@ -420,57 +543,11 @@ pub(crate) fn register(
     )?;
 
     ctx.register_table(
-        "accelsql.gpu_devices",
-        table(
-            &[
-                ("index", UInt32),
-                ("uuid", Utf8),
-                ("name", Utf8),
-                ("memory_total", UInt64),
-                ("memory_free", UInt64),
-                ("utilization", UInt32),
-                ("memory_utilization", UInt32),
-                ("processes", UInt32),
-                ("temperature_c", UInt32),
-                ("power_w", Float64),
-                ("simulated", Boolean),
-            ],
-            Box::new(|engine| {
-                let d = engine
-                    .inventory()
-                    .devices()
-                    .map_err(|e| crate::EngineError::from(e).into_datafusion())?;
-                Ok(vec![
-                    Arc::new(d.iter().map(|d| Some(d.index)).collect::<UInt32Array>()),
-                    strings(d.iter().map(|d| Some(d.uuid.clone()))),
-                    strings(d.iter().map(|d| Some(d.name.clone()))),
-                    Arc::new(
-                        d.iter()
-                            .map(|d| Some(d.memory_total))
-                            .collect::<UInt64Array>(),
-                    ),
-                    Arc::new(
-                        d.iter()
-                            .map(|d| Some(d.memory_free))
-                            .collect::<UInt64Array>(),
-                    ),
-                    Arc::new(d.iter().map(|d| d.utilization).collect::<UInt32Array>()),
-                    Arc::new(
-                        d.iter()
-                            .map(|d| d.memory_utilization)
-                            .collect::<UInt32Array>(),
-                    ),
-                    Arc::new(d.iter().map(|d| d.processes).collect::<UInt32Array>()),
-                    Arc::new(d.iter().map(|d| d.temperature_c).collect::<UInt32Array>()),
-                    Arc::new(d.iter().map(|d| d.power_w).collect::<Float64Array>()),
-                    Arc::new(
-                        d.iter()
-                            .map(|d| Some(d.simulated))
-                            .collect::<BooleanArray>(),
-                    ),
-                ])
-            }),
-        ),
+        GPU_DEVICES.name,
+        Arc::new(NodeTableProvider {
+            table: &GPU_DEVICES,
+            engine: engine.clone(),
+        }),
     )?;
 
     ctx.register_table(
