@@ -119,10 +119,10 @@ async fn start_cluster() -> TestCluster {
 struct ErrorLog;
 
 impl log::Log for ErrorLog {
-    fn enabled(&self, m: &log::Metadata) -> bool {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
         m.level() <= log::Level::Error
     }
-    fn log(&self, r: &log::Record) {
+    fn log(&self, r: &log::Record<'_>) {
         if self.enabled(r.metadata()) {
             eprintln!("LOG {}: {}", r.target(), r.args());
         }
