@@ -9,17 +9,23 @@ use accelsql_engine::{EngineError, EngineOptions, NodeIdentity, PlanDistributor}
 use ballista_core::config::BALLISTA_SCHEDULER_MAX_PARTITIONS_PER_TASK;
 use ballista_core::execution_plans::execute_physical_plan;
 use ballista_core::extension::SessionConfigExt;
+use datafusion::arrow::array::{ArrayRef, Int64Array};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::ScalarValue;
+use datafusion::common::hash_utils::create_hashes;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::ScalarFunctionExpr;
+use datafusion::physical_expr::expressions::{CaseExpr, Column, Literal};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::limit::LocalLimitExec;
 use datafusion::physical_plan::memory::LazyMemoryExec;
+use datafusion::physical_plan::repartition::{REPARTITION_RANDOM_STATE, RepartitionExec};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, displayable,
@@ -152,6 +158,7 @@ impl PlanDistributor for ClusterClient {
             return Ok(plan);
         }
         let plan = keep_source_limits(plan)?;
+        let plan = route_node_groups(plan, self.nodes)?;
         Ok(Arc::new(ClusterQueryExec::new(
             plan,
             self.address.clone(),
@@ -205,6 +212,76 @@ fn cannot_travel(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
         Ok(TreeNodeRecursion::Continue)
     });
     why
+}
+
+/// `plan` with each shuffle on `iproc()` alone (`GROUP BY iproc()`) routed so that key k lands
+/// in a shuffle partition of node k: partition p runs on node `p mod N`, and instead of `k` the
+/// shuffle hashes a stand-in value whose hash puts it in such a partition. Equal keys still
+/// meet in one partition, so the answer is unchanged; group k's aggregate (a SET script) runs on
+/// node k, as in Exasol.
+fn route_node_groups(
+    plan: Arc<dyn ExecutionPlan>,
+    nodes: usize,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let Some(repartition) = node.downcast_ref::<RepartitionExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let Partitioning::Hash(exprs, partitions) = repartition.partitioning() else {
+            return Ok(Transformed::no(node));
+        };
+        let ([key], partitions) = (exprs.as_slice(), *partitions) else {
+            return Ok(Transformed::no(node));
+        };
+        if !is_node_number(key) || partitions < nodes || nodes < 2 {
+            return Ok(Transformed::no(node));
+        }
+        let mut when_then = Vec::with_capacity(nodes);
+        for k in 0..nodes {
+            let Some(stand_in) = stand_in_for(k, nodes, partitions) else {
+                return Ok(Transformed::no(node));
+            };
+            when_then.push((
+                Arc::new(Literal::new(ScalarValue::Int64(Some(k as i64)))) as Arc<dyn PhysicalExpr>,
+                Arc::new(Literal::new(ScalarValue::Int64(Some(stand_in)))) as Arc<dyn PhysicalExpr>,
+            ));
+        }
+        let routed: Arc<dyn PhysicalExpr> = Arc::new(CaseExpr::try_new(
+            Some(Arc::clone(key)),
+            when_then,
+            Some(Arc::clone(key)),
+        )?);
+        let input = Arc::clone(repartition.input());
+        let routed = RepartitionExec::try_new(input, Partitioning::Hash(vec![routed], partitions))?;
+        let routed = if repartition.preserve_order() {
+            routed.with_preserve_order()
+        } else {
+            routed
+        };
+        Ok(Transformed::yes(Arc::new(routed) as Arc<dyn ExecutionPlan>))
+    })
+    .map(|t| t.data)
+}
+
+/// Whether `expr` is `iproc()`, or a column of that name (an aggregation's group key).
+fn is_node_number(expr: &Arc<dyn PhysicalExpr>) -> bool {
+    if let Some(f) = expr.downcast_ref::<ScalarFunctionExpr>() {
+        return f.name() == "iproc" && f.args().is_empty();
+    }
+    expr.downcast_ref::<Column>()
+        .is_some_and(|c| c.name() == "iproc()")
+}
+
+/// The smallest value ≥ 0 whose shuffle hash (DataFusion's, which Ballista's shuffle writer
+/// uses too) puts it in a partition of node `k`: one `p` with `p mod nodes == k`.
+fn stand_in_for(k: usize, nodes: usize, partitions: usize) -> Option<i64> {
+    let state = REPARTITION_RANDOM_STATE.random_state();
+    (0..100_000i64).find(|&v| {
+        let array: ArrayRef = Arc::new(Int64Array::from(vec![v]));
+        let mut hashes = vec![0u64; 1];
+        create_hashes(&[array], state, &mut hashes).is_ok()
+            && (hashes[0] % partitions as u64) as usize % nodes == k
+    })
 }
 
 /// `plan` with each in-memory scan's row limit (`fetch`, a `LIMIT` pushed into the scan) kept

@@ -326,6 +326,8 @@ async fn scripts_created_after_the_cluster_started_run_on_its_nodes() {
         "CREATE PYTHON3 SCALAR SCRIPT conn_of(x BIGINT) RETURNS VARCHAR(100) AS\ndef run(ctx):\n    c = exa.get_connection('MY_CONN')\n    return c.address + ' ' + c.user\n/",
         "CREATE PYTHON3 SET SCRIPT total(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    s = 0\n    while True:\n        s += ctx.x\n        if not ctx.next():\n            break\n    return s\n/",
         "CREATE PYTHON3 SET SCRIPT evens(x BIGINT) EMITS (v BIGINT, n BIGINT) AS\ndef run(ctx):\n    n = 0\n    while True:\n        n += 1\n        if ctx.x % 2 == 0:\n            ctx.emit(ctx.x, n)\n        if not ctx.next():\n            break\n/",
+        "CREATE PYTHON3 SET SCRIPT group_node(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    return int(exa.meta.node_id)\n/",
+        "CREATE PYTHON3 SET SCRIPT group_node_rows(x BIGINT) EMITS (node BIGINT, n BIGINT) AS\ndef run(ctx):\n    n = 1\n    while ctx.next():\n        n += 1\n    ctx.emit(int(exa.meta.node_id), n)\n/",
         "CREATE PYTHON3 SCALAR SCRIPT dyn(x BIGINT) EMITS (...) AS\ndef run(ctx):\n    ctx.emit(ctx.x, 2 * ctx.x)\n/",
         "CREATE PYTHON3 SCALAR SCRIPT node_rows(x BIGINT) EMITS (node BIGINT, x2 BIGINT) AS\ndef run(ctx):\n    ctx.emit(int(exa.meta.node_id), ctx.x)\n    ctx.emit(int(exa.meta.node_id), -ctx.x)\n/",
     ];
@@ -392,6 +394,24 @@ async fn scripts_created_after_the_cluster_started_run_on_its_nodes() {
     assert_eq!(nodes, ["0", "1", "2"], "{groups:?}");
     let sum: i64 = groups.iter().map(|r| r[1].parse::<i64>().unwrap()).sum();
     assert_eq!(sum, 70_300);
+
+    // GROUP BY iproc(): group k's SET script runs on node k, as in Exasol (RETURNS and EMITS).
+    let placed = rows(
+        &s.sql(&format!(
+            "SELECT iproc() AS k, group_node(x) FROM {table} GROUP BY iproc() ORDER BY k"
+        ))
+        .await
+        .unwrap(),
+    );
+    assert_eq!(placed, [["0", "0"], ["1", "1"], ["2", "2"]]);
+    let emitted = rows(
+        &s.sql(&format!(
+            "SELECT node, n FROM (SELECT group_node_rows(x) FROM {table} GROUP BY iproc()) ORDER BY node"
+        ))
+        .await
+        .unwrap(),
+    );
+    assert_eq!(emitted, [["0", "100"], ["1", "200"], ["2", "300"]]);
 
     // A script replaced after the first queries: the executors run the new code at once.
     s.sql("CREATE OR REPLACE PYTHON3 SCALAR SCRIPT twice(x BIGINT) RETURNS BIGINT AS\ndef run(ctx):\n    return 20 * ctx.x\n/")
