@@ -226,10 +226,11 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
     result.what = format!(
         "The same queries on an accelsql cluster (Ballista 55: a scheduler and 1, 2 or 3 \
          executors in this process, gRPC and Arrow Flight over loopback) and in the single-process \
-         engine, over the same Parquet files ({FILES} per data set). Each executor offers \
-         {vcores} task slots and the client plans {vcores} partitions per node; the single \
-         process plans {} partitions. Results are materialized and checked against the single \
-         process.",
+         engine, over the same Parquet files ({FILES} per data set), read by every run (unlike \
+         the other suites' memory tables: a cluster's nodes read files; a client's memory table \
+         would travel inside the plan). Each executor offers {vcores} task slots; the client \
+         plans one partition per node (its default), the single process {} partitions. A new \
+         session per run. Results are materialized and checked against the single process.",
         ctx.partitions
     );
     result.notes.push(format!(
