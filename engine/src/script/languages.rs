@@ -88,14 +88,17 @@ impl SessionScripts {
             .join(" ")
     }
 
-    fn interpreter(&self, alias: &str) -> Result<PathBuf, String> {
-        let runtime = self
-            .languages
+    /// The runtime `alias` names in this session, if it is defined.
+    fn runtime(&self, alias: &str) -> Option<Runtime> {
+        self.languages
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&alias.to_ascii_uppercase())
-            .cloned();
-        match runtime {
+            .cloned()
+    }
+
+    fn interpreter(&self, alias: &str) -> Result<PathBuf, String> {
+        match self.runtime(alias) {
             Some(Runtime::BuiltinPython3) => self
                 .builtin_python3
                 .get_or_init(|| find_python3().map_err(|e| e.to_string()))
@@ -110,13 +113,7 @@ impl SessionScripts {
 
     /// How another process of a cluster finds the interpreter of `alias`.
     fn travel_runtime(&self, alias: &str) -> TravelRuntime {
-        let runtime = self
-            .languages
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&alias.to_ascii_uppercase())
-            .cloned();
-        match runtime {
+        match self.runtime(alias) {
             Some(Runtime::BuiltinPython3) => TravelRuntime::BuiltinPython3,
             Some(Runtime::Interpreter(path)) => TravelRuntime::Interpreter(path),
             None => match self.interpreter(alias) {
