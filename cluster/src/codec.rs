@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use accelsql_engine::{Engine, UdfCallParts};
+use accelsql_engine::{Engine, NodeRowsParts, UdfCallParts};
 use ballista_core::serde::BallistaPhysicalExtensionCodec;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::{exec_err, internal_err, plan_err};
@@ -102,21 +102,26 @@ struct UdfCallNode {
     schema: Option<datafusion_proto::protobuf::Schema>,
 }
 
-/// What starts a per-node system table's scan (`accelsql.gpu_devices`).
-const NODE_ROWS: &[u8] = b"accelsql-node-rows-v1\n";
+/// What starts a per-node system table's scan (`accelsql.gpu_devices`, `gpu_leases`,
+/// `udf_calls`).
+const NODE_ROWS: &[u8] = b"accelsql-node-rows-v3\n";
 
 impl ClusterCodec {
-    /// A per-node system table's scan, producing the rows of the engine that decodes it.
-    fn decode_node_rows(&self, buf: &[u8]) -> Result<Arc<dyn ExecutionPlan>> {
+    /// A per-node system table's scan over `inputs` (its node numbers), producing the rows of
+    /// the engine that decodes it.
+    fn decode_node_rows(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         let damaged = || DataFusionError::Internal("a system table's scan arrived damaged".into());
         let text = std::str::from_utf8(buf).map_err(|_| damaged())?;
         let mut lines = text.split('\n');
-        let (Some(table), Some(partitions), Some(columns)) =
-            (lines.next(), lines.next(), lines.next())
+        let (Some(table), Some(columns), Some(client)) = (lines.next(), lines.next(), lines.next())
         else {
             return Err(damaged());
         };
-        let partitions: usize = partitions.parse().map_err(|_| damaged())?;
+        let client: u64 = client.parse().map_err(|_| damaged())?;
         let projection = match columns {
             "*" => None,
             "" => Some(Vec::new()),
@@ -126,11 +131,21 @@ impl ClusterCodec {
                     .collect::<Result<Vec<_>>>()?,
             ),
         };
+        let [nodes] = inputs else {
+            return Err(damaged());
+        };
         let Some(engine) = &self.node else {
             return internal_err!("{table} cannot be read without a node's engine");
         };
         engine
-            .node_rows_exec(table, projection, partitions)
+            .node_rows_exec(
+                NodeRowsParts {
+                    table: table.to_string(),
+                    projection,
+                    client,
+                },
+                Arc::clone(nodes),
+            )
             .map_err(accelsql_engine::EngineError::into_datafusion)
     }
 
@@ -217,7 +232,7 @@ impl PhysicalExtensionCodec for ClusterCodec {
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         if let Some(rest) = buf.strip_prefix(NODE_ROWS) {
-            return self.decode_node_rows(rest);
+            return self.decode_node_rows(rest, inputs);
         }
         match buf.strip_prefix(UDF_CALL) {
             Some(rest) => self.decode_udf_call(rest, inputs, ctx, proto_converter),
@@ -231,11 +246,10 @@ impl PhysicalExtensionCodec for ClusterCodec {
         buf: &mut Vec<u8>,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
-        if let Some((table, projection, partitions)) =
-            accelsql_engine::node_rows_parts(node.as_ref())
-        {
-            // `table`, the partition count, the projected columns (`*` for all), a line each.
-            let columns = projection.map_or_else(
+        if let Some(parts) = accelsql_engine::node_rows_parts(node.as_ref()) {
+            // The table, the projected columns (`*` for all) and the planning engine, a line
+            // each; the node numbers travel as the node's input.
+            let columns = parts.projection.map_or_else(
                 || "*".to_string(),
                 |p| {
                     p.iter()
@@ -245,7 +259,9 @@ impl PhysicalExtensionCodec for ClusterCodec {
                 },
             );
             buf.extend_from_slice(NODE_ROWS);
-            buf.extend_from_slice(format!("{table}\n{partitions}\n{columns}").as_bytes());
+            buf.extend_from_slice(
+                format!("{}\n{columns}\n{}", parts.table, parts.client).as_bytes(),
+            );
             return Ok(());
         }
         match accelsql_engine::udf_call_parts(node.as_ref()) {

@@ -1,5 +1,6 @@
 //! The executors' execution engine: Ballista's, with each task holding its job's share of its
-//! node's GPU lease while it runs, when its plan has GPU-placed calls.
+//! node's GPU lease while it runs, when its plan has GPU-placed calls, and recording its calls
+//! in the node's `accelsql.udf_calls`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -107,15 +108,18 @@ impl QueryStageExecutor for LeasedStage {
         task_id: usize,
         context: Arc<TaskContext>,
     ) -> Result<Vec<ShuffleWritePartition>> {
-        let _lease = self
+        let lease = self
             .engine
             .lease_for_plan(&self.plan, &self.statement, self.label.clone())
             .await
             .map_err(|e| coded(e.into_datafusion()))?;
-        self.inner
-            .execute_query_stage(task_id, context)
-            .await
-            .map_err(coded)
+        let done = self.inner.execute_query_stage(task_id, context).await;
+        // Before the scheduler hears of the task's end, so the client that reads
+        // `accelsql.udf_calls` after its statement finds its calls there.
+        self.engine
+            .record_task_calls(&self.plan, &self.statement, &lease);
+        drop(lease);
+        done.map_err(coded)
     }
 
     fn collect_plan_metrics(&self) -> Vec<MetricsSet> {

@@ -444,6 +444,43 @@ async fn a_required_gpu_call_runs_on_each_nodes_own_leased_devices() {
         assert_eq!(row[0], node.to_string(), "{got:?}");
         assert!(base <= min && max <= base + 1, "node {node}: {row:?}");
     }
+    // accelsql.udf_calls says where the call ran: one row per node, with that node's rows,
+    // devices and lease wait (the 100-, 200- and 300-row files on nodes 0, 1 and 2).
+    let calls = rows(
+        &s.sql(
+            "SELECT node, placement, devices IN ('0', '1', '0,1'), instances > 0, rows_in, rows_out, \
+             lease_wait_ms >= 0 FROM accelsql.udf_calls WHERE udf = 'gpu_where' ORDER BY node",
+        )
+        .await
+        .unwrap(),
+    );
+    let want: Vec<Vec<String>> = [(0, 100), (1, 200), (2, 300)]
+        .iter()
+        .map(|(node, n)| {
+            [
+                &node.to_string(),
+                "GPU",
+                "true",
+                "true",
+                &n.to_string(),
+                &n.to_string(),
+                "true",
+            ]
+            .map(String::from)
+            .to_vec()
+        })
+        .collect();
+    assert_eq!(calls, want);
+    // accelsql.gpu_leases shows each node's own lease queue: every node leased and released.
+    let leases = rows(
+        &s.sql(
+            "SELECT node, count(*) > 0 FROM accelsql.gpu_leases WHERE state = 'released' \
+             GROUP BY node ORDER BY node",
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(leases, [["0", "true"], ["1", "true"], ["2", "true"]]);
     // The decision was made once, in the client: EXPLAIN shows it.
     let explain = rows(&s.sql(&format!("EXPLAIN {sql}")).await.unwrap());
     assert!(
@@ -483,13 +520,31 @@ async fn two_clients_gpu_statements_take_turns_on_each_node() {
             for _ in 0..2 {
                 out.push(rows(&s.sql(&sql).await.unwrap()));
             }
-            out
+            (engine, out)
         }));
     }
+    let mut engines = Vec::new();
     for c in clients {
-        for answer in c.await.unwrap() {
+        let (engine, answers) = c.await.unwrap();
+        for answer in answers {
             assert_eq!(answer, [["12"]]);
         }
+        engines.push(engine);
+    }
+    // Each client's accelsql.udf_calls shows the nodes' records of its own statements only
+    // (both clients number their statements 1, 2, ...): 2 statements of 12 rows each.
+    for engine in engines {
+        let calls = rows(
+            &engine
+                .session()
+                .sql(
+                    "SELECT count(DISTINCT statement_id), sum(rows_in), count(DISTINCT node) >= 2 \
+                     FROM accelsql.udf_calls WHERE udf = 'slow_gpu'",
+                )
+                .await
+                .unwrap(),
+        );
+        assert_eq!(calls, [["2", "24", "true"]]);
     }
     // On each node, GPU batches of different statements never overlap: each node's lease
     // queue serializes the statements' tasks there.

@@ -44,6 +44,11 @@ pub struct UdfCallRecord {
     pub cpu_fallback_batches: u64,
     /// Why the last of those fell back.
     pub fallback_reason: Option<String>,
+    /// The node that ran it: this process's node number, or on a cluster the executor's;
+    /// `None` for a call that a cluster's client ran itself (a plan the cluster cannot carry).
+    pub node: Option<usize>,
+    /// On a cluster's node: the engine that planned the call and the job that ran it here.
+    pub(crate) run: Option<crate::remote::NodeRun>,
 }
 
 impl std::fmt::Display for UdfCallRecord {
@@ -97,6 +102,9 @@ pub struct Engine {
 
 #[derive(Debug)]
 pub(crate) struct EngineInner {
+    /// Tells this engine from others: the calls it plans carry it to a cluster's nodes, whose
+    /// `accelsql.udf_calls` rows it then reads back as its own.
+    pub(crate) id: u64,
     pub(crate) inventory: Inventory,
     pub(crate) devices: Vec<DeviceInfo>,
     pub(crate) queue: LeaseQueue,
@@ -253,6 +261,10 @@ impl Engine {
         let queue = LeaseQueue::with_options(devices.clone(), locks, None);
         Ok(Self {
             inner: Arc::new(EngineInner {
+                id: std::hash::BuildHasher::hash_one(
+                    &std::collections::hash_map::RandomState::new(),
+                    (std::process::id(), std::time::SystemTime::now()),
+                ),
                 inventory,
                 devices,
                 queue,
@@ -349,6 +361,16 @@ impl Engine {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         for r in records {
+            // A cluster task's call joins the record of its job's other tasks on this node.
+            if let Some(run) = &r.run
+                && let Some(known) = recent.iter_mut().rev().find(|k| {
+                    k.decision.call_id == r.decision.call_id
+                        && k.run.as_ref().is_some_and(|k| k.same_call(run))
+                })
+            {
+                known.absorb(r);
+                continue;
+            }
             if recent.len() == RECENT_CALLS {
                 recent.pop_front();
             }

@@ -41,7 +41,7 @@ pub use datafusion;
 pub use distribute::PlanDistributor;
 pub use engine::{Engine, EngineOptions, NodeIdentity, RECENT_CALLS, UdfCallRecord};
 pub use error::{EngineError, Result};
-pub use node_rows::node_rows_parts;
+pub use node_rows::{NodeRowsParts, node_rows_parts};
 pub use options::{AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy};
 pub use placement::{Placement, PlacementDecision};
 pub use remote::{

@@ -1,42 +1,97 @@
-//! System tables that answer for every node of a cluster: `accelsql.gpu_devices` read by a plan
-//! of one partition per node, each partition producing the rows of the process that runs it (on
-//! a cluster, partition p runs on node p), so the table lists every node's devices with a `node`
-//! column. On one node the same plan has one partition and answers for this process.
+//! System tables that answer for every node of a cluster (`accelsql.gpu_devices`,
+//! `accelsql.gpu_leases`, `accelsql.udf_calls`): their scan reads one in-memory partition per
+//! node, each holding that node's number, and turns the number of the node that runs it into
+//! the rows of its own process. On a cluster partition p runs on node p, so the table lists
+//! every node's rows with a `node` column; on one node the scan has one partition and answers
+//! for this process. The numbers are a plain memory scan so that Ballista hands each task
+//! exactly its own partitions, as it does for any table's scan.
 
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::array::{RecordBatch, UInt32Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::error::Result as DfResult;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::TryStreamExt;
 
-use crate::system::{NodeTable, node_table};
+use crate::system::{NodeTable, Rows, node_table};
 use crate::{Engine, EngineError, Result};
 
-/// Scans a per-node system table: partition p produces the table's rows from the engine of the
-/// process that runs it.
+/// Scans a per-node system table: each node number its input yields becomes that node's rows,
+/// produced by the engine of the process that runs it when it is that node.
 pub(crate) struct NodeRowsExec {
     table: &'static NodeTable,
     engine: Engine,
     projection: Option<Vec<usize>>,
     schema: SchemaRef,
-    partitions: usize,
+    /// The engine that planned the scan (`udf_calls` shows its statements' calls).
+    client: u64,
+    /// One partition per node, holding the node's number.
+    nodes: Arc<dyn ExecutionPlan>,
     properties: Arc<PlanProperties>,
 }
 
+/// The schema of the node numbers a [`NodeRowsExec`] reads.
+fn node_numbers_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
+        "node",
+        DataType::UInt32,
+        false,
+    )]))
+}
+
+/// A memory scan of `nodes` partitions, partition k holding the number k.
+fn node_numbers(nodes: usize) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let schema = node_numbers_schema();
+    let partitions = (0..nodes.max(1))
+        .map(|k| {
+            let k = u32::try_from(k).map_err(|_| {
+                DataFusionError::Internal(format!("node number {k} is out of range"))
+            })?;
+            let column = Arc::new(UInt32Array::from(vec![k]));
+            Ok(vec![RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![column],
+            )?])
+        })
+        .collect::<DfResult<Vec<_>>>()?;
+    Ok(MemorySourceConfig::try_new_exec(&partitions, schema, None)?)
+}
+
 impl NodeRowsExec {
+    /// The scan of `table` over `nodes` nodes.
     pub(crate) fn try_new(
         table: &'static NodeTable,
         engine: Engine,
         projection: Option<Vec<usize>>,
-        partitions: usize,
+        nodes: usize,
+        client: u64,
     ) -> DfResult<Self> {
+        Self::over(table, engine, projection, client, node_numbers(nodes)?)
+    }
+
+    /// The scan of `table` whose node numbers come from `nodes`.
+    fn over(
+        table: &'static NodeTable,
+        engine: Engine,
+        projection: Option<Vec<usize>>,
+        client: u64,
+        nodes: Arc<dyn ExecutionPlan>,
+    ) -> DfResult<Self> {
+        if nodes.schema().fields().len() != 1 {
+            return Err(DataFusionError::Internal(format!(
+                "the scan of {} reads node numbers, not {}",
+                table.name,
+                nodes.schema()
+            )));
+        }
         let full = (table.schema)();
         let schema = match &projection {
             Some(columns) => Arc::new(full.project(columns)?),
@@ -44,7 +99,7 @@ impl NodeRowsExec {
         };
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
-            Partitioning::UnknownPartitioning(partitions.max(1)),
+            nodes.properties().output_partitioning().clone(),
             EmissionType::Incremental,
             Boundedness::Bounded,
         );
@@ -53,29 +108,48 @@ impl NodeRowsExec {
             engine,
             projection,
             schema,
-            partitions: partitions.max(1),
+            client,
+            nodes,
             properties: Arc::new(properties),
         })
     }
+}
+
+/// This process's rows of `table` for the engine `client`, projected.
+fn rows_here(
+    table: &NodeTable,
+    engine: &Engine,
+    projection: Option<&[usize]>,
+    client: u64,
+) -> DfResult<RecordBatch> {
+    let columns = (table.produce)(engine, Rows::Node { client })?;
+    let batch = RecordBatch::try_new((table.schema)(), columns)?;
+    Ok(match projection {
+        Some(columns) => batch.project(columns)?,
+        None => batch,
+    })
 }
 
 impl fmt::Debug for NodeRowsExec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NodeRowsExec")
             .field("table", &self.table.name)
-            .field("partitions", &self.partitions)
             .finish()
     }
 }
 
 impl DisplayAs for NodeRowsExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self
+            .nodes
+            .properties()
+            .output_partitioning()
+            .partition_count();
         write!(
             f,
-            "NodeRowsExec: {} on {} node{}",
+            "NodeRowsExec: {} on {n} node{}",
             self.table.name,
-            self.partitions,
-            if self.partitions == 1 { "" } else { "s" }
+            if n == 1 { "" } else { "s" }
         )
     }
 }
@@ -90,7 +164,13 @@ impl ExecutionPlan for NodeRowsExec {
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        Vec::new()
+        vec![&self.nodes]
+    }
+
+    /// Each partition of the input is a node: spreading it would move a node's number away
+    /// from the node's partition.
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
     }
 
     fn apply_expressions(
@@ -102,67 +182,93 @@ impl ExecutionPlan for NodeRowsExec {
 
     fn with_new_children(
         self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Ok(self)
+        let [nodes] = <[_; 1]>::try_from(children).map_err(|c| {
+            DataFusionError::Internal(format!("NodeRowsExec has one child, not {}", c.len()))
+        })?;
+        Ok(Arc::new(Self::over(
+            self.table,
+            self.engine.clone(),
+            self.projection.clone(),
+            self.client,
+            nodes,
+        )?))
     }
 
     fn execute(
         &self,
         partition: usize,
-        _context: Arc<TaskContext>,
+        context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        // Partition p holds node p's rows. A cluster task may run every partition of this
-        // scan (Ballista cannot narrow it to the task's own partition): only the node's own
-        // partition yields rows, so each node's rows come once.
-        if self.partitions > 1 && partition % self.partitions != self.engine.inner.node.id {
-            return Ok(Box::pin(RecordBatchStreamAdapter::new(
-                Arc::clone(&self.schema),
-                futures::stream::empty(),
-            )));
-        }
-        let columns = (self.table.produce)(&self.engine)?;
-        let batch = RecordBatch::try_new((self.table.schema)(), columns)?;
-        let batch = match &self.projection {
-            Some(columns) => batch.project(columns)?,
-            None => batch,
-        };
+        // A node's number yields its rows where that node runs it. Elsewhere (a lost node's
+        // partition that Ballista ran on another) it yields nothing: that node's rows are
+        // missing rather than another's shown twice.
+        let me = u32::try_from(self.engine.inner.node.id).ok();
+        let (table, engine, client) = (self.table, self.engine.clone(), self.client);
+        let projection = self.projection.clone();
+        let numbers = self.nodes.execute(partition, context)?;
+        let rows = numbers.try_filter_map(move |batch| {
+            let is_me = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<UInt32Array>()
+                .is_some_and(|n| n.iter().any(|k| k.is_some() && k == me));
+            let rows = is_me
+                .then(|| rows_here(table, &engine, projection.as_deref(), client))
+                .transpose();
+            futures::future::ready(rows)
+        });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.schema),
-            futures::stream::once(async move { Ok(batch) }),
+            rows,
         )))
     }
 }
 
-/// A per-node system table's scan taken apart to travel: the table, the projected columns and
-/// the partition (node) count. `None` for any other plan.
-pub fn node_rows_parts(plan: &dyn ExecutionPlan) -> Option<(String, Option<Vec<usize>>, usize)> {
+/// A per-node system table's scan taken apart to travel ([`node_rows_parts`]); its input (the
+/// node numbers) travels as a plan of its own. [`Engine::node_rows_exec`] puts it together
+/// again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRowsParts {
+    /// The table's qualified name.
+    pub table: String,
+    /// The projected columns (`None`: all).
+    pub projection: Option<Vec<usize>>,
+    /// The engine that planned the scan.
+    pub client: u64,
+}
+
+/// `plan` taken apart when it is a per-node system table's scan; `None` for any other plan.
+pub fn node_rows_parts(plan: &dyn ExecutionPlan) -> Option<NodeRowsParts> {
     let exec = plan.downcast_ref::<NodeRowsExec>()?;
-    Some((
-        exec.table.name.to_string(),
-        exec.projection.clone(),
-        exec.partitions,
-    ))
+    Some(NodeRowsParts {
+        table: exec.table.name.to_string(),
+        projection: exec.projection.clone(),
+        client: exec.client,
+    })
 }
 
 impl Engine {
-    /// The scan [`node_rows_parts`] took apart, producing this process's rows.
+    /// The scan [`node_rows_parts`] took apart, over `nodes` (its input), producing this
+    /// process's rows.
     pub fn node_rows_exec(
         &self,
-        table: &str,
-        projection: Option<Vec<usize>>,
-        partitions: usize,
+        parts: NodeRowsParts,
+        nodes: Arc<dyn ExecutionPlan>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let table = node_table(table).ok_or_else(|| {
-            EngineError::Sql(datafusion::error::DataFusionError::Internal(format!(
-                "{table} is not a per-node system table"
+        let table = node_table(&parts.table).ok_or_else(|| {
+            EngineError::Sql(DataFusionError::Internal(format!(
+                "{} is not a per-node system table",
+                parts.table
             )))
         })?;
-        Ok(Arc::new(NodeRowsExec::try_new(
+        Ok(Arc::new(NodeRowsExec::over(
             table,
             self.clone(),
-            projection,
-            partitions,
+            parts.projection,
+            parts.client,
+            nodes,
         )?))
     }
 }

@@ -280,6 +280,8 @@ impl PlacementRule {
                     processes: self.scope.processes.clone(),
                 },
                 stats: CallStats::default(),
+                client: self.scope.client,
+                copy: 0,
             });
             calls.push(Arc::clone(&call));
             out.push(call);

@@ -3,8 +3,9 @@
 //! a task takes for the GPU-placed calls in its plan.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use accelsql_gpu_scheduler::{Lease, LeaseRequest};
 use accelsql_udf_runtime::{AcceleratorRequest, StatementInfo};
@@ -21,7 +22,7 @@ use crate::placement::{CallStats, Placement, PlacementDecision};
 use crate::script::{ScriptOrigin, ScriptUdf};
 use crate::statement::LeaseDevices;
 use crate::udf::{AccelAggregateUdf, AccelScalarUdf, PlacedCall, as_accel_aggregate, as_accel_udf};
-use crate::{Engine, EngineError, Result};
+use crate::{Engine, EngineError, Result, UdfCallRecord};
 
 /// What starts an encoded placement (and tells it from other encodings).
 const MAGIC: &[u8] = b"accelsql-placement-v1\n";
@@ -42,7 +43,13 @@ struct WirePlacement {
     /// process has registered under the same name.
     #[serde(default)]
     script: Option<serde_json::Value>,
+    /// The engine that placed the call, whose `accelsql.udf_calls` shows the nodes' records.
+    #[serde(default)]
+    client: u64,
 }
+
+/// Numbers the copies of placed calls that this process decodes.
+static NEXT_COPY: AtomicU64 = AtomicU64::new(1);
 
 fn request_name(r: AcceleratorRequest) -> &'static str {
     match r {
@@ -93,6 +100,7 @@ fn wire_bytes(call: &PlacedCall, origin: Option<&Arc<ScriptOrigin>>) -> Option<V
             .run_timeout
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         script,
+        client: call.client,
     };
     let mut out = MAGIC.to_vec();
     serde_json::to_writer(&mut out, &wire).ok()?;
@@ -160,6 +168,8 @@ fn unplaced_call(name: &str) -> PlacedCall {
         pool: OnceLock::new(),
         statement: StatementInfo::default(),
         stats: CallStats::default(),
+        client: 0,
+        copy: 0,
     }
 }
 
@@ -168,6 +178,8 @@ fn unplaced_call(name: &str) -> PlacedCall {
 #[derive(Debug)]
 pub struct NodeLease {
     _shared: Option<Arc<SharedLease>>,
+    /// How long the task waited for it (`None` when its plan has no GPU-placed call).
+    waited: Option<Duration>,
 }
 
 /// One statement's lease on this node, shared by its tasks here.
@@ -333,6 +345,8 @@ impl Engine {
                 processes: Default::default(),
             },
             stats: CallStats::default(),
+            client: wire.client,
+            copy: NEXT_COPY.fetch_add(1, Ordering::Relaxed),
         })
     }
 
@@ -354,7 +368,10 @@ impl Engine {
             .filter(|c| c.decision.placement == Placement::Gpu)
             .collect();
         if calls.is_empty() {
-            return Ok(NodeLease { _shared: None });
+            return Ok(NodeLease {
+                _shared: None,
+                waited: None,
+            });
         }
         if self.devices().is_empty() {
             if let Some(required) = calls
@@ -372,8 +389,12 @@ impl Engine {
             for call in &calls {
                 let _ = call.devices.set(Vec::new());
             }
-            return Ok(NodeLease { _shared: None });
+            return Ok(NodeLease {
+                _shared: None,
+                waited: None,
+            });
         }
+        let started = Instant::now();
         let shared = self.inner.node_leases.share(statement);
         let lease = shared
             .lease
@@ -387,7 +408,91 @@ impl Engine {
         }
         Ok(NodeLease {
             _shared: Some(shared),
+            waited: Some(started.elapsed()),
         })
+    }
+
+    /// Records in `accelsql.udf_calls` what the placed calls of a task's `plan` have done on
+    /// this node so far, for the job `job` (Ballista's job id); call it when the task ends. The
+    /// job's tasks here make one row per call: a copy of a call that several tasks share is
+    /// counted once, by its latest reading.
+    pub fn record_task_calls(&self, plan: &Arc<dyn ExecutionPlan>, job: &str, lease: &NodeLease) {
+        let node = self.inner.node.id;
+        let records = placed_calls(plan)
+            .iter()
+            .map(|call| {
+                let devices: Vec<u32> = call
+                    .devices
+                    .get()
+                    .map(|d| d.iter().map(|d| d.index).collect())
+                    .unwrap_or_default();
+                let mut decision = call.decision.clone();
+                if decision.placement == Placement::Gpu && devices.is_empty() {
+                    decision.placement = Placement::Cpu;
+                    decision.reason =
+                        format!("optional; node {node} has no GPU, so it ran on the CPU");
+                }
+                let copy = crate::stream::call_record(call, decision, &devices, lease.waited);
+                UdfCallRecord {
+                    node: Some(node),
+                    run: Some(NodeRun {
+                        client: call.client,
+                        job: job.to_string(),
+                        copies: vec![(call.copy, copy.clone())],
+                    }),
+                    ..copy
+                }
+            })
+            .collect::<Vec<UdfCallRecord>>();
+        self.record_calls(records);
+    }
+}
+
+/// Where a call recorded on a cluster's node came from, and what each copy of it did there.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NodeRun {
+    /// The engine that placed the call.
+    pub(crate) client: u64,
+    /// The cluster job whose tasks ran it here.
+    job: String,
+    /// Each copy of the call decoded here, with its latest reading.
+    copies: Vec<(u64, UdfCallRecord)>,
+}
+
+impl NodeRun {
+    /// Whether `other` is a record of the same statement's run on this node.
+    pub(crate) fn same_call(&self, other: &NodeRun) -> bool {
+        self.client == other.client && self.job == other.job
+    }
+}
+
+impl UdfCallRecord {
+    /// Takes in a later reading of the same call on this node (see
+    /// [`Engine::record_task_calls`]): a copy's reading replaces its earlier one, and the
+    /// record shows the sum over the copies.
+    pub(crate) fn absorb(&mut self, later: UdfCallRecord) {
+        let (Some(run), Some(later)) = (&mut self.run, later.run) else {
+            return;
+        };
+        for (copy, reading) in later.copies {
+            match run.copies.iter_mut().find(|(c, _)| *c == copy) {
+                Some(known) => known.1 = reading,
+                None => run.copies.push((copy, reading)),
+            }
+        }
+        let copies = || run.copies.iter().map(|(_, r)| r);
+        let mut devices: Vec<u32> = copies().flat_map(|r| r.devices.iter().copied()).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        self.devices = devices;
+        self.instances = copies().map(|r| r.instances).sum();
+        self.rows_in = copies().map(|r| r.rows_in).sum();
+        self.rows_out = copies().map(|r| r.rows_out).sum();
+        self.elapsed = copies().map(|r| r.elapsed).sum();
+        self.lease_wait = copies().filter_map(|r| r.lease_wait).max();
+        self.gpu_batches = copies().map(|r| r.gpu_batches).sum();
+        self.cpu_fallback_batches = copies().map(|r| r.cpu_fallback_batches).sum();
+        self.fallback_reason = copies().filter_map(|r| r.fallback_reason.clone()).next_back();
     }
 }
 
@@ -458,5 +563,40 @@ mod tests {
         let again = leases.share("job-1");
         assert!(weak.upgrade().is_none());
         assert!(again.lease.get().is_none());
+    }
+
+    /// A node's reading of one copy of a call for `job`.
+    fn reading(job: &str, copy: u64, rows: u64, devices: Vec<u32>) -> UdfCallRecord {
+        let call = unplaced_call("f");
+        call.stats
+            .rows_in
+            .store(rows, std::sync::atomic::Ordering::Relaxed);
+        let mut record = crate::stream::call_record(&call, call.decision.clone(), &[], None);
+        record.devices = devices;
+        record.instances = 1;
+        record.node = Some(1);
+        record.run = Some(NodeRun {
+            client: 7,
+            job: job.into(),
+            copies: vec![(copy, record.clone())],
+        });
+        record
+    }
+
+    #[test]
+    fn a_jobs_tasks_on_a_node_make_one_record_counting_each_copy_once() {
+        let engine = Engine::new().unwrap();
+        // Two tasks share copy 1 (the second reads its totals again, later); task 3 has copy 2.
+        engine.record_calls(vec![reading("job-1", 1, 100, vec![0])]);
+        engine.record_calls(vec![reading("job-1", 1, 250, vec![0])]);
+        engine.record_calls(vec![reading("job-1", 2, 50, vec![1])]);
+        // Another job's call is a record of its own.
+        engine.record_calls(vec![reading("job-2", 3, 9, vec![0])]);
+        let calls = engine.recent_calls();
+        assert_eq!(calls.len(), 2, "{calls:#?}");
+        assert_eq!(calls[0].rows_in, 300);
+        assert_eq!(calls[0].instances, 2);
+        assert_eq!(calls[0].devices, [0, 1]);
+        assert_eq!(calls[1].rows_in, 9);
     }
 }

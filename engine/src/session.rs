@@ -605,6 +605,7 @@ impl Session {
             .unwrap_or(self.engine.devices().len());
         let mut scope = StatementScope::new(id, statement.to_string(), devices_present);
         scope.node_id = self.engine.inner.node.id;
+        scope.client = self.engine.inner.id;
         scope.run_timeout = own.udf_timeout()?;
         scope.optional_when_busy = own.optional_gpu_when_busy;
         let scope = Arc::new(scope);

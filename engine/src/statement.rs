@@ -50,6 +50,8 @@ pub(crate) struct StatementScope {
     pub(crate) text: String,
     pub(crate) devices_present: usize,
     pub(crate) node_id: usize,
+    /// The engine that plans the statement (`EngineInner::id`), which its calls carry.
+    pub(crate) client: u64,
     /// `SET accelsql.udf_timeout`: longest run of one UDF instance.
     pub(crate) run_timeout: Option<Duration>,
     /// Worker processes of the statement's UDF instances (killed when it is cancelled).
@@ -78,6 +80,7 @@ impl StatementScope {
             text,
             devices_present,
             node_id: 0,
+            client: 0,
             run_timeout: None,
             processes: Default::default(),
             lease_devices: Arc::new(OnceLock::new()),

@@ -19,8 +19,9 @@ use futures::{FutureExt, Stream, StreamExt};
 
 use crate::engine::{Engine, UdfCallRecord};
 use crate::options::OptionalGpuWhenBusy;
-use crate::placement::Placement;
+use crate::placement::{Placement, PlacementDecision};
 use crate::statement::StatementScope;
+use crate::udf::PlacedCall;
 use accelsql_udf_runtime::AcceleratorRequest;
 
 /// Drives `inner` in a task of its own and forwards its batches: the statement's consumer then
@@ -203,7 +204,7 @@ impl StatementStream {
 
     /// The `gpu_calls` row: each call's placement, devices, instances, rows, time, lease wait.
     fn call_report(&self, records: &[UdfCallRecord]) -> DfResult<RecordBatch> {
-        let text = if records.is_empty() {
+        let mut text = if records.is_empty() {
             "no accelsql UDF calls".to_string()
         } else {
             records
@@ -212,6 +213,12 @@ impl StatementStream {
                 .collect::<Vec<_>>()
                 .join("\n")
         };
+        if self.scope.is_remote() && !records.is_empty() {
+            text.push_str(
+                "\n(ran on the cluster's nodes: what each did is in accelsql.udf_calls, \
+                 one row per node)",
+            );
+        }
         let columns: Vec<datafusion::arrow::array::ArrayRef> = vec![
             Arc::new(StringArray::from(vec!["gpu_calls"])),
             Arc::new(StringArray::from(vec![text])),
@@ -241,9 +248,6 @@ impl StatementStream {
             .calls()
             .iter()
             .map(|call| {
-                let s = &call.stats;
-                let ordering = std::sync::atomic::Ordering::Relaxed;
-                let instances = s.instances.lock().map(|i| i.clone()).unwrap_or_default();
                 let mut decision = call.decision.clone();
                 let fell_back = self.scope.fell_back.get();
                 if decision.placement == Placement::Gpu
@@ -260,39 +264,63 @@ impl StatementStream {
                         decision.reason
                     );
                 }
-                let gpu = decision.placement == Placement::Gpu;
-                let pinned: Vec<u32> = if gpu && !devices.is_empty() {
-                    let mut used: Vec<u32> = instances
-                        .iter()
-                        .map(|i| devices[i % devices.len()])
-                        .collect();
-                    used.sort_unstable();
-                    used.dedup();
-                    used
-                } else {
-                    Vec::new()
+                let mut record = call_record(call, decision, &devices, lease_wait);
+                record.node = match &self.engine.inner.distributor {
+                    Some(_) => None,
+                    None => Some(self.engine.inner.node.id),
                 };
-                UdfCallRecord {
-                    statement_id: self.scope.id,
-                    decision,
-                    devices: pinned,
-                    instances: instances.len(),
-                    rows_in: s.rows_in.load(ordering),
-                    rows_out: s.rows_out.load(ordering),
-                    elapsed: Duration::from_nanos(s.nanos.load(ordering)),
-                    lease_wait: if gpu { lease_wait } else { None },
-                    gpu_batches: s.gpu_impl_batches.load(ordering),
-                    cpu_fallback_batches: s.cpu_fallback_batches.load(ordering),
-                    fallback_reason: s
-                        .fallback_reason
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .clone(),
-                }
+                record
             })
             .collect::<Vec<_>>();
-        self.engine.record_calls(records.clone());
+        // A plan that ran on a cluster's nodes is recorded there, with what it did.
+        if !self.scope.is_remote() {
+            self.engine.record_calls(records.clone());
+        }
         records
+    }
+}
+
+/// The record of `call` as `decision` finally placed it, its instances pinned round-robin to
+/// `lease_devices` (device indices) when it ran on the GPUs; the caller says where it ran.
+pub(crate) fn call_record(
+    call: &PlacedCall,
+    decision: PlacementDecision,
+    lease_devices: &[u32],
+    lease_wait: Option<Duration>,
+) -> UdfCallRecord {
+    let s = &call.stats;
+    let ordering = std::sync::atomic::Ordering::Relaxed;
+    let instances = s.instances.lock().map(|i| i.clone()).unwrap_or_default();
+    let gpu = decision.placement == Placement::Gpu;
+    let pinned: Vec<u32> = if gpu && !lease_devices.is_empty() {
+        let mut used: Vec<u32> = instances
+            .iter()
+            .map(|i| lease_devices[i % lease_devices.len()])
+            .collect();
+        used.sort_unstable();
+        used.dedup();
+        used
+    } else {
+        Vec::new()
+    };
+    UdfCallRecord {
+        statement_id: call.statement.statement_id,
+        decision,
+        devices: pinned,
+        instances: instances.len(),
+        rows_in: s.rows_in.load(ordering),
+        rows_out: s.rows_out.load(ordering),
+        elapsed: Duration::from_nanos(s.nanos.load(ordering)),
+        lease_wait: if gpu { lease_wait } else { None },
+        gpu_batches: s.gpu_impl_batches.load(ordering),
+        cpu_fallback_batches: s.cpu_fallback_batches.load(ordering),
+        fallback_reason: s
+            .fallback_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
+        node: None,
+        run: None,
     }
 }
 

@@ -19,10 +19,11 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::union::UnionExec;
 use datafusion::prelude::SessionContext;
 
-use crate::Engine;
 use crate::script::ScriptEntry;
+use crate::{Engine, UdfCallRecord};
 
 /// One row of `accelsql.gpu_leases`: state, lease id, statement, wait ms, hold ms.
 type LeaseRow = (String, Option<u64>, String, f64, Option<f64>);
@@ -93,26 +94,65 @@ fn millis(d: std::time::Duration) -> f64 {
 }
 
 /// A system table that answers for every node of a cluster: each node produces its own rows
-/// (see `node_rows.rs`).
+/// (see `node_rows.rs`), and a cluster's client adds those of its own process.
 pub(crate) struct NodeTable {
     /// Its qualified name.
     pub(crate) name: &'static str,
-    /// Its columns.
+    /// Its columns, `node` first.
     pub(crate) schema: fn() -> SchemaRef,
-    /// The rows of the node whose engine this is, as columns.
-    pub(crate) produce: fn(&Engine) -> DfResult<Vec<ArrayRef>>,
+    /// The rows `Rows` names, as columns.
+    pub(crate) produce: fn(&Engine, Rows) -> DfResult<Vec<ArrayRef>>,
+}
+
+/// Whose rows a [`NodeTable`] produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rows {
+    /// This process's, as the node it is, for a scan that the engine `client` planned.
+    Node {
+        /// The planning engine (`EngineInner::id`).
+        client: u64,
+    },
+    /// A cluster client's own process's (its `node` column is NULL): what ran in the client.
+    Client,
 }
 
 /// `accelsql.gpu_devices`: one row per device of each node.
-pub(crate) static GPU_DEVICES: NodeTable = NodeTable {
+static GPU_DEVICES: NodeTable = NodeTable {
     name: "accelsql.gpu_devices",
     schema: gpu_devices_schema,
     produce: gpu_devices_columns,
 };
 
+/// `accelsql.gpu_leases`: each node's lease queue (holder, waiters, recently released).
+static GPU_LEASES: NodeTable = NodeTable {
+    name: "accelsql.gpu_leases",
+    schema: gpu_leases_schema,
+    produce: gpu_leases_columns,
+};
+
+/// `accelsql.udf_calls`: the recent calls of the statements this engine planned, one row per
+/// call and node that ran it.
+static UDF_CALLS: NodeTable = NodeTable {
+    name: "accelsql.udf_calls",
+    schema: udf_calls_schema,
+    produce: udf_calls_columns,
+};
+
+/// The system tables that answer for every node.
+static NODE_TABLES: [&NodeTable; 3] = [&GPU_DEVICES, &GPU_LEASES, &UDF_CALLS];
+
 /// The per-node system table named `name`.
 pub(crate) fn node_table(name: &str) -> Option<&'static NodeTable> {
-    (name == GPU_DEVICES.name).then_some(&GPU_DEVICES)
+    NODE_TABLES.iter().copied().find(|t| t.name == name)
+}
+
+/// The `node` column of `n` rows: this node's number, or NULL for a cluster client's rows.
+fn node_column(engine: &Engine, rows: Rows, n: usize) -> ArrayRef {
+    let node = match rows {
+        Rows::Node { .. } => u32::try_from(engine.inner.node.id).ok(),
+        Rows::Client => None,
+    };
+    Arc::new(std::iter::repeat_n(node, n).collect::<UInt32Array>())
 }
 
 fn gpu_devices_schema() -> SchemaRef {
@@ -133,14 +173,17 @@ fn gpu_devices_schema() -> SchemaRef {
     ])
 }
 
-fn gpu_devices_columns(engine: &Engine) -> DfResult<Vec<ArrayRef>> {
-    let d = engine
-        .inventory()
-        .devices()
-        .map_err(|e| crate::EngineError::from(e).into_datafusion())?;
-    let node = u32::try_from(engine.inner.node.id).unwrap_or(u32::MAX);
+fn gpu_devices_columns(engine: &Engine, rows: Rows) -> DfResult<Vec<ArrayRef>> {
+    // A cluster's devices are its nodes'; a client's own are not among them.
+    let d = match rows {
+        Rows::Node { .. } => engine
+            .inventory()
+            .devices()
+            .map_err(|e| crate::EngineError::from(e).into_datafusion())?,
+        Rows::Client => Vec::new(),
+    };
     Ok(vec![
-        Arc::new(d.iter().map(|_| Some(node)).collect::<UInt32Array>()),
+        node_column(engine, rows, d.len()),
         Arc::new(d.iter().map(|d| Some(d.index)).collect::<UInt32Array>()),
         strings(d.iter().map(|d| Some(d.uuid.clone()))),
         strings(d.iter().map(|d| Some(d.name.clone()))),
@@ -168,6 +211,131 @@ fn gpu_devices_columns(engine: &Engine) -> DfResult<Vec<ArrayRef>> {
                 .map(|d| Some(d.simulated))
                 .collect::<BooleanArray>(),
         ),
+    ])
+}
+
+fn gpu_leases_schema() -> SchemaRef {
+    use DataType::{Float64, UInt32, UInt64, Utf8};
+    schema(&[
+        ("node", UInt32),
+        ("state", Utf8),
+        ("lease_id", UInt64),
+        ("statement", Utf8),
+        ("wait_ms", Float64),
+        ("hold_ms", Float64),
+    ])
+}
+
+fn gpu_leases_columns(engine: &Engine, rows: Rows) -> DfResult<Vec<ArrayRef>> {
+    let snap = engine.lease_queue().snapshot();
+    let mut leases: Vec<LeaseRow> = Vec::new();
+    for r in &snap.recent {
+        leases.push((
+            "released".into(),
+            Some(r.lease_id),
+            r.statement.clone(),
+            millis(r.waited),
+            Some(millis(r.held)),
+        ));
+    }
+    if let Some(h) = &snap.holder {
+        leases.push((
+            "holding".into(),
+            Some(h.lease_id),
+            h.statement.clone(),
+            millis(h.waited),
+            Some(millis(h.held_for)),
+        ));
+    }
+    for w in &snap.waiting {
+        leases.push((
+            "waiting".into(),
+            None,
+            w.statement.clone(),
+            millis(w.waiting_for),
+            None,
+        ));
+    }
+    Ok(vec![
+        node_column(engine, rows, leases.len()),
+        strings(leases.iter().map(|r| Some(r.0.clone()))),
+        Arc::new(leases.iter().map(|r| r.1).collect::<UInt64Array>()),
+        strings(leases.iter().map(|r| Some(r.2.clone()))),
+        Arc::new(leases.iter().map(|r| Some(r.3)).collect::<Float64Array>()),
+        Arc::new(leases.iter().map(|r| r.4).collect::<Float64Array>()),
+    ])
+}
+
+fn udf_calls_schema() -> SchemaRef {
+    use DataType::{Float64, UInt32, UInt64, Utf8};
+    schema(&[
+        ("node", UInt32),
+        ("statement_id", UInt64),
+        ("call_id", UInt64),
+        ("block", UInt64),
+        ("udf", Utf8),
+        ("requested", Utf8),
+        ("placement", Utf8),
+        ("reason", Utf8),
+        ("devices", Utf8),
+        ("instances", UInt64),
+        ("rows_in", UInt64),
+        ("rows_out", UInt64),
+        ("elapsed_ms", Float64),
+        ("lease_wait_ms", Float64),
+        ("gpu_batches", UInt64),
+        ("cpu_fallback_batches", UInt64),
+        ("fallback_reason", Utf8),
+    ])
+}
+
+fn udf_calls_columns(engine: &Engine, rows: Rows) -> DfResult<Vec<ArrayRef>> {
+    // A node shows the calls it ran for the planning engine's statements; the planning
+    // process shows those it ran itself.
+    let c: Vec<_> = engine
+        .recent_calls()
+        .into_iter()
+        .filter(|r| match (rows, &r.run) {
+            (Rows::Node { client }, Some(run)) => run.client == client,
+            (Rows::Node { .. }, None) => r.node.is_some(),
+            (Rows::Client, run) => run.is_none() && r.node.is_none(),
+        })
+        .collect();
+    let list = |v: &[u32]| {
+        v.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let u64s = |f: &dyn Fn(&UdfCallRecord) -> u64| -> ArrayRef {
+        Arc::new(c.iter().map(|r| Some(f(r))).collect::<UInt64Array>())
+    };
+    Ok(vec![
+        node_column(engine, rows, c.len()),
+        u64s(&|r| r.statement_id),
+        u64s(&|r| r.decision.call_id as u64),
+        u64s(&|r| r.decision.block as u64),
+        strings(c.iter().map(|r| Some(r.decision.udf.clone()))),
+        strings(c.iter().map(|r| Some(r.decision.request.to_string()))),
+        strings(c.iter().map(|r| Some(r.decision.placement.to_string()))),
+        strings(c.iter().map(|r| Some(r.decision.reason.clone()))),
+        strings(c.iter().map(|r| Some(list(&r.devices)))),
+        u64s(&|r| r.instances as u64),
+        u64s(&|r| r.rows_in),
+        u64s(&|r| r.rows_out),
+        Arc::new(
+            c.iter()
+                .map(|r| Some(millis(r.elapsed)))
+                .collect::<Float64Array>(),
+        ),
+        Arc::new(
+            c.iter()
+                .map(|r| r.lease_wait.map(millis))
+                .collect::<Float64Array>(),
+        ),
+        u64s(&|r| r.gpu_batches),
+        u64s(&|r| r.cpu_fallback_batches),
+        strings(c.iter().map(|r| r.fallback_reason.clone())),
     ])
 }
 
@@ -202,16 +370,32 @@ impl TableProvider for NodeTableProvider {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let nodes = match &self.engine.inner.distributor {
-            Some(_) => self.engine.inner.node.count,
-            None => 1,
-        };
-        Ok(Arc::new(crate::node_rows::NodeRowsExec::try_new(
+        let engine = &self.engine;
+        let nodes = Arc::new(crate::node_rows::NodeRowsExec::try_new(
             self.table,
-            self.engine.clone(),
+            engine.clone(),
             projection.cloned(),
-            nodes,
-        )?))
+            engine
+                .inner
+                .distributor
+                .as_ref()
+                .map_or(1, |_| engine.inner.node.count),
+            engine.inner.id,
+        )?);
+        if engine.inner.distributor.is_none() {
+            return Ok(nodes);
+        }
+        // A cluster's client adds what ran in its own process, read now.
+        let schema = (self.table.schema)();
+        let own = RecordBatch::try_new(
+            Arc::clone(&schema),
+            (self.table.produce)(engine, Rows::Client)?,
+        )?;
+        if own.num_rows() == 0 {
+            return Ok(nodes);
+        }
+        let own = MemorySourceConfig::try_new_exec(&[vec![own]], schema, projection.cloned())?;
+        Ok(UnionExec::try_new(vec![nodes, own])?)
     }
 }
 
@@ -478,7 +662,7 @@ pub(crate) fn register(
             produce,
         })
     };
-    use DataType::{Float64, UInt64, Utf8};
+    use DataType::Utf8;
     register_exasol_views(ctx, &table, restricted)?;
 
     ctx.register_table(
@@ -542,147 +726,15 @@ pub(crate) fn register(
         ),
     )?;
 
-    ctx.register_table(
-        GPU_DEVICES.name,
-        Arc::new(NodeTableProvider {
-            table: &GPU_DEVICES,
-            engine: engine.clone(),
-        }),
-    )?;
-
-    ctx.register_table(
-        "accelsql.gpu_leases",
-        table(
-            &[
-                ("state", Utf8),
-                ("lease_id", UInt64),
-                ("statement", Utf8),
-                ("wait_ms", Float64),
-                ("hold_ms", Float64),
-            ],
-            Box::new(|engine| {
-                let snap = engine.lease_queue().snapshot();
-                let mut rows: Vec<LeaseRow> = Vec::new();
-                for r in &snap.recent {
-                    rows.push((
-                        "released".into(),
-                        Some(r.lease_id),
-                        r.statement.clone(),
-                        millis(r.waited),
-                        Some(millis(r.held)),
-                    ));
-                }
-                if let Some(h) = &snap.holder {
-                    rows.push((
-                        "holding".into(),
-                        Some(h.lease_id),
-                        h.statement.clone(),
-                        millis(h.waited),
-                        Some(millis(h.held_for)),
-                    ));
-                }
-                for w in &snap.waiting {
-                    rows.push((
-                        "waiting".into(),
-                        None,
-                        w.statement.clone(),
-                        millis(w.waiting_for),
-                        None,
-                    ));
-                }
-                Ok(vec![
-                    strings(rows.iter().map(|r| Some(r.0.clone()))),
-                    Arc::new(rows.iter().map(|r| r.1).collect::<UInt64Array>()),
-                    strings(rows.iter().map(|r| Some(r.2.clone()))),
-                    Arc::new(rows.iter().map(|r| Some(r.3)).collect::<Float64Array>()),
-                    Arc::new(rows.iter().map(|r| r.4).collect::<Float64Array>()),
-                ])
+    for table in NODE_TABLES {
+        ctx.register_table(
+            table.name,
+            Arc::new(NodeTableProvider {
+                table,
+                engine: engine.clone(),
             }),
-        ),
-    )?;
-
-    ctx.register_table(
-        "accelsql.udf_calls",
-        table(
-            &[
-                ("statement_id", UInt64),
-                ("call_id", UInt64),
-                ("block", UInt64),
-                ("udf", Utf8),
-                ("requested", Utf8),
-                ("placement", Utf8),
-                ("reason", Utf8),
-                ("devices", Utf8),
-                ("instances", UInt64),
-                ("rows_in", UInt64),
-                ("rows_out", UInt64),
-                ("elapsed_ms", Float64),
-                ("lease_wait_ms", Float64),
-                ("gpu_batches", UInt64),
-                ("cpu_fallback_batches", UInt64),
-                ("fallback_reason", Utf8),
-            ],
-            Box::new(|engine| {
-                let c = engine.recent_calls();
-                let list = |v: &[u32]| {
-                    v.iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(",")
-                };
-                Ok(vec![
-                    Arc::new(
-                        c.iter()
-                            .map(|r| Some(r.statement_id))
-                            .collect::<UInt64Array>(),
-                    ),
-                    Arc::new(
-                        c.iter()
-                            .map(|r| Some(r.decision.call_id as u64))
-                            .collect::<UInt64Array>(),
-                    ),
-                    Arc::new(
-                        c.iter()
-                            .map(|r| Some(r.decision.block as u64))
-                            .collect::<UInt64Array>(),
-                    ),
-                    strings(c.iter().map(|r| Some(r.decision.udf.clone()))),
-                    strings(c.iter().map(|r| Some(r.decision.request.to_string()))),
-                    strings(c.iter().map(|r| Some(r.decision.placement.to_string()))),
-                    strings(c.iter().map(|r| Some(r.decision.reason.clone()))),
-                    strings(c.iter().map(|r| Some(list(&r.devices)))),
-                    Arc::new(
-                        c.iter()
-                            .map(|r| Some(r.instances as u64))
-                            .collect::<UInt64Array>(),
-                    ),
-                    Arc::new(c.iter().map(|r| Some(r.rows_in)).collect::<UInt64Array>()),
-                    Arc::new(c.iter().map(|r| Some(r.rows_out)).collect::<UInt64Array>()),
-                    Arc::new(
-                        c.iter()
-                            .map(|r| Some(millis(r.elapsed)))
-                            .collect::<Float64Array>(),
-                    ),
-                    Arc::new(
-                        c.iter()
-                            .map(|r| r.lease_wait.map(millis))
-                            .collect::<Float64Array>(),
-                    ),
-                    Arc::new(
-                        c.iter()
-                            .map(|r| Some(r.gpu_batches))
-                            .collect::<UInt64Array>(),
-                    ),
-                    Arc::new(
-                        c.iter()
-                            .map(|r| Some(r.cpu_fallback_batches))
-                            .collect::<UInt64Array>(),
-                    ),
-                    strings(c.iter().map(|r| r.fallback_reason.clone())),
-                ])
-            }),
-        ),
-    )?;
+        )?;
+    }
 
     ctx.register_table(
         "accelsql.scripts",

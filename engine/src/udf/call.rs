@@ -25,6 +25,11 @@ pub(crate) struct PlacedCall {
     /// The statement's id and run timeout, for the instances.
     pub(crate) statement: StatementInfo,
     pub(crate) stats: CallStats,
+    /// The engine that placed the call (`EngineInner::id`).
+    pub(crate) client: u64,
+    /// Which copy of the call this is: 0 where it was placed; on a cluster's node, a number of
+    /// its own for each copy decoded there (tasks launched together share one).
+    pub(crate) copy: u64,
 }
 
 impl PlacedCall {
@@ -208,6 +213,8 @@ mod tests {
             pool: OnceLock::new(),
             statement: StatementInfo::default(),
             stats: CallStats::default(),
+            client: 0,
+            copy: 0,
         }
     }
 
