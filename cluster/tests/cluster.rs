@@ -24,10 +24,8 @@ fn times_node(node: i64) -> ScalarUdf {
         .inputs([DataType::Int64])
         .returns(DataType::Int64)
         .cpu(
-            move |_: &InstanceContext, _rows: usize, args: &[ColumnarValue]| {
-                let ColumnarValue::Array(a) = &args[0] else {
-                    unreachable!("UDF arguments arrive as arrays")
-                };
+            move |_: &InstanceContext, rows: usize, args: &[ColumnarValue]| {
+                let a = args[0].to_array(rows)?;
                 let a = a.as_any().downcast_ref::<Int64Array>().unwrap();
                 Ok(Arc::new(
                     a.iter()
@@ -282,6 +280,26 @@ async fn a_cluster_spreads_files_over_nodes_and_agrees_with_one_node() {
             .unwrap(),
     );
     assert_eq!(devices, [["0", "2"], ["1", "2"], ["2", "2"]]);
+    // Read without a shuffle too: each node's rows once.
+    let nodes = rows(
+        &s.sql("SELECT node FROM accelsql.gpu_devices ORDER BY node")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(nodes, [["0"], ["0"], ["1"], ["1"], ["2"], ["2"]]);
+    // A call that ran in the client (a plan the cluster cannot carry) is recorded there, with
+    // no node; the client's own times_node adds -1.
+    let here = rows(&s.sql("SELECT times_node(1) FROM range(3)").await.unwrap());
+    assert_eq!(here, [["9"], ["9"], ["9"]]);
+    let calls = rows(
+        &s.sql(
+            "SELECT node IS NULL, sum(rows_in) FROM accelsql.udf_calls \
+             WHERE statement_id = (SELECT max(statement_id) FROM accelsql.udf_calls) GROUP BY 1",
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(calls, [["true", "3"]]);
 
     // Built-ins, aggregates over a shuffle, a join, ORDER BY LIMIT: the answers of one node.
     let local = single_node().session();

@@ -492,7 +492,9 @@ impl UdfCallRecord {
         self.lease_wait = copies().filter_map(|r| r.lease_wait).max();
         self.gpu_batches = copies().map(|r| r.gpu_batches).sum();
         self.cpu_fallback_batches = copies().map(|r| r.cpu_fallback_batches).sum();
-        self.fallback_reason = copies().filter_map(|r| r.fallback_reason.clone()).next_back();
+        self.fallback_reason = copies()
+            .filter_map(|r| r.fallback_reason.clone())
+            .next_back();
     }
 }
 
