@@ -29,6 +29,8 @@ pub const GENERATOR_VERSION: u32 = 1;
 pub const BATCH_ROWS: usize = 8192;
 /// Dimensions of the `embeddings` vectors.
 pub const EMBEDDING_DIM: usize = 128;
+/// Dimensions of the `embeddings-768` vectors (a common text-embedding size).
+pub const WIDE_EMBEDDING_DIM: usize = 768;
 /// Distinct `region` keys of the `points` data set (its GROUP BY groups).
 pub const REGIONS: u64 = 64;
 
@@ -44,6 +46,9 @@ pub enum Dataset {
     Options,
     /// `id BIGINT`, `emb FIXED_SIZE_LIST(128, FLOAT)` uniform in [-1, 1): embeddings.
     Embeddings,
+    /// `id BIGINT`, `emb FIXED_SIZE_LIST(768, FLOAT)` uniform in [-1, 1): wide embeddings.
+    #[serde(rename = "embeddings-768")]
+    Embeddings768,
 }
 
 impl Dataset {
@@ -54,6 +59,16 @@ impl Dataset {
             Self::Points => "points",
             Self::Options => "options",
             Self::Embeddings => "embeddings",
+            Self::Embeddings768 => "embeddings_768",
+        }
+    }
+
+    /// The dimensions of its vectors, for the embedding data sets.
+    pub fn dim(self) -> Option<usize> {
+        match self {
+            Self::Embeddings => Some(EMBEDDING_DIM),
+            Self::Embeddings768 => Some(WIDE_EMBEDDING_DIM),
+            _ => None,
         }
     }
 
@@ -73,9 +88,13 @@ impl Dataset {
                 .into_iter()
                 .map(double)
                 .collect(),
-            Self::Embeddings => vec![
+            Self::Embeddings | Self::Embeddings768 => vec![
                 Field::new("id", DataType::Int64, false),
-                Field::new("emb", embedding_type(), false),
+                Field::new(
+                    "emb",
+                    embedding_type(self.dim().unwrap_or(EMBEDDING_DIM)),
+                    false,
+                ),
             ],
         };
         Arc::new(Schema::new(fields))
@@ -88,15 +107,16 @@ impl Dataset {
             Self::Points => 2,
             Self::Options => 3,
             Self::Embeddings => 4,
+            Self::Embeddings768 => 5,
         }
     }
 }
 
-/// `FIXED_SIZE_LIST(128, FLOAT)`, the type of `embeddings.emb`.
-pub fn embedding_type() -> DataType {
+/// `FIXED_SIZE_LIST(dim, FLOAT)`, the type of an embedding data set's `emb`.
+pub fn embedding_type(dim: usize) -> DataType {
     DataType::FixedSizeList(
         Arc::new(Field::new("item", DataType::Float32, false)),
-        EMBEDDING_DIM as i32,
+        dim as i32,
     )
 }
 
@@ -199,25 +219,22 @@ fn generate_columns(
                 .map(|c| Arc::new(Float64Array::from(c)) as ArrayRef)
                 .collect()
         }
-        Dataset::Embeddings => {
+        Dataset::Embeddings | Dataset::Embeddings768 => {
+            let dim = dataset.dim().unwrap_or(EMBEDDING_DIM);
             let ids: Int64Array = (start..start + n as u64).map(|i| i as i64).collect();
-            let values: Float32Array = (0..n * EMBEDDING_DIM)
-                .map(|_| rng.range(-1.0, 1.0) as f32)
-                .collect();
+            let values: Float32Array = (0..n * dim).map(|_| rng.range(-1.0, 1.0) as f32).collect();
             let field = Arc::new(Field::new("item", DataType::Float32, false));
-            let emb =
-                FixedSizeListArray::try_new(field, EMBEDDING_DIM as i32, Arc::new(values), None)?;
+            let emb = FixedSizeListArray::try_new(field, dim as i32, Arc::new(values), None)?;
             vec![Arc::new(ids), Arc::new(emb)]
         }
     })
 }
 
-/// The query vector of the `vectors` suite: its own stream of the seed, uniform in [-1, 1).
-pub fn query_vector(seed: u64) -> Vec<f32> {
+/// The query vector of `dim` dimensions of the `vectors` suites: its own stream of the seed,
+/// uniform in [-1, 1).
+pub fn query_vector(seed: u64, dim: usize) -> Vec<f32> {
     let mut rng = Rng::new(seed, 100);
-    (0..EMBEDDING_DIM)
-        .map(|_| rng.range(-1.0, 1.0) as f32)
-        .collect()
+    (0..dim).map(|_| rng.range(-1.0, 1.0) as f32).collect()
 }
 
 /// What a Parquet file's JSON sidecar records; a file is reused only when it matches.
@@ -384,8 +401,16 @@ mod tests {
                 .iter()
                 .all(|r| (0..REGIONS as i64).contains(r))
         );
-        assert_eq!(query_vector(5), query_vector(5));
-        assert_eq!(query_vector(5).len(), EMBEDDING_DIM);
+        assert_eq!(
+            query_vector(5, EMBEDDING_DIM),
+            query_vector(5, EMBEDDING_DIM)
+        );
+        assert_eq!(query_vector(5, EMBEDDING_DIM).len(), EMBEDDING_DIM);
+        // A wider query starts with the narrower one.
+        assert_eq!(
+            query_vector(5, WIDE_EMBEDDING_DIM)[..EMBEDDING_DIM],
+            query_vector(5, EMBEDDING_DIM)
+        );
     }
 
     #[test]

@@ -23,6 +23,8 @@ also run a quarter and a sixteenth of it):
   udf-overhead  10M rows of DOUBLE through the same Rust UDF (accelsql vs plain DataFusion)
   python-udf    1M rows through Python UDFs (accelsql run/run_batch/SET vs DuckDB native/arrow)
   vectors       1M embeddings FLOAT[128]: top-10 cosine similarity
+  vectors-large 2M × FLOAT[768] (6 GB) and 10M × FLOAT[128] (5 GB): top-10 cosine, beside the
+                memory bandwidth over the same bytes (one size each; needs ~16 GB of memory)
   geo           10M point pairs: haversine_km + GROUP BY region (64 groups)
   options       10M options: black_scholes_call, summed
   concurrency   1M rows per query; 1, 2, 4, 8, 16 sessions for 2 s each
@@ -49,6 +51,8 @@ enum Target {
     PythonUdf,
     /// Top-10 cosine similarity over N embeddings.
     Vectors,
+    /// Top-10 cosine at 768 dimensions and 10M rows, beside the memory bandwidth.
+    VectorsLarge,
     /// Haversine per row + GROUP BY.
     Geo,
     /// Black–Scholes.
@@ -69,6 +73,7 @@ impl Target {
             Self::UdfOverhead => Suite::UdfOverhead,
             Self::PythonUdf => Suite::PythonUdf,
             Self::Vectors => Suite::Vectors,
+            Self::VectorsLarge => Suite::VectorsLarge,
             Self::Geo => Suite::Geo,
             Self::Options => Suite::Options,
             Self::Concurrency => Suite::Concurrency,

@@ -243,7 +243,7 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
     setup(&single).await?;
     let groups = groups_dir(ctx, &single, rows).await?;
     let embeddings = embeddings_dir(ctx, &single, rows).await?;
-    let q = query_literal(ctx.seed);
+    let q = query_literal(ctx.seed, EMBEDDING_DIM);
     let cases = [
         (
             format!("Python SET script, {GROUPS} groups"),

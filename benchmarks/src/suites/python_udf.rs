@@ -81,6 +81,9 @@ def run(ctx):
 
 const ROW: &str = "accelsql run(ctx)";
 const BATCH: &str = "accelsql run_batch(ctx)";
+/// The per-core rows: one partition, so one worker (DuckDB's Python UDFs run one at a time).
+const ROW_ONE: &str = "accelsql run(ctx), 1 partition";
+const BATCH_ONE: &str = "accelsql run_batch(ctx), 1 partition";
 const DUCK_NATIVE: &str = "DuckDB native UDF";
 const DUCK_ARROW: &str = "DuckDB arrow UDF";
 const CASE: &str = "sum(f(x)), f(x) = 2x + 1";
@@ -236,6 +239,55 @@ async fn timed(
     }
 }
 
+/// The cold-start row of the worker-start table.
+const COLD: &str = "accelsql first SELECT py_one() of a fresh engine";
+
+/// The first statement with a Python call in a fresh engine: the interpreter and the fork
+/// server start, then the worker forks (the warm rows fork from a running fork server). Each
+/// sample opens its own engine (not timed) and times only that first statement.
+async fn cold_start(
+    ctx: &Context,
+    python: Option<&Path>,
+    plan: crate::measure::RunPlan,
+    progress: &Progress,
+) -> Outcome {
+    let mut samples = Vec::with_capacity(plan.runs);
+    for i in 0..plan.total() {
+        let sample = async {
+            let engine = accelsql_engine::Engine::with_config(
+                accelsql_engine::SchedulerConfig::default().with_simulated_gpus(0),
+            )?;
+            let session = crate::peers::accelsql::session(&engine, ctx.partitions).await?;
+            if let Some(p) = python {
+                session
+                    .query(&format!(
+                        "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3={}'",
+                        p.display()
+                    ))
+                    .await?;
+            }
+            session.query(PY_ONE).await?;
+            let start = std::time::Instant::now();
+            let out = session.query("SELECT py_one()").await?;
+            let took = start.elapsed().as_secs_f64();
+            if numbers(&out)?.first().and_then(|r| r.first()) != Some(&1.0) {
+                return Err(crate::error::BenchError::new("py_one() did not return 1"));
+            }
+            Ok::<f64, crate::error::BenchError>(took)
+        };
+        match sample.await {
+            Ok(took) if i >= plan.warmup => samples.push(took),
+            Ok(_) => {}
+            Err(e) => return Outcome::unavailable(e.message()),
+        }
+        progress.inc(1);
+    }
+    match Stats::of_secs(&samples) {
+        Some(stats) => Outcome::Measured { stats },
+        None => Outcome::unavailable("no samples"),
+    }
+}
+
 /// Runs the suite.
 pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
     result.title = "python-udf: Python script UDFs vs DuckDB's Python UDFs".into();
@@ -270,8 +322,26 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
     for ddl in [F_ROW, F_BATCH, GRP_SUM, SET_TOTAL, PY_ONE] {
         runner.query(ddl).await?;
     }
+    // The same engine (and scripts) with one partition: one worker per call.
+    let single = crate::peers::accelsql::session(&ctx.accelsql.cpu, 1).await?;
+    if let Ok(p) = &python {
+        single
+            .query(&format!(
+                "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3={}'",
+                p.display()
+            ))
+            .await?;
+    }
+    result.notes.push(format!(
+        "Threads: accelsql runs {} partitions (one Python worker per partition, so up to {} \
+         run at once: the whole machine); the `, 1 partition` rows run one partition, one \
+         worker — the per-core comparison with DuckDB, whose Python UDFs run one call at a \
+         time on one thread. Results are aggregated in the engine (one row comes back), for \
+         every engine alike.",
+        ctx.partitions, ctx.partitions
+    ));
     let total =
-        sizes.len() * 5 * ctx.plan.total() + 3 * (ctx.plan.total() + 10) + 6 * ctx.plan.total();
+        sizes.len() * 7 * ctx.plan.total() + 4 * (ctx.plan.total() + 10) + 6 * ctx.plan.total();
     let progress = Progress::new("python-udf", total as u64, "runs");
     let mut row_table = Table::new("python-udf: per-row form", "rows", Some(DUCK_NATIVE));
     let mut batch_table = Table::new("python-udf: batch form", "rows", Some(DUCK_ARROW));
@@ -284,6 +354,11 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
         row_table.push(Figure::new(CASE, ROW, rows, row));
         let batch = timed(ctx, &runner, &sum("f_batch"), &progress, &[n * n]).await;
         batch_table.push(Figure::new(CASE, BATCH, rows, batch));
+        progress.set_message(&format!("accelsql, 1 partition @ {rows} rows"));
+        let row = timed(ctx, &single, &sum("f_row"), &progress, &[n * n]).await;
+        row_table.push(Figure::new(CASE, ROW_ONE, rows, row));
+        let batch = timed(ctx, &single, &sum("f_batch"), &progress, &[n * n]).await;
+        batch_table.push(Figure::new(CASE, BATCH_ONE, rows, batch));
         let groups = GROUPS.min(rows);
         let q_set = format!(
             "SELECT count(*), sum(n), sum(total) FROM (SELECT grp_sum(x) FROM (SELECT value % \
@@ -357,6 +432,12 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
             Ok((stats, _)) => Outcome::Measured { stats },
             Err(e) => Outcome::unavailable(e.message()),
         },
+    ));
+    start_table.push(Figure::new(
+        "start",
+        COLD,
+        1,
+        cold_start(ctx, python.as_deref().ok(), start_plan, &progress).await,
     ));
     for (engine, sql) in [
         ("accelsql SELECT py_one()", "SELECT py_one()"),

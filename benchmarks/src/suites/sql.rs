@@ -84,8 +84,9 @@ pub(crate) struct Comparison {
 fn duckdb_load(dataset: Dataset, path: &str) -> String {
     let path = path.replace('\'', "''");
     match dataset {
-        Dataset::Embeddings => format!(
-            "SELECT id, CAST(emb AS FLOAT[{EMBEDDING_DIM}]) AS emb FROM read_parquet('{path}')"
+        Dataset::Embeddings | Dataset::Embeddings768 => format!(
+            "SELECT id, CAST(emb AS FLOAT[{}]) AS emb FROM read_parquet('{path}')",
+            dataset.dim().unwrap_or(EMBEDDING_DIM)
         ),
         _ => format!("SELECT * FROM read_parquet('{path}')"),
     }
