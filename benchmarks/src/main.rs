@@ -128,6 +128,26 @@ fn parse_scale(text: &str) -> std::result::Result<f64, String> {
 }
 
 fn main() -> ExitCode {
+    // A cold-start child of the python-udf suite: one timed statement in a fresh process.
+    if let Ok(python) = std::env::var(accelsql_benchmarks::suites::python_udf::COLD_CHILD_ENV) {
+        let took = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| BenchError::new(e.to_string()))
+            .and_then(|rt| {
+                rt.block_on(accelsql_benchmarks::suites::python_udf::cold_child(&python))
+            });
+        return match took {
+            Ok(s) => {
+                println!("cold_s={s}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let cli = Cli::parse();
     match run(&cli) {
         Ok(true) => ExitCode::SUCCESS,
