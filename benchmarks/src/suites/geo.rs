@@ -41,6 +41,10 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
         "Sizes: {sizes:?} rows (base {BASE_ROWS} × scale {}).",
         ctx.scale
     ));
+    result.notes.push(sql::engines_note(
+        ctx,
+        &format!("{REGIONS} rows (one per region)"),
+    ));
     let df = plain_datafusion(ctx.partitions);
     let mut contenders = vec![
         Contender::new(

@@ -54,6 +54,9 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
          Abramowitz–Stegun normal CDF (error < 7.5e-8): answers agree to 1e-6 relative.",
         ctx.scale
     ));
+    result
+        .notes
+        .push(sql::engines_note(ctx, "one row (the prices summed)"));
     let df = plain_datafusion(ctx.partitions);
     let mut contenders = vec![
         Contender::new(REFERENCE, df.clone(), query("black_scholes_call_udf")),

@@ -170,6 +170,7 @@ pub(crate) async fn run(
         &progress,
         table,
         &mut answers,
+        notes,
     );
     progress.finish();
     // By size, each size's engines in the order they were listed (a stable sort).
@@ -205,6 +206,7 @@ fn run_duckdb(
     progress: &Progress,
     table: &mut Table,
     answers: &mut HashMap<(String, u64), Vec<Vec<f64>>>,
+    notes: &mut Vec<String>,
 ) {
     if cmp.duckdb.is_empty() {
         return;
@@ -215,6 +217,10 @@ fn run_duckdb(
     if let Ok(run) = &run {
         for (name, version) in run.versions() {
             ctx.note_version(&name, &version);
+        }
+        let said = format!("DuckDB ran with threads = {} (its default).", run.threads);
+        if !notes.contains(&said) {
+            notes.push(said);
         }
     }
     for &rows in sizes {
@@ -262,6 +268,16 @@ fn check_answers(
 }
 
 /// Every cell within relative tolerance `rel` of the reference's (same shape).
+/// What a SQL suite says of its engines' threads and of what its queries return.
+pub(crate) fn engines_note(ctx: &Context, returns: &str) -> String {
+    format!(
+        "accelsql and plain DataFusion run {} partitions (one thread each) over memory tables \
+         (the Parquet file is read into memory first, not timed); the query returns {returns}, \
+         so no other result is materialized.",
+        ctx.partitions
+    )
+}
+
 pub(crate) fn cells_close(
     answer: &[Vec<f64>],
     reference: &[Vec<f64>],

@@ -59,6 +59,9 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
          DataFusion.",
         ctx.scale
     ));
+    result
+        .notes
+        .push(super::sql::engines_note(ctx, "one row (the sum)"));
     register_poly(&ctx.accelsql.cpu)?;
     let contenders = vec![
         Contender::new(
