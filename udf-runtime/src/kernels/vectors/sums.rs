@@ -1,5 +1,6 @@
 //! The sums behind the vector operations, over eight interleaved partial sums (`LANES`) so
-//! that the loops vectorize; `f32` elements are widened to `f64` first.
+//! that the loops vectorize; `f32` elements are widened to `f64` first. They are always
+//! inlined, so each compiled form of a caller (SSE2, AVX2) vectorizes them for its own width.
 
 use super::element::Element;
 
@@ -7,7 +8,7 @@ use super::element::Element;
 const LANES: usize = 8;
 
 /// `Σ aᵢ·bᵢ` (`a` and `b` have the same length).
-#[inline]
+#[inline(always)]
 pub(super) fn dot<A: Element, B: Element>(a: &[A], b: &[B]) -> f64 {
     let mut acc = [0.0f64; LANES];
     let (mut ca, mut cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
@@ -24,7 +25,7 @@ pub(super) fn dot<A: Element, B: Element>(a: &[A], b: &[B]) -> f64 {
 }
 
 /// `Σ (aᵢ − bᵢ)²`.
-#[inline]
+#[inline(always)]
 pub(super) fn squared_distance<A: Element, B: Element>(a: &[A], b: &[B]) -> f64 {
     let mut acc = [0.0f64; LANES];
     let (mut ca, mut cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
@@ -43,7 +44,7 @@ pub(super) fn squared_distance<A: Element, B: Element>(a: &[A], b: &[B]) -> f64 
 }
 
 /// `(Σ aᵢ·bᵢ, Σ aᵢ²)` in one pass.
-#[inline]
+#[inline(always)]
 pub(super) fn dot_and_norm<A: Element, B: Element>(a: &[A], b: &[B]) -> (f64, f64) {
     let (mut d, mut n) = ([0.0f64; LANES], [0.0f64; LANES]);
     let (mut ca, mut cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
@@ -64,7 +65,7 @@ pub(super) fn dot_and_norm<A: Element, B: Element>(a: &[A], b: &[B]) -> (f64, f6
 }
 
 /// `(Σ aᵢ·bᵢ, Σ aᵢ², Σ bᵢ²)` in one pass.
-#[inline]
+#[inline(always)]
 pub(super) fn dot_and_norms<A: Element, B: Element>(a: &[A], b: &[B]) -> (f64, f64, f64) {
     let (mut d, mut na, mut nb) = ([0.0f64; LANES], [0.0f64; LANES], [0.0f64; LANES]);
     let (mut ca, mut cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
