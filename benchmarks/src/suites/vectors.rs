@@ -65,9 +65,11 @@ fn same_ids(answer: &[Vec<f64>], reference: &[Vec<f64>]) -> std::result::Result<
     }
 }
 
-/// The top-K comparison over `dataset` (an embedding data set) at `sizes`.
+/// The top-K comparison over `dataset` (an embedding data set) at `sizes`, in a table titled
+/// after `suite` (the suites' tables and plots must not share names).
 async fn compare(
     ctx: &Context,
+    suite: &str,
     dataset: Dataset,
     sizes: &[u64],
     notes: &mut Vec<String>,
@@ -123,7 +125,7 @@ async fn compare(
         reference: REFERENCE.into(),
         check: same_ids,
     };
-    let mut table = Table::new(format!("vectors: {case}"), "embeddings", Some(REFERENCE));
+    let mut table = Table::new(format!("{suite}: {case}"), "embeddings", Some(REFERENCE));
     sql::run(ctx, cmp, sizes, &mut table, notes).await?;
     Ok(table)
 }
@@ -156,7 +158,14 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
         ctx.scale
     ));
     result.notes.push(engine_notes(ctx));
-    let table = compare(ctx, Dataset::Embeddings, &sizes, &mut result.notes).await?;
+    let table = compare(
+        ctx,
+        "vectors",
+        Dataset::Embeddings,
+        &sizes,
+        &mut result.notes,
+    )
+    .await?;
     result.tables.push(table);
     Ok(())
 }
@@ -248,7 +257,7 @@ pub(crate) async fn run_large(ctx: &Context, result: &mut SuiteResult) -> Result
             progress.set_message(&format!("{} @ {rows} rows", dataset.name()));
             bandwidth(ctx, &batches, &progress).await?
         };
-        let mut table = compare(ctx, dataset, &[rows], &mut result.notes).await?;
+        let mut table = compare(ctx, "vectors-large", dataset, &[rows], &mut result.notes).await?;
         let dim = dataset.dim().unwrap_or(EMBEDDING_DIM);
         let case = format!("top-{K} cosine, dim {dim}");
         let bytes = rows as f64 * dim as f64 * 4.0;
