@@ -242,6 +242,17 @@ async fn timed(
 /// The cold-start row of the worker-start table.
 const COLD: &str = "accelsql first SELECT py_one() of a fresh process";
 
+/// Makes `session`'s PYTHON3 scripts run `python`.
+async fn use_python(session: &Runner, python: &Path) -> Result<()> {
+    session
+        .query(&format!(
+            "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3={}'",
+            python.display()
+        ))
+        .await?;
+    Ok(())
+}
+
 /// The environment variable that makes the harness binary a cold-start child: it opens an
 /// engine whose scripts run the interpreter named there, times its first `SELECT py_one()`
 /// and prints `cold_s=<seconds>` ([`cold_child`]).
@@ -256,11 +267,7 @@ pub async fn cold_child(python: &str) -> Result<f64> {
     )?;
     let session = crate::peers::accelsql::session(&engine, 2).await?;
     if !python.is_empty() {
-        session
-            .query(&format!(
-                "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3={python}'"
-            ))
-            .await?;
+        use_python(&session, Path::new(python)).await?;
     }
     session.query(PY_ONE).await?;
     let start = std::time::Instant::now();
@@ -322,12 +329,7 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
     let runner = crate::peers::accelsql::session(&ctx.accelsql.cpu, ctx.partitions).await?;
     match &python {
         Ok(p) => {
-            runner
-                .query(&format!(
-                    "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3={}'",
-                    p.display()
-                ))
-                .await?;
+            use_python(&runner, p).await?;
             result.notes.push(format!(
                 "Sizes: {sizes:?} rows (base {BASE_ROWS} × scale {}). accelsql's workers and \
                  DuckDB run {}.",
@@ -346,12 +348,7 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
     // The same engine (and scripts) with one partition: one worker per call.
     let single = crate::peers::accelsql::session(&ctx.accelsql.cpu, 1).await?;
     if let Ok(p) = &python {
-        single
-            .query(&format!(
-                "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3={}'",
-                p.display()
-            ))
-            .await?;
+        use_python(&single, p).await?;
     }
     result.notes.push(format!(
         "Threads: accelsql runs {} partitions (one Python worker per partition, so up to {} \

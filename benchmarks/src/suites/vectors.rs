@@ -133,15 +133,12 @@ async fn compare(
 /// What every `vectors` suite says of its engines.
 fn engine_notes(ctx: &Context) -> String {
     format!(
-        "Every engine runs {} threads/partitions (DuckDB: its default, all cores) over memory \
-         tables (the Parquet file is read into memory first, not timed) and returns only the \
-         {K} rows (no result is materialized beyond them). `{REFERENCE}` is a plain DataFusion \
-         ScalarUDF running accelsql's own CPU kernel (eight-lane sums): the accelsql rows \
-         beside it measure only what accelsql's layer costs. DataFusion's built-in \
+        "{} `{REFERENCE}` is a plain DataFusion ScalarUDF running accelsql's own CPU kernel \
+         (eight-lane sums): the accelsql rows beside it measure only what accelsql's layer costs. DataFusion's built-in \
          `cosine_distance` (datafusion-functions-nested 55.2, feature `nested_expressions`) \
          casts FLOAT lists to DOUBLE lists first and ranks by distance ascending; it and DuckDB's \
          `array_cosine_similarity` are the real-world peers.",
-        ctx.partitions
+        sql::engines_note(ctx, &format!("only the {K} nearest rows"))
     )
 }
 
