@@ -4,8 +4,11 @@
 //! A vector is one value of a `List`, `LargeList` or `FixedSizeList` array of `Float32` or
 //! `Float64`; the two arguments may be of different kinds (a `FixedSizeList<Float32>` column
 //! against a `List<Float64>` query). Sums are taken in `f64` (`f32` elements are widened first),
-//! over eight interleaved partial sums so the loop vectorizes; the summation order is therefore
-//! not left to right, and another implementation (the GPU's) agrees to rounding, not bit for bit.
+//! over eight interleaved partial sums, in explicit AVX2 instructions on x86-64 CPUs that have
+//! them and in portable code elsewhere (both give the same bits: same order, no fused
+//! multiply-add); the summation order is therefore not left to right, and another
+//! implementation (the GPU's) agrees to rounding, not bit for bit. Columns of fixed-size
+//! vectors without NULLs skip the per-row checks.
 //!
 //! Semantics, row by row, in this order:
 //! 1. a NULL vector on either side gives NULL;
@@ -22,7 +25,7 @@
 //!
 //! The files: `similarity.rs` (the three operations, row by row), `view.rs` (an argument's
 //! vectors viewed without copying), `element.rs` (FLOAT and DOUBLE elements), `sums.rs` (the
-//! vectorizing sums), `select.rs` (the top-k selection), `group.rs` (a `vector_topk` group's
+//! sums, portable and AVX2), `select.rs` (the top-k selection), `group.rs` (a `vector_topk` group's
 //! arguments, checked) and `topk.rs` (`vector_topk` itself).
 
 mod element;

@@ -7,7 +7,9 @@ use arrow::array::{BooleanBufferBuilder, Float64Array};
 use arrow::buffer::NullBuffer;
 
 use super::element::Element;
-use super::sums::{dot, dot_and_norm, dot_and_norms, squared_distance};
+#[cfg(target_arch = "x86_64")]
+use super::sums::Avx2;
+use super::sums::{Dot, DotAndNorm, DotAndNorms, Portable, SquaredDistance, Width};
 use super::view::{Elements, Vectors};
 use crate::Result;
 use crate::kernels::{Operand, check_rows, invalid_argument};
@@ -147,6 +149,14 @@ enum RowInput<'a, A, B> {
     Vectors(&'a [A], &'a [B]),
 }
 
+/// Both sides' elements, where no row needs a check (see [`Job::dense`]).
+enum Dense<'a, A, B> {
+    /// A column's elements, its vectors' length, and a scalar vector.
+    Scalar(&'a [A], usize, &'a [B]),
+    /// Two columns' elements and their vectors' length.
+    Columns(&'a [A], usize, &'a [B]),
+}
+
 /// One call of [`similarity`], after the arguments are viewed.
 struct Job<'f> {
     function: &'f str,
@@ -159,33 +169,35 @@ struct Job<'f> {
 }
 
 impl Job<'_> {
-    /// The rows' values, with the row loop compiled for AVX2 where the CPU has it (the default
-    /// x86-64 target has only SSE2: two doubles per instruction instead of four). The
-    /// arithmetic and its order are the same either way, so the results are identical.
+    /// The rows' values: with the AVX2 sums and the row loop compiled for AVX2 where the CPU
+    /// has it (the default x86-64 target has only SSE2), else the portable sums. The arithmetic
+    /// and its order are the same either way, so the results are identical.
     fn run<A: Element, B: Element>(&self, x: Side<'_, A>, y: Side<'_, B>) -> Result<Float64Array> {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { self.run_avx2(x, y) };
+        if let Some(avx2) = Avx2::detect() {
+            // SAFETY: `Avx2::detect` found AVX2 on this CPU.
+            return unsafe { self.run_avx2(avx2, x, y) };
         }
-        self.run_rows(x, y)
+        self.run_rows(Portable, x, y)
     }
 
-    /// [`Self::run_rows`] compiled with AVX2.
+    /// [`Self::run_rows`] with the AVX2 sums, compiled with AVX2.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     fn run_avx2<A: Element, B: Element>(
         &self,
+        avx2: Avx2,
         x: Side<'_, A>,
         y: Side<'_, B>,
     ) -> Result<Float64Array> {
-        self.run_rows(x, y)
+        self.run_rows(avx2, x, y)
     }
 
-    /// The row loop (inlined into each compiled form of [`Self::run`]).
+    /// The row loop, its sums taken by `w` (inlined into each compiled form of [`Self::run`]).
     #[inline(always)]
-    fn run_rows<A: Element, B: Element>(
+    fn run_rows<W: Width, A: Element, B: Element>(
         &self,
+        w: W,
         x: Side<'_, A>,
         y: Side<'_, B>,
     ) -> Result<Float64Array> {
@@ -203,26 +215,23 @@ impl Job<'_> {
             let range = y.vectors.range(0);
             if !y.vectors.has_null_element(&range) {
                 let v = y.slice(self.function, range)?;
-                y_norm = Some(dot(v, v));
+                y_norm = Some(w.sums::<Dot, 1, _, _>(v, v)[0]);
             }
+        }
+        if let Some(dense) = self.dense(&x, &y)? {
+            return Ok(match dense {
+                Dense::Scalar(xs, size, q) => {
+                    self.dense_rows(w, xs.chunks_exact(size), std::iter::repeat(q), y_norm)
+                }
+                Dense::Columns(xs, size, ys) => {
+                    self.dense_rows(w, xs.chunks_exact(size), ys.chunks_exact(size), y_norm)
+                }
+            });
         }
         for row in 0..computed {
             let value = match self.row_input(&x, &y, row)? {
                 RowInput::Null => None,
-                RowInput::Vectors(a, b) => match self.op {
-                    VectorOp::Dot => Some(dot(a, b)),
-                    VectorOp::L2 => Some(squared_distance(a, b).sqrt()),
-                    VectorOp::Cosine => {
-                        let (d, na, nb) = match y_norm {
-                            Some(nb) => {
-                                let (d, na) = dot_and_norm(a, b);
-                                (d, na, nb)
-                            }
-                            None => dot_and_norms(a, b),
-                        };
-                        (na != 0.0 && nb != 0.0).then(|| d / (na.sqrt() * nb.sqrt()))
-                    }
-                },
+                RowInput::Vectors(a, b) => self.value(w, a, b, y_norm),
             };
             out.push(value.unwrap_or(0.0));
             valid.append(value.is_some());
@@ -235,6 +244,92 @@ impl Job<'_> {
         let valid = NullBuffer::new(valid.finish());
         let valid = (valid.null_count() > 0).then_some(valid);
         Ok(Float64Array::new(out.into(), valid))
+    }
+
+    /// The value of one row's vectors `a` and `b`; `y_norm` is `Σ bᵢ²` where already known.
+    #[inline(always)]
+    fn value<W: Width, A: Element, B: Element>(
+        &self,
+        w: W,
+        a: &[A],
+        b: &[B],
+        y_norm: Option<f64>,
+    ) -> Option<f64> {
+        match self.op {
+            VectorOp::Dot => Some(w.sums::<Dot, 1, _, _>(a, b)[0]),
+            VectorOp::L2 => Some(w.sums::<SquaredDistance, 1, _, _>(a, b)[0].sqrt()),
+            VectorOp::Cosine => {
+                let (d, na, nb) = match y_norm {
+                    Some(nb) => {
+                        let [d, na] = w.sums::<DotAndNorm, 2, _, _>(a, b);
+                        (d, na, nb)
+                    }
+                    None => w.sums::<DotAndNorms, 3, _, _>(a, b).into(),
+                };
+                (na != 0.0 && nb != 0.0).then(|| d / (na.sqrt() * nb.sqrt()))
+            }
+        }
+    }
+
+    /// The sides' elements where no row needs a check: `x` a column of `size`-element vectors
+    /// (`size` > 0) without NULL vectors or elements, `y` a scalar of that many non-NULL
+    /// elements or a column like `x`. `None` where some row needs the checks.
+    fn dense<'v, A: Element, B: Element>(
+        &self,
+        x: &Side<'v, A>,
+        y: &Side<'v, B>,
+    ) -> Result<Option<Dense<'v, A, B>>> {
+        let Some(size) = x.vectors.dense_len().filter(|&size| size > 0 && !x.scalar) else {
+            return Ok(None);
+        };
+        let xs = x.slice(self.function, 0..self.rows * size)?;
+        if y.scalar {
+            if y.vectors.is_null(0) {
+                return Ok(None);
+            }
+            let range = y.vectors.range(0);
+            if range.len() != size || y.vectors.has_null_element(&range) {
+                return Ok(None);
+            }
+            return Ok(Some(Dense::Scalar(
+                xs,
+                size,
+                y.slice(self.function, range)?,
+            )));
+        }
+        if y.vectors.dense_len() != Some(size) {
+            return Ok(None);
+        }
+        let ys = y.slice(self.function, 0..self.rows * size)?;
+        Ok(Some(Dense::Columns(xs, size, ys)))
+    }
+
+    /// The values of dense rows (see [`Self::dense`]): `x`'s vectors, each with `y`'s next.
+    #[inline(always)]
+    fn dense_rows<'v, W: Width, A: Element + 'v, B: Element + 'v>(
+        &self,
+        w: W,
+        x: impl Iterator<Item = &'v [A]>,
+        y: impl Iterator<Item = &'v [B]>,
+        y_norm: Option<f64>,
+    ) -> Float64Array {
+        let mut out = Vec::with_capacity(self.rows);
+        // Validity only once a row is NULL (a zero norm); most batches have none.
+        let mut valid: Option<BooleanBufferBuilder> = None;
+        for (row, (a, b)) in x.zip(y).enumerate() {
+            let value = self.value(w, a, b, y_norm);
+            if value.is_none() && valid.is_none() {
+                let mut v = BooleanBufferBuilder::new(self.rows);
+                v.append_n(row, true);
+                valid = Some(v);
+            }
+            if let Some(v) = &mut valid {
+                v.append(value.is_some());
+            }
+            out.push(value.unwrap_or(0.0));
+        }
+        let valid = valid.map(|mut v| NullBuffer::new(v.finish()));
+        Float64Array::new(out.into(), valid)
     }
 
     /// Row `row`'s two vectors, NULL, or the length-mismatch error.
@@ -290,52 +385,128 @@ mod tests {
     use super::super::test_support::{Rows, close, list, some};
     use super::*;
 
+    /// The AVX2 sums and row loop against the portable ones, bit for bit: FLOAT and DOUBLE
+    /// elements on either side, a scalar or a column second, lengths with and without a tail.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn the_avx2_loop_gives_the_portable_loops_results_bit_for_bit() {
-        if !std::arch::is_x86_feature_detected!("avx2") {
+    fn the_avx2_sums_give_the_portable_sums_results_bit_for_bit() {
+        let Some(avx2) = Avx2::detect() else {
             return;
-        }
-        // 37 elements: full 8-lane steps and a tail.
-        let emb = FixedSizeListArray::from_iter_primitive::<Float32Type, _, _>(
-            (0..64).map(|i| {
-                Some(
-                    (0..37)
-                        .map(|j| Some(((i * 31 + j * 17) % 23) as f32 / 7.0 - 1.5))
-                        .collect::<Vec<_>>(),
-                )
-            }),
-            37,
-        );
-        let query = ListArray::from_iter_primitive::<Float64Type, _, _>([Some(
-            (0..37)
-                .map(|j| Some(f64::from(j) / 9.0 - 2.0))
-                .collect::<Vec<_>>(),
-        )]);
-        let (a, b): (arrow::array::ArrayRef, arrow::array::ArrayRef) =
-            (Arc::new(emb), Arc::new(query));
-        let va = Vectors::new("t", 1, &a).unwrap();
-        let vb = Vectors::new("t", 2, &b).unwrap();
-        let (Elements::F32(p), Elements::F64(q)) = (va.elements, vb.elements) else {
-            panic!("FLOAT embeddings against a DOUBLE query");
         };
-        for op in VectorOp::ALL {
-            let job = Job {
-                function: "t",
-                op,
-                rows: 64,
-                first_row: 0,
-                swapped: false,
-            };
-            let portable = job
-                .run_rows(side((&va, false), p), side((&vb, true), q))
-                .unwrap();
-            // SAFETY: the CPU has AVX2 (checked above).
-            let wide =
-                unsafe { job.run_avx2(side((&va, false), p), side((&vb, true), q)) }.unwrap();
-            let bits =
-                |a: &Float64Array| a.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&portable), bits(&wide), "{op:?}");
+        let value = |i: usize, j: usize| ((i * 31 + j * 17) % 23) as f64 / 7.0 - 1.5;
+        let fixed32 = |rows: usize, dim: usize, shift: usize| -> arrow::array::ArrayRef {
+            Arc::new(
+                FixedSizeListArray::from_iter_primitive::<Float32Type, _, _>(
+                    (0..rows)
+                        .map(|i| Some((0..dim).map(move |j| Some(value(i + shift, j) as f32)))),
+                    dim as i32,
+                ),
+            )
+        };
+        let list64 = |rows: usize, dim: usize, shift: usize| -> arrow::array::ArrayRef {
+            Arc::new(ListArray::from_iter_primitive::<Float64Type, _, _>(
+                (0..rows).map(|i| Some((0..dim).map(move |j| Some(value(i + shift, j) / 3.0)))),
+            ))
+        };
+        let bits = |a: &Float64Array| a.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let mut compared = 0;
+        for dim in [1, 3, 8, 16, 37, 128] {
+            let sides = [fixed32(40, dim, 0), list64(40, dim, 5)];
+            let queries = [fixed32(1, dim, 11), list64(1, dim, 13)];
+            for (a, b, scalar) in sides
+                .iter()
+                .flat_map(|a| sides.iter().map(move |b| (a, b, false)))
+                .chain(
+                    sides
+                        .iter()
+                        .flat_map(|a| queries.iter().map(move |q| (a, q, true))),
+                )
+            {
+                let (va, vb) = (
+                    Vectors::new("t", 1, a).unwrap(),
+                    Vectors::new("t", 2, b).unwrap(),
+                );
+                for op in VectorOp::ALL {
+                    let job = Job {
+                        function: "t",
+                        op,
+                        rows: 40,
+                        first_row: 0,
+                        swapped: false,
+                    };
+                    macro_rules! both {
+                        ($p:expr, $q:expr) => {{
+                            let (x, y) = (side((&va, false), $p), side((&vb, scalar), $q));
+                            let portable = job.run_rows(Portable, x, y).unwrap();
+                            let (x, y) = (side((&va, false), $p), side((&vb, scalar), $q));
+                            // SAFETY: `Avx2::detect` found AVX2.
+                            let wide = unsafe { job.run_avx2(avx2, x, y) }.unwrap();
+                            assert_eq!(portable.null_count(), 0);
+                            assert_eq!(bits(&portable), bits(&wide), "{op:?}, dim {dim}");
+                        }};
+                    }
+                    match (va.elements, vb.elements) {
+                        (Elements::F32(p), Elements::F32(q)) => both!(p, q),
+                        (Elements::F32(p), Elements::F64(q)) => both!(p, q),
+                        (Elements::F64(p), Elements::F32(q)) => both!(p, q),
+                        (Elements::F64(p), Elements::F64(q)) => both!(p, q),
+                    }
+                    compared += 1;
+                }
+            }
+        }
+        assert_eq!(compared, 6 * 8 * 3);
+    }
+
+    /// Dense columns (no per-row checks) give what the checked row loop gives for the same
+    /// vectors as a `List`, bit for bit, including a NULL from a zero norm; a column with one
+    /// NULL element or a NULL row takes the checked loop.
+    #[test]
+    fn dense_rows_give_the_checked_rows_results() {
+        let bits = |a: &Float64Array| a.iter().map(|v| v.map(f64::to_bits)).collect::<Vec<_>>();
+        for dim in [1usize, 7, 8, 19] {
+            let mut rows: Rows = (0..30)
+                .map(|i| {
+                    Some(
+                        (0..dim)
+                            .map(|j| Some(((i * 7 + j * 3) % 11) as f64 / 4.0 - 1.0))
+                            .collect(),
+                    )
+                })
+                .collect();
+            rows[4] = Some(vec![Some(0.0); dim]);
+            let dense = col(fixed32(dim as i32, rows.clone()));
+            let checked = col(list32(rows.clone()));
+            let q = scalar((0..dim).map(|j| j as f64 / 5.0 - 0.7).collect());
+            for op in VectorOp::ALL {
+                let d = vector_similarity(op, 30, &dense, &q).unwrap();
+                assert_eq!(
+                    bits(&d),
+                    bits(&vector_similarity(op, 30, &checked, &q).unwrap())
+                );
+                let d = vector_similarity(op, 30, &dense, &dense).unwrap();
+                assert_eq!(
+                    bits(&d),
+                    bits(&vector_similarity(op, 30, &checked, &checked).unwrap())
+                );
+                // The query first: the sides are swapped, the values the same.
+                assert_eq!(
+                    bits(&vector_similarity(op, 30, &q, &dense).unwrap()),
+                    bits(&vector_similarity(op, 30, &dense, &q).unwrap())
+                );
+            }
+            let cos = vector_similarity(VectorOp::Cosine, 30, &dense, &q).unwrap();
+            assert!(cos.is_null(4) && !cos.is_null(5), "dim {dim}");
+            let dot = vector_similarity(VectorOp::Dot, 30, &dense, &q).unwrap();
+            assert_eq!(dot.null_count(), 0);
+            // A NULL element, then a NULL row: NULL there, the same values elsewhere.
+            let mut holed = rows.clone();
+            holed[9].as_mut().unwrap()[0] = None;
+            holed[12] = None;
+            let holed =
+                vector_similarity(VectorOp::Dot, 30, &col(fixed32(dim as i32, holed)), &q).unwrap();
+            assert!(holed.is_null(9) && holed.is_null(12) && holed.null_count() == 2);
+            assert_eq!(holed.value(13).to_bits(), dot.value(13).to_bits());
         }
     }
 

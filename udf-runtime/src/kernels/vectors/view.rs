@@ -134,6 +134,21 @@ impl<'a> Vectors<'a> {
         }
     }
 
+    /// The length of every vector where every row is a vector of that many non-NULL elements
+    /// (a `FixedSizeList` without NULL rows or elements): rows can then be taken without
+    /// per-row checks.
+    pub(super) fn dense_len(&self) -> Option<usize> {
+        match self.layout {
+            Layout::Fixed(size)
+                if self.nulls.is_none_or(|n| n.null_count() == 0)
+                    && matches!(self.element_nulls, ElementNulls::None) =>
+            {
+                Some(size)
+            }
+            _ => None,
+        }
+    }
+
     /// Whether some element may be NULL (its elements have NULLs, or are of type `Null`).
     pub(crate) fn may_have_null_elements(&self) -> bool {
         !matches!(self.element_nulls, ElementNulls::None)
