@@ -134,7 +134,10 @@ async fn compare(
 fn engine_notes(ctx: &Context) -> String {
     format!(
         "{} `{REFERENCE}` is a plain DataFusion ScalarUDF running accelsql's own CPU kernel \
-         (eight-lane f64 sums, in AVX2 instructions where the CPU has them): the accelsql rows beside it measure only what accelsql's layer costs. DataFusion's built-in \
+         (eight-lane f64 sums, in AVX2 instructions where the CPU has them): the accelsql \
+         rows beside it measure only what accelsql's layer costs. `{ACCELSQL_TOPK}` (a SET \
+         function) without GROUP BY is one group, so one instance scores every row on one \
+         core, where `cosine_similarity` runs on every partition. DataFusion's built-in \
          `cosine_distance` (datafusion-functions-nested 55.2, feature `nested_expressions`) \
          casts FLOAT lists to DOUBLE lists first and ranks by distance ascending; it and DuckDB's \
          `array_cosine_similarity` are the real-world peers.",
