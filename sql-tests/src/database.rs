@@ -35,8 +35,9 @@ impl SltError {
         let code = error.code().to_string();
         let message = match (&error, flavor) {
             (EngineError::Sql(e), Flavor::Upstream) => {
-                format!("DataFusion error: {}", e.strip_backtrace())
+                crate::workspace::as_written(&format!("DataFusion error: {}", e.strip_backtrace()))
             }
+            (_, Flavor::Upstream) => crate::workspace::as_written(&error.to_string()),
             _ => error.to_string(),
         };
         Self { code, message }
@@ -111,7 +112,7 @@ impl AsyncDB for AccelsqlDb {
     async fn run(&mut self, sql: &str) -> Result<DFOutput, SltError> {
         let rewritten;
         let sql = if self.flavor == Flavor::Upstream {
-            rewritten = crate::scratch::rewrite_sql(sql);
+            rewritten = crate::workspace::rewrite_sql(sql);
             rewritten.as_str()
         } else {
             sql

@@ -58,17 +58,7 @@ pub struct Exclusions {
 impl Exclusions {
     /// Reads `dir/excluded.txt`; `None` when there is none.
     pub fn load(dir: &Path) -> io::Result<Option<Self>> {
-        let path = dir.join(EXCLUDED_FILE);
-        if !path.is_file() {
-            return Ok(None);
-        }
-        let text = fs::read_to_string(&path)?;
-        Self::parse(dir, &text).map(Some).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: {e}", path.display()),
-            )
-        })
+        load_list(dir, EXCLUDED_FILE, Self::parse)
     }
 
     /// Parses the text of an `excluded.txt` whose paths are relative to `root`.
@@ -122,6 +112,27 @@ impl Exclusions {
         }
         Ok(None)
     }
+}
+
+/// Reads the list file `dir/name` with `parse` (given `dir`, to which its paths are relative,
+/// and its text); `None` when there is none, an `InvalidData` error naming the file when it does
+/// not parse.
+pub fn load_list<T>(
+    dir: &Path,
+    name: &str,
+    parse: impl FnOnce(&Path, &str) -> Result<T, String>,
+) -> io::Result<Option<T>> {
+    let path = dir.join(name);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = fs::read_to_string(&path)?;
+    parse(dir, &text).map(Some).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {e}", path.display()),
+        )
+    })
 }
 
 /// The `.slt` files under `paths`. A folder gives its `*.slt` files, recursively and sorted,

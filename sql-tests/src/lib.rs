@@ -18,8 +18,8 @@ pub mod discover;
 pub mod flavor;
 pub mod fuzz;
 pub mod runner;
-pub mod scratch;
 pub mod upstream;
+pub mod workspace;
 
 pub use database::{AccelsqlDb, SltError};
 pub use flavor::Flavor;

@@ -13,6 +13,8 @@ use sqllogictest::{Condition, Record, Runner, parse_file, strict_column_validato
 use crate::database::AccelsqlDb;
 use crate::directives::Directives;
 use crate::flavor::Flavor;
+use crate::upstream::differences::Differences;
+use crate::upstream::fixtures;
 use crate::upstream::output::DFColumnType;
 use crate::upstream::validator::{df_value_validator, value_normalizer};
 
@@ -75,6 +77,9 @@ pub struct FileReport {
     pub records: usize,
     /// Records that failed.
     pub failed_records: usize,
+    /// Records that `differences.txt` lists (accelsql changes their result on purpose) and that
+    /// failed, as listed: they are not failures.
+    pub differences: usize,
     /// The first failing records' errors, locations included (see
     /// [`RunOptions::max_failures_shown`]); or why the file could not run.
     pub failures: Vec<String>,
@@ -94,6 +99,7 @@ impl FileReport {
             flavor,
             records: 0,
             failed_records: 0,
+            differences: 0,
             failures: vec![why],
             elapsed: start.elapsed(),
         }
@@ -104,10 +110,14 @@ impl fmt::Display for FileReport {
     /// `ok   path (N records, 1.2s)`, or `FAIL path …` followed by the failures.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let secs = self.elapsed.as_secs_f64();
+        let differences = match self.differences {
+            0 => String::new(),
+            n => format!(", {n} listed differences"),
+        };
         if self.passed() {
             return write!(
                 f,
-                "ok   {} ({} records, {secs:.1}s)",
+                "ok   {} ({} records{differences}, {secs:.1}s)",
                 self.path.display(),
                 self.records
             );
@@ -141,6 +151,7 @@ impl fmt::Display for FileReport {
 
 /// The engine a file of `flavor` runs on.
 fn engine_for(
+    path: &Path,
     flavor: Flavor,
     directives: &Directives,
     hook: Option<&EngineHook>,
@@ -157,7 +168,8 @@ fn engine_for(
     };
     let mut options = EngineOptions {
         scheduler: config,
-        url_tables: directives.url_tables,
+        url_tables: directives.url_tables
+            || (flavor == Flavor::Upstream && fixtures::needs_url_tables(path)),
         ..EngineOptions::default()
     };
     if let Some(hook) = hook {
@@ -176,6 +188,14 @@ fn skipped_by_label(conditions: &[Condition], label: &str) -> bool {
     conditions
         .iter()
         .any(|c| matches!(c, Condition::SkipIf { label: l } if l == label))
+}
+
+/// The file and line where a statement or query record starts.
+fn record_loc(record: &Record<DFColumnType>) -> Option<(&str, u32)> {
+    match record {
+        Record::Statement { loc, .. } | Record::Query { loc, .. } => Some((loc.file(), loc.line())),
+        _ => None,
+    }
 }
 
 /// Where `record` starts, as `file:line`, for a statement or query.
@@ -222,11 +242,12 @@ async fn run_file_tracked(
             flavor,
             records: 0,
             failed_records: 0,
+            differences: 0,
             failures: Vec::new(),
             elapsed: start.elapsed(),
         };
     }
-    let engine = match engine_for(flavor, &directives, options.engine_hook.as_ref()) {
+    let engine = match engine_for(path, flavor, &directives, options.engine_hook.as_ref()) {
         Ok(engine) => engine,
         Err(e) => return FileReport::failed(path, flavor, format!("no engine: {e}"), start),
     };
@@ -236,7 +257,7 @@ async fn run_file_tracked(
     };
     // Upstream's files write under test_files/scratch/<stem>/, empty when the file starts.
     let scratch = match flavor {
-        Flavor::Upstream => match crate::scratch::setup(path) {
+        Flavor::Upstream => match crate::workspace::setup(path) {
             Ok(dir) => Some(dir),
             Err(e) => {
                 return FileReport::failed(path, flavor, format!("no scratch folder: {e}"), start);
@@ -244,10 +265,27 @@ async fn run_file_tracked(
         },
         Flavor::Accelsql => None,
     };
-
+    let differences = match flavor {
+        Flavor::Upstream => match Differences::for_file(path) {
+            Ok(d) => d,
+            Err(e) => return FileReport::failed(path, flavor, e.to_string(), start),
+        },
+        Flavor::Accelsql => Differences::default(),
+    };
+    let fixture_path = path.to_path_buf();
     let mut runner = Runner::new(move || {
         let session = engine.session();
-        async move { AccelsqlDb::connect(session, flavor).await }
+        let path = fixture_path.clone();
+        async move {
+            let db = AccelsqlDb::connect(session, flavor).await?;
+            if flavor == Flavor::Upstream {
+                let dir = fixtures::fixture_dir(&path);
+                fixtures::register(&path, db.session().context(), &dir)
+                    .await
+                    .map_err(|e| crate::database::SltError::harness(format!("fixture: {e}")))?;
+            }
+            Ok(db)
+        }
     });
     runner.add_label(flavor.label());
     if let Some(label) = &options.extra_label {
@@ -262,9 +300,11 @@ async fn run_file_tracked(
         flavor,
         records: 0,
         failed_records: 0,
+        differences: 0,
         failures: Vec::new(),
         elapsed: Duration::ZERO,
     };
+    let mut listed_seen = Vec::new();
     for record in records {
         match &record {
             Record::Halt { .. } => break,
@@ -282,11 +322,40 @@ async fn run_file_tracked(
         if let Some(location) = record_location(&record) {
             *current.lock().unwrap_or_else(|e| e.into_inner()) = location;
         }
-        if let Err(e) = runner.run_async(record).await {
+        let listed = record_loc(&record).and_then(|(file, line)| {
+            let reason = differences.reason(Path::new(file), line)?;
+            listed_seen.push((file.to_string(), line));
+            Some((format!("{file}:{line}"), reason.to_string()))
+        });
+        let result = runner.run_async(record).await;
+        let failure = match (result, listed) {
+            (Err(_), Some(_)) => {
+                report.differences += 1;
+                None
+            }
+            (Ok(_), Some((at, reason))) => Some(format!(
+                "{at} passes now, but differences.txt lists it ({reason}): remove its line"
+            )),
+            (Err(e), None) => Some(e.to_string()),
+            (Ok(_), None) => None,
+        };
+        if let Some(failure) = failure {
             report.failed_records += 1;
             if report.failures.len() < options.max_failures_shown {
-                report.failures.push(e.to_string());
+                report.failures.push(failure);
             }
+        }
+    }
+    for line in differences.lines_of(path) {
+        let seen = listed_seen.iter().any(|(file, at)| {
+            *at == line && differences.key(Path::new(file)) == differences.key(path)
+        });
+        if !seen {
+            report.failed_records += 1;
+            report.failures.push(format!(
+                "differences.txt lists {}:{line}, where no record of this file starts",
+                path.display()
+            ));
         }
     }
     if report.failed_records > report.failures.len() {
@@ -364,6 +433,8 @@ pub struct Summary {
     pub excluded: usize,
     /// Records run.
     pub records: usize,
+    /// Records that failed as `differences.txt` lists them.
+    pub differences: usize,
 }
 
 impl Summary {
@@ -374,6 +445,7 @@ impl Summary {
             failed: reports.iter().filter(|r| !r.passed()).count(),
             excluded,
             records: reports.iter().map(|r| r.records).sum(),
+            differences: reports.iter().map(|r| r.differences).sum(),
         }
     }
 }
@@ -384,6 +456,10 @@ impl fmt::Display for Summary {
             f,
             "{} files passed, {} failed, {} excluded; {} records",
             self.passed, self.failed, self.excluded, self.records
-        )
+        )?;
+        if self.differences > 0 {
+            write!(f, " ({} listed differences)", self.differences)?;
+        }
+        Ok(())
     }
 }

@@ -23,7 +23,9 @@
 // - `normalize_paths` replaces accelsql's workspace root (the parent of this crate's folder) with
 //   `WORKSPACE_ROOT` by plain text replacement (upstream uses `object_store::path::Path`, and
 //   the parent of the parent of its crate folder), after replacing the folder that stands for
-//   upstream's `datafusion/sqllogictest` (`crate::scratch`) with `WORKSPACE_ROOT/datafusion/sqllogictest`;
+//   upstream's repository root (`crate::workspace`: scratch folders and vendored data) with
+//   `WORKSPACE_ROOT`, after writing paths that a statement wrote relative back as it wrote them
+//   (`crate::workspace::as_written`);
 // - cells are read with arrow's `AsArray` helpers instead of `downcast_ref().unwrap()` (same
 //   behaviour: the type is known from the `match` on the data type), and the two `unwrap()`s on
 //   the format options became `?`;
@@ -151,9 +153,9 @@ fn expand_row(mut row: Vec<String>) -> Vec<Vec<String>> {
 /// ```
 fn normalize_paths(mut row: Vec<String>) -> Vec<String> {
     row.iter_mut().for_each(|s| {
-        let scratch_root = crate::scratch::upstream_root_in_plans();
-        if s.contains(scratch_root) {
-            *s = s.replace(scratch_root, "WORKSPACE_ROOT/datafusion/sqllogictest");
+        let upstream_root = crate::workspace::upstream_root_in_plans();
+        if s.contains(upstream_root) {
+            *s = crate::workspace::as_written(s).replace(upstream_root, "WORKSPACE_ROOT");
         }
         let workspace_root: &str = WORKSPACE_ROOT.as_ref();
         if !workspace_root.is_empty() && s.contains(workspace_root) {
