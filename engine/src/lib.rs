@@ -1,35 +1,55 @@
 //! accelsql's SQL engine: a DataFusion session with accelerator-annotated UDFs and GPU placement.
 //!
-//! An [`Engine`] owns the node's GPUs (inventory and lease queue) and the UDF registry; a
-//! [`Session`] runs SQL. Every accelsql UDF is Volatile; the placement rule gives at most one
-//! call per query block the GPUs (required calls first, then left to right), fails other
-//! required calls with error 22069 and runs other optional ones on the CPU. A statement with a
-//! GPU call holds the node lease from the start of its execution to the end of its stream.
+//! An [`Engine`] owns the node's GPUs (inventory and lease queue), the UDF registry and the
+//! script catalog; a [`Session`] runs SQL. Every accelsql UDF is Volatile; the placement rule
+//! gives at most one call per query block the GPUs (required calls first, then left to right),
+//! fails other required calls with error 22069 and runs other optional ones on the CPU. A
+//! statement with a GPU call holds the node lease from the start of its execution to the end
+//! of its stream.
 //!
 //! This crate is the facade a Rust application embeds: it re-exports the layers below it.
+//!
+//! # Layers
+//!
+//! The crate is six layers, each a folder whose `mod.rs` says what it owns; a layer imports
+//! only from the layers below it (`tools/layers/layers.txt` declares them, and a test of the
+//! workspace checks every `use`):
+//!
+//! ```text
+//! front/    Engine handle, Session: splitting, script DDL, Exasol statements, the ordered
+//!           rewrite passes, parameters, restricted sessions          (uses everything below)
+//! catalog/  script catalog, system tables, per-node rows, files as tables
+//! exec/     the statement stream (takes and releases the lease), EMITS operator and planner,
+//!           a cluster node's side of placed calls
+//! plan/     statement scope, the placement rule, the EMITS node and analyzer rule
+//! udf/      UDF definitions and DataFusion adapters, placed calls, registry, built-ins,
+//!           scripts as UDFs
+//! core/     engine state (devices, lease queue, call log), options, errors   (uses nothing)
+//! ```
+//!
+//! Where a lower layer needs something of a higher one, it is handed a value or a trait: the
+//! statement stream gets the engine's state, not the engine; system tables get the state and
+//! the script catalog; IMPORT/EXPORT run SQL through a `SqlRunner` the session implements.
+//!
+//! # One statement's path
+//!
+//! ```text
+//! Session::sql(text)                                   front/session.rs
+//!   split into statements                              front/splitter.rs
+//!   script DDL / Exasol statements run here            front/scripts/, front/exasol/
+//!   text passes, parse, statement passes               front/passes/
+//!   DataFusion plans: EMITS rule, placement rule       plan/emits_rule.rs, plan/placement.rs
+//!   physical plan (EMITS operator)                     exec/planner.rs, exec/emits.rs
+//!   StatementStream: lease, run, release, record       exec/stream.rs → core/state.rs
+//!   UDF adapters run kernels on pinned instances       udf/scalar.rs, udf/call.rs
+//!     → accelsql_udf_runtime (CPU/GPU kernels, script workers)
+//! ```
 
-mod builtins;
-mod distribute;
-mod emits;
-mod engine;
-mod error;
-mod exasol;
-mod files;
-mod functions;
-mod import;
-mod node_rows;
-mod options;
-mod params;
-mod placement;
-mod remote;
-mod repeated;
-mod restricted;
-mod script;
-mod session;
-pub mod splitter;
-mod statement;
-mod stream;
-mod system;
+mod catalog;
+mod core;
+mod exec;
+mod front;
+mod plan;
 pub mod testing;
 pub mod udf;
 
@@ -38,17 +58,20 @@ pub use accelsql_gpu_scheduler::SchedulerConfig;
 pub use accelsql_udf_runtime as udf_runtime;
 pub use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
 pub use datafusion;
-pub use distribute::PlanDistributor;
-pub use engine::{Engine, EngineOptions, NodeIdentity, RECENT_CALLS, UdfCallRecord};
-pub use error::{EngineError, Result};
-pub use node_rows::{NodeRowsParts, node_rows_parts};
-pub use options::{AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy};
-pub use placement::{Placement, PlacementDecision};
-pub use remote::{
+
+pub use crate::catalog::node_rows::{NodeRowsParts, node_rows_parts};
+pub use crate::core::calls::{Placement, PlacementDecision, RECENT_CALLS, UdfCallRecord};
+pub use crate::core::distribute::PlanDistributor;
+pub use crate::core::engine_options::{EngineOptions, NodeIdentity};
+pub use crate::core::error::{EngineError, Result};
+pub use crate::core::options::{AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy};
+pub use crate::exec::remote::{
     NodeLease, UdfCallParts, encode_aggregate_placement, encode_placement, udf_call_parts,
 };
-pub use session::Session;
-pub use udf::{
+pub use crate::front::engine::Engine;
+pub use crate::front::session::Session;
+pub use crate::front::splitter;
+pub use crate::udf::{
     InputType, Inputs, Output, RunChunk, RunInput, ScalarKernel, ScalarUdf, ScalarUdfBuilder,
     SetKernel, SetUdf, SetUdfBuilder,
 };

@@ -20,7 +20,8 @@ use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::session_state::SessionState;
 use datafusion::prelude::SessionContext;
 
-use crate::{EngineError, restricted_err};
+use crate::core::error::EngineError;
+use crate::restricted_err;
 
 /// Returns `ctx` with its catalogs wrapped in DataFusion's dynamic file catalog, so that a table
 /// name no catalog knows is tried as a file, directory or glob. Done once, when the session is

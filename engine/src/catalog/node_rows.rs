@@ -9,26 +9,32 @@
 use std::fmt;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use datafusion::arrow::array::{RecordBatch, UInt32Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{Session as CatalogSession, TableProvider};
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::TryStreamExt;
 
-use crate::system::{NodeTable, Rows, node_table};
-use crate::{Engine, EngineError, Result};
+use super::node_tables::{NodeTable, Rows, node_table};
+use crate::core::EngineState;
+use crate::core::error::{EngineError, Result};
 
 /// Scans a per-node system table: each node number its input yields becomes that node's rows,
 /// produced by the engine of the process that runs it when it is that node.
 pub(crate) struct NodeRowsExec {
     table: &'static NodeTable,
-    engine: Engine,
+    engine: Arc<EngineState>,
     projection: Option<Vec<usize>>,
     schema: SchemaRef,
     /// The engine that planned the scan (`udf_calls` shows its statements' calls).
@@ -69,7 +75,7 @@ impl NodeRowsExec {
     /// The scan of `table` over `nodes` nodes.
     pub(crate) fn try_new(
         table: &'static NodeTable,
-        engine: Engine,
+        engine: Arc<EngineState>,
         projection: Option<Vec<usize>>,
         nodes: usize,
         client: u64,
@@ -80,7 +86,7 @@ impl NodeRowsExec {
     /// The scan of `table` whose node numbers come from `nodes`.
     fn over(
         table: &'static NodeTable,
-        engine: Engine,
+        engine: Arc<EngineState>,
         projection: Option<Vec<usize>>,
         client: u64,
         nodes: Arc<dyn ExecutionPlan>,
@@ -118,7 +124,7 @@ impl NodeRowsExec {
 /// This process's rows of `table` for the engine `client`, projected.
 fn rows_here(
     table: &NodeTable,
-    engine: &Engine,
+    engine: &EngineState,
     projection: Option<&[usize]>,
     client: u64,
 ) -> DfResult<RecordBatch> {
@@ -189,7 +195,7 @@ impl ExecutionPlan for NodeRowsExec {
         })?;
         Ok(Arc::new(Self::over(
             self.table,
-            self.engine.clone(),
+            Arc::clone(&self.engine),
             self.projection.clone(),
             self.client,
             nodes,
@@ -204,8 +210,8 @@ impl ExecutionPlan for NodeRowsExec {
         // A node's number yields its rows where that node runs it. Elsewhere (a lost node's
         // partition that Ballista ran on another) it yields nothing: that node's rows are
         // missing rather than another's shown twice.
-        let me = u32::try_from(self.engine.inner.node.id).ok();
-        let (table, engine, client) = (self.table, self.engine.clone(), self.client);
+        let me = u32::try_from(self.engine.node.id).ok();
+        let (table, engine, client) = (self.table, Arc::clone(&self.engine), self.client);
         let projection = self.projection.clone();
         let numbers = self.nodes.execute(partition, context)?;
         let rows = numbers.try_filter_map(move |batch| {
@@ -227,8 +233,8 @@ impl ExecutionPlan for NodeRowsExec {
 }
 
 /// A per-node system table's scan taken apart to travel ([`node_rows_parts`]); its input (the
-/// node numbers) travels as a plan of its own. [`Engine::node_rows_exec`] puts it together
-/// again.
+/// node numbers) travels as a plan of its own. [`Engine::node_rows_exec`](crate::Engine::node_rows_exec)
+/// puts it together again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRowsParts {
     /// The table's qualified name.
@@ -249,26 +255,80 @@ pub fn node_rows_parts(plan: &dyn ExecutionPlan) -> Option<NodeRowsParts> {
     })
 }
 
-impl Engine {
-    /// The scan [`node_rows_parts`] took apart, over `nodes` (its input), producing this
-    /// process's rows.
-    pub fn node_rows_exec(
+/// The scan [`node_rows_parts`] took apart, over `nodes` (its input), producing the rows of
+/// the process whose engine state is `engine`.
+pub(crate) fn node_rows_exec(
+    engine: &Arc<EngineState>,
+    parts: NodeRowsParts,
+    nodes: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let table = node_table(&parts.table).ok_or_else(|| {
+        EngineError::Sql(DataFusionError::Internal(format!(
+            "{} is not a per-node system table",
+            parts.table
+        )))
+    })?;
+    Ok(Arc::new(NodeRowsExec::over(
+        table,
+        Arc::clone(engine),
+        parts.projection,
+        parts.client,
+        nodes,
+    )?))
+}
+
+/// The table of a [`NodeTable`]: on a cluster its scan has one partition per node.
+pub(crate) struct NodeTableProvider {
+    pub(crate) table: &'static NodeTable,
+    pub(crate) engine: Arc<EngineState>,
+}
+
+impl fmt::Debug for NodeTableProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeTableProvider")
+            .field("table", &self.table.name)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl TableProvider for NodeTableProvider {
+    fn schema(&self) -> SchemaRef {
+        (self.table.schema)()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
         &self,
-        parts: NodeRowsParts,
-        nodes: Arc<dyn ExecutionPlan>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let table = node_table(&parts.table).ok_or_else(|| {
-            EngineError::Sql(DataFusionError::Internal(format!(
-                "{} is not a per-node system table",
-                parts.table
-            )))
-        })?;
-        Ok(Arc::new(NodeRowsExec::over(
-            table,
-            self.clone(),
-            parts.projection,
-            parts.client,
-            nodes,
-        )?))
+        _state: &dyn CatalogSession,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let engine = &self.engine;
+        let nodes = Arc::new(NodeRowsExec::try_new(
+            self.table,
+            Arc::clone(engine),
+            projection.cloned(),
+            engine.distributor.as_ref().map_or(1, |_| engine.node.count),
+            engine.id,
+        )?);
+        if engine.distributor.is_none() {
+            return Ok(nodes);
+        }
+        // A cluster's client adds what ran in its own process, read now.
+        let schema = (self.table.schema)();
+        let own = RecordBatch::try_new(
+            Arc::clone(&schema),
+            (self.table.produce)(engine, Rows::Client)?,
+        )?;
+        if own.num_rows() == 0 {
+            return Ok(nodes);
+        }
+        let own = MemorySourceConfig::try_new_exec(&[vec![own]], schema, projection.cloned())?;
+        Ok(UnionExec::try_new(vec![nodes, own])?)
     }
 }

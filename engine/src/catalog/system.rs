@@ -1,34 +1,45 @@
 //! System tables, read fresh at each scan: Exasol's in schema `sys` (`EXA_METADATA`,
 //! `EXA_ALL_SCRIPTS`, `EXA_USER_SCRIPTS`, `EXA_ALL_CONNECTIONS`, `EXA_DBA_CONNECTIONS`, `DUAL`;
-//! reachable unqualified from any schema, see [`qualify_system_tables`]), and
-//! `accelsql.gpu_devices`, `accelsql.gpu_leases`, `accelsql.udf_calls`, `accelsql.scripts`.
+//! reachable unqualified from any schema: the front end's `system_tables` pass), and
+//! `accelsql.gpu_devices`, `accelsql.gpu_leases`, `accelsql.udf_calls` (see [`node_tables`]),
+//! `accelsql.scripts`.
+//!
+//! [`node_tables`]: super::node_tables
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{
-    ArrayRef, BooleanArray, Float64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
-    UInt32Array, UInt64Array,
-};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, TimestampMicrosecondArray, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::catalog::{MemorySchemaProvider, Session as CatalogSession, TableProvider};
 use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::union::UnionExec;
 use datafusion::prelude::SessionContext;
 
-use crate::script::ScriptEntry;
-use crate::{Engine, UdfCallRecord};
+use super::columns::{schema, strings};
+use super::node_rows::NodeTableProvider;
+use super::node_tables::NODE_TABLES;
+use super::scripts::ScriptCatalog;
+use crate::core::EngineState;
+use crate::core::names::exasol_name;
+use crate::udf::script::definition::{ScriptEntry, StoredOutput};
+use crate::udf::script::options::logical_line_starts;
 
-/// One row of `accelsql.gpu_leases`: state, lease id, statement, wait ms, hold ms.
-type LeaseRow = (String, Option<u64>, String, f64, Option<f64>);
+/// What a system table reads at scan time: the engine's state and its script catalog.
+#[derive(Debug, Clone)]
+pub(crate) struct SystemContext {
+    /// Devices, node, lease queue, call log.
+    pub(crate) state: Arc<EngineState>,
+    /// Scripts and connections.
+    pub(crate) scripts: Arc<ScriptCatalog>,
+}
 
-type Producer = dyn Fn(&Engine) -> DfResult<Vec<ArrayRef>> + Send + Sync;
+type Producer = dyn Fn(&SystemContext) -> DfResult<Vec<ArrayRef>> + Send + Sync;
 
 /// Makes a system table from its columns and producer.
 type TableMaker<'a> = dyn Fn(&[(&str, DataType)], Box<Producer>) -> Arc<SystemTable> + 'a;
@@ -36,7 +47,7 @@ type TableMaker<'a> = dyn Fn(&[(&str, DataType)], Box<Producer>) -> Arc<SystemTa
 /// A table whose rows are produced from the engine's state at scan time.
 struct SystemTable {
     schema: SchemaRef,
-    engine: Engine,
+    engine: SystemContext,
     produce: Box<Producer>,
 }
 
@@ -76,329 +87,6 @@ impl TableProvider for SystemTable {
     }
 }
 
-fn schema(fields: &[(&str, DataType)]) -> SchemaRef {
-    Arc::new(Schema::new(
-        fields
-            .iter()
-            .map(|(n, t)| Field::new(*n, t.clone(), true))
-            .collect::<Vec<_>>(),
-    ))
-}
-
-fn strings<I: IntoIterator<Item = Option<String>>>(values: I) -> ArrayRef {
-    Arc::new(values.into_iter().collect::<StringArray>())
-}
-
-fn millis(d: std::time::Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-/// A system table that answers for every node of a cluster: each node produces its own rows
-/// (see `node_rows.rs`), and a cluster's client adds those of its own process.
-pub(crate) struct NodeTable {
-    /// Its qualified name.
-    pub(crate) name: &'static str,
-    /// Its columns, `node` first.
-    pub(crate) schema: fn() -> SchemaRef,
-    /// The rows `Rows` names, as columns.
-    pub(crate) produce: fn(&Engine, Rows) -> DfResult<Vec<ArrayRef>>,
-}
-
-/// Whose rows a [`NodeTable`] produces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Rows {
-    /// This process's, as the node it is, for a scan that the engine `client` planned.
-    Node {
-        /// The planning engine (`EngineInner::id`).
-        client: u64,
-    },
-    /// A cluster client's own process's (its `node` column is NULL): what ran in the client.
-    Client,
-}
-
-/// `accelsql.gpu_devices`: one row per device of each node.
-static GPU_DEVICES: NodeTable = NodeTable {
-    name: "accelsql.gpu_devices",
-    schema: gpu_devices_schema,
-    produce: gpu_devices_columns,
-};
-
-/// `accelsql.gpu_leases`: each node's lease queue (holder, waiters, recently released).
-static GPU_LEASES: NodeTable = NodeTable {
-    name: "accelsql.gpu_leases",
-    schema: gpu_leases_schema,
-    produce: gpu_leases_columns,
-};
-
-/// `accelsql.udf_calls`: the recent calls of the statements this engine planned, one row per
-/// call and node that ran it.
-static UDF_CALLS: NodeTable = NodeTable {
-    name: "accelsql.udf_calls",
-    schema: udf_calls_schema,
-    produce: udf_calls_columns,
-};
-
-/// The system tables that answer for every node.
-static NODE_TABLES: [&NodeTable; 3] = [&GPU_DEVICES, &GPU_LEASES, &UDF_CALLS];
-
-/// The per-node system table named `name`.
-pub(crate) fn node_table(name: &str) -> Option<&'static NodeTable> {
-    NODE_TABLES.iter().copied().find(|t| t.name == name)
-}
-
-/// The `node` column of `n` rows: this node's number, or NULL for a cluster client's rows.
-fn node_column(engine: &Engine, rows: Rows, n: usize) -> ArrayRef {
-    let node = match rows {
-        Rows::Node { .. } => u32::try_from(engine.inner.node.id).ok(),
-        Rows::Client => None,
-    };
-    Arc::new(std::iter::repeat_n(node, n).collect::<UInt32Array>())
-}
-
-fn gpu_devices_schema() -> SchemaRef {
-    use DataType::{Boolean, Float64, UInt32, UInt64, Utf8};
-    schema(&[
-        ("node", UInt32),
-        ("index", UInt32),
-        ("uuid", Utf8),
-        ("name", Utf8),
-        ("memory_total", UInt64),
-        ("memory_free", UInt64),
-        ("utilization", UInt32),
-        ("memory_utilization", UInt32),
-        ("processes", UInt32),
-        ("temperature_c", UInt32),
-        ("power_w", Float64),
-        ("simulated", Boolean),
-    ])
-}
-
-fn gpu_devices_columns(engine: &Engine, rows: Rows) -> DfResult<Vec<ArrayRef>> {
-    // A cluster's devices are its nodes'; a client's own are not among them.
-    let d = match rows {
-        Rows::Node { .. } => engine
-            .inventory()
-            .devices()
-            .map_err(|e| crate::EngineError::from(e).into_datafusion())?,
-        Rows::Client => Vec::new(),
-    };
-    Ok(vec![
-        node_column(engine, rows, d.len()),
-        Arc::new(d.iter().map(|d| Some(d.index)).collect::<UInt32Array>()),
-        strings(d.iter().map(|d| Some(d.uuid.clone()))),
-        strings(d.iter().map(|d| Some(d.name.clone()))),
-        Arc::new(
-            d.iter()
-                .map(|d| Some(d.memory_total))
-                .collect::<UInt64Array>(),
-        ),
-        Arc::new(
-            d.iter()
-                .map(|d| Some(d.memory_free))
-                .collect::<UInt64Array>(),
-        ),
-        Arc::new(d.iter().map(|d| d.utilization).collect::<UInt32Array>()),
-        Arc::new(
-            d.iter()
-                .map(|d| d.memory_utilization)
-                .collect::<UInt32Array>(),
-        ),
-        Arc::new(d.iter().map(|d| d.processes).collect::<UInt32Array>()),
-        Arc::new(d.iter().map(|d| d.temperature_c).collect::<UInt32Array>()),
-        Arc::new(d.iter().map(|d| d.power_w).collect::<Float64Array>()),
-        Arc::new(
-            d.iter()
-                .map(|d| Some(d.simulated))
-                .collect::<BooleanArray>(),
-        ),
-    ])
-}
-
-fn gpu_leases_schema() -> SchemaRef {
-    use DataType::{Float64, UInt32, UInt64, Utf8};
-    schema(&[
-        ("node", UInt32),
-        ("state", Utf8),
-        ("lease_id", UInt64),
-        ("statement", Utf8),
-        ("wait_ms", Float64),
-        ("hold_ms", Float64),
-    ])
-}
-
-fn gpu_leases_columns(engine: &Engine, rows: Rows) -> DfResult<Vec<ArrayRef>> {
-    let snap = engine.lease_queue().snapshot();
-    let mut leases: Vec<LeaseRow> = Vec::new();
-    for r in &snap.recent {
-        leases.push((
-            "released".into(),
-            Some(r.lease_id),
-            r.statement.clone(),
-            millis(r.waited),
-            Some(millis(r.held)),
-        ));
-    }
-    if let Some(h) = &snap.holder {
-        leases.push((
-            "holding".into(),
-            Some(h.lease_id),
-            h.statement.clone(),
-            millis(h.waited),
-            Some(millis(h.held_for)),
-        ));
-    }
-    for w in &snap.waiting {
-        leases.push((
-            "waiting".into(),
-            None,
-            w.statement.clone(),
-            millis(w.waiting_for),
-            None,
-        ));
-    }
-    Ok(vec![
-        node_column(engine, rows, leases.len()),
-        strings(leases.iter().map(|r| Some(r.0.clone()))),
-        Arc::new(leases.iter().map(|r| r.1).collect::<UInt64Array>()),
-        strings(leases.iter().map(|r| Some(r.2.clone()))),
-        Arc::new(leases.iter().map(|r| Some(r.3)).collect::<Float64Array>()),
-        Arc::new(leases.iter().map(|r| r.4).collect::<Float64Array>()),
-    ])
-}
-
-fn udf_calls_schema() -> SchemaRef {
-    use DataType::{Float64, UInt32, UInt64, Utf8};
-    schema(&[
-        ("node", UInt32),
-        ("statement_id", UInt64),
-        ("call_id", UInt64),
-        ("block", UInt64),
-        ("udf", Utf8),
-        ("requested", Utf8),
-        ("placement", Utf8),
-        ("reason", Utf8),
-        ("devices", Utf8),
-        ("instances", UInt64),
-        ("rows_in", UInt64),
-        ("rows_out", UInt64),
-        ("elapsed_ms", Float64),
-        ("lease_wait_ms", Float64),
-        ("gpu_batches", UInt64),
-        ("cpu_fallback_batches", UInt64),
-        ("fallback_reason", Utf8),
-    ])
-}
-
-fn udf_calls_columns(engine: &Engine, rows: Rows) -> DfResult<Vec<ArrayRef>> {
-    // A node shows the calls it ran for the planning engine's statements; the planning
-    // process shows those it ran itself.
-    let c: Vec<_> = engine
-        .recent_calls()
-        .into_iter()
-        .filter(|r| match (rows, &r.run) {
-            (Rows::Node { client }, Some(run)) => run.client == client,
-            (Rows::Node { .. }, None) => r.node.is_some(),
-            (Rows::Client, run) => run.is_none() && r.node.is_none(),
-        })
-        .collect();
-    let list = |v: &[u32]| {
-        v.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let u64s = |f: &dyn Fn(&UdfCallRecord) -> u64| -> ArrayRef {
-        Arc::new(c.iter().map(|r| Some(f(r))).collect::<UInt64Array>())
-    };
-    Ok(vec![
-        node_column(engine, rows, c.len()),
-        u64s(&|r| r.statement_id),
-        u64s(&|r| r.decision.call_id as u64),
-        u64s(&|r| r.decision.block as u64),
-        strings(c.iter().map(|r| Some(r.decision.udf.clone()))),
-        strings(c.iter().map(|r| Some(r.decision.request.to_string()))),
-        strings(c.iter().map(|r| Some(r.decision.placement.to_string()))),
-        strings(c.iter().map(|r| Some(r.decision.reason.clone()))),
-        strings(c.iter().map(|r| Some(list(&r.devices)))),
-        u64s(&|r| r.instances as u64),
-        u64s(&|r| r.rows_in),
-        u64s(&|r| r.rows_out),
-        Arc::new(
-            c.iter()
-                .map(|r| Some(millis(r.elapsed)))
-                .collect::<Float64Array>(),
-        ),
-        Arc::new(
-            c.iter()
-                .map(|r| r.lease_wait.map(millis))
-                .collect::<Float64Array>(),
-        ),
-        u64s(&|r| r.gpu_batches),
-        u64s(&|r| r.cpu_fallback_batches),
-        strings(c.iter().map(|r| r.fallback_reason.clone())),
-    ])
-}
-
-/// The table of a [`NodeTable`]: on a cluster its scan has one partition per node.
-struct NodeTableProvider {
-    table: &'static NodeTable,
-    engine: Engine,
-}
-
-impl fmt::Debug for NodeTableProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NodeTableProvider")
-            .field("table", &self.table.name)
-            .finish()
-    }
-}
-
-#[async_trait]
-impl TableProvider for NodeTableProvider {
-    fn schema(&self) -> SchemaRef {
-        (self.table.schema)()
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::View
-    }
-
-    async fn scan(
-        &self,
-        _state: &dyn CatalogSession,
-        projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let engine = &self.engine;
-        let nodes = Arc::new(crate::node_rows::NodeRowsExec::try_new(
-            self.table,
-            engine.clone(),
-            projection.cloned(),
-            engine
-                .inner
-                .distributor
-                .as_ref()
-                .map_or(1, |_| engine.inner.node.count),
-            engine.inner.id,
-        )?);
-        if engine.inner.distributor.is_none() {
-            return Ok(nodes);
-        }
-        // A cluster's client adds what ran in its own process, read now.
-        let schema = (self.table.schema)();
-        let own = RecordBatch::try_new(
-            Arc::clone(&schema),
-            (self.table.produce)(engine, Rows::Client)?,
-        )?;
-        if own.num_rows() == 0 {
-            return Ok(nodes);
-        }
-        let own = MemorySourceConfig::try_new_exec(&[vec![own]], schema, projection.cloned())?;
-        Ok(UnionExec::try_new(vec![nodes, own])?)
-    }
-}
-
 /// Exasol's system schema, where its system tables and `DUAL` live.
 pub(crate) const SYSTEM_SCHEMA: &str = "sys";
 
@@ -411,16 +99,6 @@ pub(crate) const SYSTEM_TABLES: [&str; 6] = [
     "exa_dba_connections",
     "dual",
 ];
-
-/// A name as Exasol shows a name it folded: accelsql keeps unquoted names in lower case, so an
-/// all-lower-case name is shown in upper case, any other as it is.
-pub(crate) fn exasol_name(name: &str) -> String {
-    if name.chars().any(|c| c.is_uppercase()) {
-        name.to_string()
-    } else {
-        name.to_uppercase()
-    }
-}
 
 /// Registers Exasol's script and connection views and `DUAL` in [`SYSTEM_SCHEMA`].
 fn register_exasol_views(
@@ -450,7 +128,7 @@ fn register_exasol_views(
         let restricted = Arc::clone(restricted);
         Box::new(move |engine| {
             let restricted = restricted.load(Ordering::Acquire);
-            let scripts = engine.inner.scripts.entries();
+            let scripts = engine.scripts.entries();
             let column =
                 |f: &dyn Fn(&ScriptEntry) -> Option<String>| strings(scripts.iter().map(|e| f(e)));
             let mut columns = vec![
@@ -470,7 +148,7 @@ fn register_exasol_views(
                 column(&|e| {
                     Some(
                         match e.output {
-                            crate::script::StoredOutput::Returns(_) => "RETURNS",
+                            StoredOutput::Returns(_) => "RETURNS",
                             _ => "EMITS",
                         }
                         .to_string(),
@@ -496,7 +174,7 @@ fn register_exasol_views(
         let restricted = Arc::clone(restricted);
         Box::new(move |engine| {
             let hidden = restricted.load(Ordering::Acquire);
-            let all = engine.inner.scripts.connections();
+            let all = engine.scripts.connections();
             let mut columns = vec![strings(all.iter().map(|c| Some(c.name.clone())))];
             if dba {
                 columns.push(strings(
@@ -558,7 +236,7 @@ fn shown_text(text: &str, restricted: bool) -> String {
     if !restricted {
         return text.to_string();
     }
-    let starts = crate::script::logical_line_starts(text);
+    let starts = logical_line_starts(text);
     text.split('\n')
         .enumerate()
         .map(|(i, line)| {
@@ -598,57 +276,13 @@ fn shown_options(text: &str, restricted: bool) -> String {
 /// Who owns every script and connection: accelsql has no users yet.
 const SCRIPT_OWNER: &str = "SYS";
 
-/// Rewrites unqualified references to [`SYSTEM_TABLES`] as `sys.<name>`, unless `has_table`
-/// says the current schema has a table of that name, so that Exasol's system tables and `DUAL`
-/// are found from any schema, as in Exasol.
-pub(crate) fn qualify_system_tables(
-    statement: &mut datafusion::sql::parser::Statement,
-    has_table: &dyn Fn(&str) -> bool,
-) {
-    use datafusion::sql::parser::Statement as DfStatement;
-    use datafusion::sql::sqlparser::ast::{
-        Ident, ObjectName, ObjectNamePart, VisitMut, VisitorMut,
-    };
-    use std::ops::ControlFlow;
-
-    struct Qualifier<'a> {
-        has_table: &'a dyn Fn(&str) -> bool,
-    }
-    impl VisitorMut for Qualifier<'_> {
-        type Break = ();
-        fn pre_visit_relation(&mut self, relation: &mut ObjectName) -> ControlFlow<()> {
-            if let [ObjectNamePart::Identifier(ident)] = relation.0.as_slice() {
-                let name = if ident.quote_style.is_some() {
-                    ident.value.clone()
-                } else {
-                    ident.value.to_ascii_lowercase()
-                };
-                if SYSTEM_TABLES.contains(&name.as_str()) && !(self.has_table)(&name) {
-                    *relation = ObjectName::from(vec![
-                        Ident::new(SYSTEM_SCHEMA),
-                        Ident::with_quote('"', name),
-                    ]);
-                }
-            }
-            ControlFlow::Continue(())
-        }
-    }
-    match statement {
-        DfStatement::Statement(inner) => {
-            let _ = inner.visit(&mut Qualifier { has_table });
-        }
-        DfStatement::Explain(explain) => qualify_system_tables(&mut explain.statement, has_table),
-        _ => {}
-    }
-}
-
 /// Registers the system tables in `ctx`.
 ///
 /// While `restricted` is set (a restricted session), script texts show `%env` values as `***`
 /// and the DBA connection view shows no addresses or users: they may hold secrets.
 pub(crate) fn register(
     ctx: &SessionContext,
-    engine: &Engine,
+    engine: &SystemContext,
     restricted: &Arc<AtomicBool>,
 ) -> DfResult<()> {
     if let Some(catalog) = ctx.catalog("datafusion") {
@@ -674,7 +308,7 @@ pub(crate) fn register(
                 ("param_description", Utf8),
             ],
             Box::new(|engine| {
-                let n = engine.devices().len();
+                let n = engine.state.devices.len();
                 let rows = [
                     (
                         "databaseProductVersion",
@@ -703,17 +337,17 @@ pub(crate) fn register(
                     ),
                     (
                         "acceleratorDeviceBackend",
-                        engine.inventory().backend_name().to_string(),
+                        engine.state.inventory.backend_name().to_string(),
                         "where devices come from: nvml or simulated",
                     ),
                     (
                         "nodeCount",
-                        engine.inner.node.count.to_string(),
+                        engine.state.node.count.to_string(),
                         "number of nodes (nproc())",
                     ),
                     (
                         "nodeId",
-                        engine.inner.node.id.to_string(),
+                        engine.state.node.id.to_string(),
                         "this node's number (iproc())",
                     ),
                 ];
@@ -731,7 +365,7 @@ pub(crate) fn register(
             table.name,
             Arc::new(NodeTableProvider {
                 table,
-                engine: engine.clone(),
+                engine: Arc::clone(&engine.state),
             }),
         )?;
     }
@@ -753,7 +387,7 @@ pub(crate) fn register(
                 let restricted = Arc::clone(restricted);
                 move |engine| {
                     let restricted = restricted.load(Ordering::Acquire);
-                    let scripts = engine.inner.scripts.entries();
+                    let scripts = engine.scripts.entries();
                     let column = |f: &dyn Fn(&ScriptEntry) -> String| {
                         strings(scripts.iter().map(|e| Some(f(e))))
                     };

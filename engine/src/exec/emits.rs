@@ -29,7 +29,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
-use crate::EngineError;
+use crate::core::error::EngineError;
 use crate::udf::{InputType, PlacedCall, RunChunk, RunInput, SetUdf, on_instance};
 
 /// The physical operator of one EMITS call.

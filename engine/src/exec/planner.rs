@@ -11,8 +11,8 @@ use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
-use super::exec::{CallSpec, UdfCallExec};
-use super::node::UdfCallNode;
+use super::emits::{CallSpec, UdfCallExec};
+use crate::plan::emits_node::UdfCallNode;
 
 /// DataFusion's physical planner, knowing `UdfCall`.
 #[derive(Debug, Default)]

@@ -2,12 +2,11 @@
 //! what travels with a placed call, how a node rebuilds it with its own UDF, and the node lease
 //! a task takes for the GPU-placed calls in its plan.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use accelsql_gpu_scheduler::{Lease, LeaseRequest};
+use accelsql_gpu_scheduler::LeaseRequest;
 use accelsql_udf_runtime::{AcceleratorRequest, StatementInfo};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -17,12 +16,17 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use serde::{Deserialize, Serialize};
 
-use crate::emits::{CallSpec, UdfCallExec};
-use crate::placement::{CallStats, Placement, PlacementDecision};
-use crate::script::{ScriptOrigin, ScriptUdf};
-use crate::statement::LeaseDevices;
-use crate::udf::{AccelAggregateUdf, AccelScalarUdf, PlacedCall, as_accel_aggregate, as_accel_udf};
-use crate::{Engine, EngineError, Result, UdfCallRecord};
+use super::emits::{CallSpec, UdfCallExec};
+use super::stream::call_record;
+use crate::core::EngineState;
+use crate::core::calls::{NodeRun, Placement, PlacementDecision, UdfCallRecord};
+use crate::core::error::{EngineError, Result};
+use crate::core::node_leases::SharedLease;
+use crate::udf::call::{CallStats, LeaseDevices, PlacedCall};
+use crate::udf::registry::UdfRegistry;
+use crate::udf::script::origin::ScriptOrigin;
+use crate::udf::script::udf::ScriptUdf;
+use crate::udf::{AccelAggregateUdf, AccelScalarUdf, as_accel_aggregate, as_accel_udf};
 
 /// What starts an encoded placement (and tells it from other encodings).
 const MAGIC: &[u8] = b"accelsql-placement-v1\n";
@@ -109,7 +113,8 @@ fn wire_bytes(call: &PlacedCall, origin: Option<&Arc<ScriptOrigin>>) -> Option<V
 
 /// An EMITS call's operator (`UdfCallExec`) taken apart to travel: its function and placement
 /// (as [`encode_placement`] writes them) and its expressions, which the caller encodes (they
-/// refer to the operator's input). [`Engine::udf_call_exec`] puts it together again.
+/// refer to the operator's input). [`Engine::udf_call_exec`](crate::Engine::udf_call_exec) puts
+/// it together again.
 #[derive(Debug, Clone)]
 pub struct UdfCallParts {
     /// The function's name.
@@ -182,50 +187,30 @@ pub struct NodeLease {
     waited: Option<Duration>,
 }
 
-/// One statement's lease on this node, shared by its tasks here.
-#[derive(Debug, Default)]
-pub(crate) struct SharedLease {
-    lease: tokio::sync::OnceCell<Lease>,
+/// A cluster node's side of placed calls: its engine's state and UDFs, which the calls that
+/// arrive with a task's plan run on. [`Engine`](crate::Engine)'s methods of the same names
+/// (`decode_placed_udf`, `lease_for_plan`, …) are the public face of these, and say more.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeSide<'a> {
+    /// The node's engine state (devices, lease queue, node number, call log).
+    pub(crate) state: &'a EngineState,
+    /// The node's registered UDFs.
+    pub(crate) udfs: &'a UdfRegistry,
 }
 
-/// The statements' leases on this node, by statement key; an entry lives while a task holds it.
-#[derive(Debug, Default)]
-pub(crate) struct NodeLeases(Mutex<HashMap<String, Weak<SharedLease>>>);
-
-impl NodeLeases {
-    /// The lease of `key`'s statement, shared with its other tasks here (new if none holds one).
-    fn share(&self, key: &str) -> Arc<SharedLease> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(shared) = map.get(key).and_then(Weak::upgrade) {
-            return shared;
-        }
-        map.retain(|_, lease| lease.strong_count() > 0);
-        let shared = Arc::new(SharedLease::default());
-        map.insert(key.to_string(), Arc::downgrade(&shared));
-        shared
-    }
-}
-
-impl Engine {
-    /// This node's copy of a placed call that arrived as `bytes` (from [`encode_placement`]):
-    /// the script it carries, or the UDF registered here under `name`, placed as the client
-    /// decided, on this node's devices once [`lease_for_plan`](Self::lease_for_plan) gives
-    /// them. `Ok(None)` when the bytes are not a placement or no UDF of that name is registered
-    /// here.
-    pub fn decode_placed_udf(&self, name: &str, bytes: &[u8]) -> Result<Option<ScalarUDF>> {
+impl NodeSide<'_> {
+    /// This node's copy of a placed call that arrived as `bytes` (from [`encode_placement`]).
+    pub(crate) fn decode_placed_udf(&self, name: &str, bytes: &[u8]) -> Result<Option<ScalarUDF>> {
         let Some((wire, script)) = self.read_wire(name, bytes)? else {
             return Ok(None);
         };
         let def = match script {
             Some(ScriptUdf::Scalar(def)) => Arc::new(def),
             Some(ScriptUdf::Set(_)) => return Err(damaged(name, "a SET script in a scalar call")),
-            None => {
-                let registry = self.inner.udfs.read().unwrap_or_else(|e| e.into_inner());
-                match registry.scalar.iter().find(|u| u.name() == name) {
-                    Some(def) => Arc::clone(def),
-                    None => return Ok(None),
-                }
-            }
+            None => match self.udfs.scalar(name) {
+                Some(def) => def,
+                None => return Ok(None),
+            },
         };
         Ok(Some(ScalarUDF::new_from_impl(
             AccelScalarUdf::new(def).placed(self.wire_call(wire)),
@@ -234,7 +219,11 @@ impl Engine {
 
     /// [`decode_placed_udf`](Self::decode_placed_udf) for a SET RETURNS call (from
     /// [`encode_aggregate_placement`]).
-    pub fn decode_placed_udaf(&self, name: &str, bytes: &[u8]) -> Result<Option<AggregateUDF>> {
+    pub(crate) fn decode_placed_udaf(
+        &self,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<Option<AggregateUDF>> {
         let Some((wire, script)) = self.read_wire(name, bytes)? else {
             return Ok(None);
         };
@@ -243,22 +232,18 @@ impl Engine {
             Some(ScriptUdf::Scalar(_)) => {
                 return Err(damaged(name, "a scalar script in an aggregate call"));
             }
-            None => {
-                let registry = self.inner.udfs.read().unwrap_or_else(|e| e.into_inner());
-                match registry.set.iter().find(|u| u.name() == name) {
-                    Some(def) => Arc::clone(def),
-                    None => return Ok(None),
-                }
-            }
+            None => match self.udfs.set(name) {
+                Some(def) => def,
+                None => return Ok(None),
+            },
         };
         Ok(Some(AggregateUDF::new_from_impl(
             AccelAggregateUdf::new(def)?.placed(self.wire_call(wire)),
         )))
     }
 
-    /// The EMITS call's operator that `parts` describe, over `input`, on this node: the script
-    /// the call carries, or the SET/EMITS UDF registered here under its name.
-    pub fn udf_call_exec(
+    /// The EMITS call's operator that `parts` describe, over `input`, on this node.
+    pub(crate) fn udf_call_exec(
         &self,
         parts: UdfCallParts,
         input: Arc<dyn ExecutionPlan>,
@@ -272,21 +257,18 @@ impl Engine {
             Some(ScriptUdf::Scalar(_)) => {
                 return Err(damaged(name, "a RETURNS script in an EMITS call"));
             }
-            None => {
-                let registry = self.inner.udfs.read().unwrap_or_else(|e| e.into_inner());
-                match registry.set.iter().find(|u| u.name() == name) {
-                    Some(def) => Arc::clone(def),
-                    None => {
-                        return Err(EngineError::Sql(
-                            datafusion::error::DataFusionError::Execution(format!(
-                                "[42883] the function {name} is not known to node {}: register \
+            None => match self.udfs.set(name) {
+                Some(def) => def,
+                None => {
+                    return Err(EngineError::Sql(
+                        datafusion::error::DataFusionError::Execution(format!(
+                            "[42883] the function {name} is not known to node {}: register \
                                  it on every node of the cluster (NodeOptions::configure)",
-                                self.inner.node.id
-                            )),
-                        ));
-                    }
+                            self.state.node.id
+                        )),
+                    ));
                 }
-            }
+            },
         };
         let spec = CallSpec {
             def,
@@ -313,7 +295,7 @@ impl Engine {
         let script = match wire.script.take() {
             Some(value) => {
                 let origin = ScriptOrigin::from_json(value).map_err(|e| damaged(name, e))?;
-                Some(Arc::new(origin).rebuild(self.inner.node.count)?)
+                Some(Arc::new(origin).rebuild(self.state.node.count)?)
             }
             None => None,
         };
@@ -336,7 +318,7 @@ impl Engine {
                 reason: wire.reason,
             },
             devices: Arc::new(LeaseDevices::new()),
-            node_id: self.inner.node.id,
+            node_id: self.state.node.id,
             instances: wire.instances.max(1),
             pool: OnceLock::new(),
             statement: StatementInfo {
@@ -350,14 +332,9 @@ impl Engine {
         })
     }
 
-    /// Gives the GPU-placed calls of a task's `plan` this node's devices: waits (in FIFO order,
-    /// as statements do on one node) for the node lease of the task's statement (`statement`:
-    /// a key unique to it, such as its cluster job's id) and hands its devices to them. Every
-    /// task of one statement on this node shares that lease — they run side by side, on the
-    /// same devices — and it is held until the last of their guards is dropped. A plan without
-    /// GPU-placed calls takes nothing. On a node without GPUs, a required call fails with
-    /// 22069 naming the node, and optional ones run on the CPU.
-    pub async fn lease_for_plan(
+    /// Gives the GPU-placed calls of a task's `plan` this node's devices, under the node lease
+    /// of the task's statement (shared by its tasks here).
+    pub(crate) async fn lease_for_plan(
         &self,
         plan: &Arc<dyn ExecutionPlan>,
         statement: &str,
@@ -373,7 +350,7 @@ impl Engine {
                 waited: None,
             });
         }
-        if self.devices().is_empty() {
+        if self.state.devices.is_empty() {
             if let Some(required) = calls
                 .iter()
                 .find(|c| c.decision.request == AcceleratorRequest::Required)
@@ -382,7 +359,7 @@ impl Engine {
                     requested: AcceleratorRequest::Required,
                     detail: format!(
                         "node {} of the cluster has no GPU for {}()",
-                        self.inner.node.id, required.decision.udf
+                        self.state.node.id, required.decision.udf
                     ),
                 });
             }
@@ -395,12 +372,12 @@ impl Engine {
             });
         }
         let started = Instant::now();
-        let shared = self.inner.node_leases.share(statement);
+        let shared = self.state.node_leases.share(statement);
         let lease = shared
             .lease
             .get_or_try_init(|| {
-                let request = LeaseRequest::new(label).timeout_opt(self.inner.default_wait_timeout);
-                self.lease_queue().acquire(request)
+                let request = LeaseRequest::new(label).timeout_opt(self.state.default_wait_timeout);
+                self.state.queue.acquire(request)
             })
             .await?;
         for call in &calls {
@@ -412,12 +389,14 @@ impl Engine {
         })
     }
 
-    /// Records in `accelsql.udf_calls` what the placed calls of a task's `plan` have done on
-    /// this node so far, for the job `job` (Ballista's job id); call it when the task ends. The
-    /// job's tasks here make one row per call: a copy of a call that several tasks share is
-    /// counted once, by its latest reading.
-    pub fn record_task_calls(&self, plan: &Arc<dyn ExecutionPlan>, job: &str, lease: &NodeLease) {
-        let node = self.inner.node.id;
+    /// Records what the placed calls of a task's `plan` have done on this node so far.
+    pub(crate) fn record_task_calls(
+        &self,
+        plan: &Arc<dyn ExecutionPlan>,
+        job: &str,
+        lease: &NodeLease,
+    ) {
+        let node = self.state.node.id;
         let records = placed_calls(plan)
             .iter()
             .map(|call| {
@@ -432,7 +411,7 @@ impl Engine {
                     decision.reason =
                         format!("optional; node {node} has no GPU, so it ran on the CPU");
                 }
-                let copy = crate::stream::call_record(call, decision, &devices, lease.waited);
+                let copy = call_record(call, decision, &devices, lease.waited);
                 UdfCallRecord {
                     node: Some(node),
                     run: Some(NodeRun {
@@ -444,57 +423,7 @@ impl Engine {
                 }
             })
             .collect::<Vec<UdfCallRecord>>();
-        self.record_calls(records);
-    }
-}
-
-/// Where a call recorded on a cluster's node came from, and what each copy of it did there.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct NodeRun {
-    /// The engine that placed the call.
-    pub(crate) client: u64,
-    /// The cluster job whose tasks ran it here.
-    job: String,
-    /// Each copy of the call decoded here, with its latest reading.
-    copies: Vec<(u64, UdfCallRecord)>,
-}
-
-impl NodeRun {
-    /// Whether `other` is a record of the same statement's run on this node.
-    pub(crate) fn same_call(&self, other: &NodeRun) -> bool {
-        self.client == other.client && self.job == other.job
-    }
-}
-
-impl UdfCallRecord {
-    /// Takes in a later reading of the same call on this node (see
-    /// [`Engine::record_task_calls`]): a copy's reading replaces its earlier one, and the
-    /// record shows the sum over the copies.
-    pub(crate) fn absorb(&mut self, later: UdfCallRecord) {
-        let (Some(run), Some(later)) = (&mut self.run, later.run) else {
-            return;
-        };
-        for (copy, reading) in later.copies {
-            match run.copies.iter_mut().find(|(c, _)| *c == copy) {
-                Some(known) => known.1 = reading,
-                None => run.copies.push((copy, reading)),
-            }
-        }
-        let copies = || run.copies.iter().map(|(_, r)| r);
-        let mut devices: Vec<u32> = copies().flat_map(|r| r.devices.iter().copied()).collect();
-        devices.sort_unstable();
-        devices.dedup();
-        self.devices = devices;
-        self.instances = copies().map(|r| r.instances).sum();
-        self.rows_in = copies().map(|r| r.rows_in).sum();
-        self.rows_out = copies().map(|r| r.rows_out).sum();
-        self.elapsed = copies().map(|r| r.elapsed).sum();
-        self.lease_wait = copies().filter_map(|r| r.lease_wait).max();
-        self.gpu_batches = copies().map(|r| r.gpu_batches).sum();
-        self.cpu_fallback_batches = copies().map(|r| r.cpu_fallback_batches).sum();
-        self.fallback_reason = copies()
-            .filter_map(|r| r.fallback_reason.clone())
-            .next_back();
+        self.state.record_calls(records);
     }
 }
 
@@ -547,6 +476,8 @@ fn placed_calls(plan: &Arc<dyn ExecutionPlan>) -> Vec<Arc<PlacedCall>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::engine_options::EngineOptions;
+    use crate::core::node_leases::NodeLeases;
 
     #[test]
     fn a_statements_tasks_share_one_lease_until_the_last_lets_go() {
@@ -573,7 +504,7 @@ mod tests {
         call.stats
             .rows_in
             .store(rows, std::sync::atomic::Ordering::Relaxed);
-        let mut record = crate::stream::call_record(&call, call.decision.clone(), &[], None);
+        let mut record = call_record(&call, call.decision.clone(), &[], None);
         record.devices = devices;
         record.instances = 1;
         record.node = Some(1);
@@ -587,7 +518,7 @@ mod tests {
 
     #[test]
     fn a_jobs_tasks_on_a_node_make_one_record_counting_each_copy_once() {
-        let engine = Engine::new().unwrap();
+        let engine = EngineState::new(&EngineOptions::default()).unwrap();
         // Two tasks share copy 1 (the second reads its totals again, later); task 3 has copy 2.
         engine.record_calls(vec![reading("job-1", 1, 100, vec![0])]);
         engine.record_calls(vec![reading("job-1", 1, 250, vec![0])]);

@@ -17,12 +17,15 @@ use datafusion::physical_plan::{ExecutionPlan, execute_stream};
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 
-use crate::engine::{Engine, UdfCallRecord};
-use crate::options::OptionalGpuWhenBusy;
-use crate::placement::{Placement, PlacementDecision};
-use crate::statement::StatementScope;
-use crate::udf::PlacedCall;
 use accelsql_udf_runtime::AcceleratorRequest;
+
+use crate::core::EngineState;
+use crate::core::calls::{Placement, PlacementDecision, UdfCallRecord};
+use crate::core::error::EngineError;
+use crate::core::options::OptionalGpuWhenBusy;
+use crate::plan::statement::StatementScope;
+use crate::udf::call::PlacedCall;
+use crate::udf::script::udf::finish_workers;
 
 /// Drives `inner` in a task of its own and forwards its batches: the statement's consumer then
 /// only awaits a channel, so it can cancel (drop the stream) even while a UDF blocks inside the
@@ -53,8 +56,7 @@ fn run_off_thread(
     builder.spawn(async move {
         let mut inner = inner;
         let mut lease = lease;
-        let held_too_long =
-            |limit| crate::EngineError::LeaseHeldTooLong { limit }.into_datafusion();
+        let held_too_long = |limit| EngineError::LeaseHeldTooLong { limit }.into_datafusion();
         loop {
             let next = match deadline {
                 None => inner.next().await,
@@ -91,7 +93,7 @@ fn run_off_thread(
                 return Ok(()); // the consumer is gone
             }
         }
-        let finished = crate::script::finish_workers(&scope.processes);
+        let finished = finish_workers(&scope.processes);
         // The lease goes before the stream ends (the sender goes with this task), so a
         // statement read to its end holds nothing either.
         drop(inner);
@@ -123,7 +125,7 @@ pub(crate) struct StatementStream {
     schema: SchemaRef,
     state: State,
     scope: Arc<StatementScope>,
-    engine: Engine,
+    engine: Arc<EngineState>,
     recorded: bool,
     /// EXPLAIN ANALYZE: after the plan's rows, one row with each call's placement and counters.
     report_calls: bool,
@@ -132,15 +134,15 @@ pub(crate) struct StatementStream {
 impl StatementStream {
     /// Starts `plan`; when the statement needs the GPUs, only after the lease is granted.
     pub(crate) fn start(
-        engine: Engine,
+        engine: Arc<EngineState>,
         scope: Arc<StatementScope>,
         plan: Arc<dyn ExecutionPlan>,
         task: Arc<TaskContext>,
         wait_timeout: Option<Duration>,
     ) -> DfResult<Self> {
         let schema = plan.schema();
-        let queue = engine.lease_queue().clone();
-        let max_hold = engine.inner.max_lease_hold;
+        let queue = engine.queue.clone();
+        let max_hold = engine.max_lease_hold;
         let label: String = format!("{} {}", scope.id, scope.text)
             .chars()
             .take(80)
@@ -157,7 +159,7 @@ impl StatementStream {
             // lease sends them to the CPU.
             let lease = queue
                 .try_acquire(label)
-                .map_err(|e| crate::EngineError::from(e).into_datafusion())?;
+                .map_err(|e| EngineError::from(e).into_datafusion())?;
             match &lease {
                 Some(l) => {
                     *scope.lease_wait.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -265,9 +267,9 @@ impl StatementStream {
                     );
                 }
                 let mut record = call_record(call, decision, &devices, lease_wait);
-                record.node = match &self.engine.inner.distributor {
+                record.node = match &self.engine.distributor {
                     Some(_) => None,
-                    None => Some(self.engine.inner.node.id),
+                    None => Some(self.engine.node.id),
                 };
                 record
             })
@@ -347,9 +349,7 @@ impl Stream for StatementStream {
                         }
                         Poll::Ready(Err(e)) => {
                             this.finish();
-                            return Poll::Ready(Some(Err(
-                                crate::EngineError::from(e).into_datafusion()
-                            )));
+                            return Poll::Ready(Some(Err(EngineError::from(e).into_datafusion())));
                         }
                         Poll::Ready(Ok(lease)) => Some(lease),
                     };
@@ -368,7 +368,7 @@ impl Stream for StatementStream {
                                     inner,
                                     lease,
                                     Arc::clone(&this.scope),
-                                    this.engine.inner.max_lease_hold,
+                                    this.engine.max_lease_hold,
                                 ),
                             }
                         }

@@ -12,7 +12,8 @@ use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::datasource::MemTable;
 use datafusion::error::DataFusionError;
 
-use crate::{EngineError, Result, Session};
+use super::session::Session;
+use crate::core::error::{EngineError, Result};
 
 impl Session {
     /// Loads `batches` (of `schema`) into `table`: a new in-memory table when the name is free

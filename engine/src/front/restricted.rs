@@ -23,8 +23,9 @@ use std::time::Duration;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, Statement};
 
-use crate::options::AccelsqlOptions;
-use crate::{EngineError, Result, restricted_err};
+use crate::core::error::{EngineError, Result};
+use crate::core::options::AccelsqlOptions;
+use crate::restricted_err;
 
 /// Settings a restricted session may change freely: they change how statements are parsed or
 /// results look, never what a statement may use or touch.
@@ -108,7 +109,7 @@ pub(crate) fn check_setting(name: &str, value: Option<&str>, own: &AccelsqlOptio
             "accelsql.gpu_wait_timeout" => own.gpu_wait_timeout()?,
             _ => own.udf_timeout()?,
         };
-        let wanted = crate::options::parse_timeout(&name, value.trim())?;
+        let wanted = crate::core::options::parse_timeout(&name, value.trim())?;
         return match (wanted, current) {
             (Some(wanted), Some(current)) if wanted <= current => Ok(()),
             (Some(_), None) => Ok(()),

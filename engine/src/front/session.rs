@@ -1,5 +1,6 @@
-//! A [`Session`]: one connection's SQL front end. Splits statements, plans each with the
-//! placement rule, and runs it under the statement's GPU lease.
+//! A [`Session`]: one connection's SQL front end. Splits statements, runs accelsql's own
+//! statements (script DDL, Exasol's statements), rewrites the others with the front end's passes
+//! (`passes/`), plans each with the placement rule and runs it under the statement's GPU lease.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -17,31 +18,42 @@ use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{AggregateUDF, LogicalPlan, ScalarUDF};
 use datafusion::physical_plan::execute_stream;
 use datafusion::physical_plan::memory::MemoryStream;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParserBuilder, ResetStatement, Statement as DfStatement};
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 
-use crate::emits::{AccelQueryPlanner, EmitsRule, expand_emits_calls};
-use crate::exasol::case::{quoted_output_names, upper_case_names};
-use crate::exasol::schemas::{no_such_schema, schema_has_scripts};
-use crate::exasol::{
-    DEFAULT_SCHEMA, ExasolStatement, SchemaChange, SessionValues, map_exasol_functions,
-    parse_exasol_statement, rewrite_exasol_text, schema_change,
+use super::engine::Engine;
+use super::exasol::schemas::{
+    DEFAULT_SCHEMA, SchemaChange, no_such_schema, schema_change, schema_has_scripts,
 };
-use crate::options::{AccelsqlOptions, IdentifierCase};
-use crate::params::number_question_marks;
-use crate::placement::PlacementRule;
-use crate::repeated::{alias_repeated_select_items, restore_repeated_names};
-use crate::script::{NameScope, ScriptUdf, SessionScripts, is_script_ddl, resolve_script_calls};
-use crate::statement::StatementScope;
-use crate::stream::StatementStream;
+use super::exasol::statements::{ExasolStatement, parse_exasol_statement};
+use super::exasol::text::rewrite_exasol_text;
+use super::exasol::transfer::{SqlRunner, TransferContext};
+use super::passes::exasol_functions::SessionValues;
+use super::passes::script_calls::NameScope;
+use super::passes::{PassContext, rewrite_names};
+use super::restricted;
+use super::results::{empty_stream, with_schema};
+use super::scripts::ddl::is_script_ddl;
+use super::scripts::languages::SessionScripts;
+use super::splitter::split_statements;
+use crate::catalog::files::enable_url_tables;
+use crate::core::error::{EngineError, Result};
+use crate::core::names::exasol_name;
+use crate::core::options::{AccelsqlOptions, IdentifierCase};
+use crate::exec::planner::AccelQueryPlanner;
+use crate::exec::stream::StatementStream;
+use crate::plan::emits_rule::EmitsRule;
+use crate::plan::placement::PlacementRule;
+use crate::plan::statement::StatementScope;
+use crate::udf::node_functions::node_functions;
+use crate::udf::script::udf::ScriptUdf;
 use crate::udf::{
     AccelAggregateUdf, AccelScalarUdf, EmitsAggregate, EmitsScalar, InputType, Output, ScalarUdf,
     SetUdf, as_accel_udf, emits_of, emits_of_aggregate,
 };
-use crate::{Engine, EngineError, Result, definition_err, restricted_err};
+use crate::{definition_err, restricted_err};
 
 /// One connection: its own settings and tables, the engine's GPUs and UDFs.
 pub struct Session {
@@ -63,12 +75,20 @@ impl std::fmt::Debug for Session {
     }
 }
 
+impl Engine {
+    /// Opens a session (its own settings; the engine's GPUs and UDFs).
+    pub fn session(&self) -> Session {
+        Session::new(self.clone())
+    }
+}
+
 impl Session {
-    pub(crate) fn new(engine: Engine) -> Self {
+    fn new(engine: Engine) -> Self {
         let mut config = SessionConfig::new()
             .with_option_extension(AccelsqlOptions::default())
             .with_information_schema(true);
-        if let Some(distributor) = &engine.inner.distributor {
+        let shared = engine.state();
+        if let Some(distributor) = &shared.distributor {
             if let Some(partitions) = distributor.target_partitions() {
                 config = config.with_target_partitions(partitions);
             }
@@ -80,31 +100,28 @@ impl Session {
             .with_query_planner(Arc::new(AccelQueryPlanner))
             .build();
         let mut ctx = SessionContext::new_with_state(state);
-        let restricted = Arc::new(AtomicBool::new(engine.inner.restricted));
-        if engine.inner.url_tables {
-            ctx = crate::files::enable_url_tables(ctx, Arc::clone(&restricted));
+        let restricted = Arc::new(AtomicBool::new(shared.restricted));
+        if shared.url_tables {
+            ctx = enable_url_tables(ctx, Arc::clone(&restricted));
         }
         ctx.add_analyzer_rule(Arc::new(EmitsRule));
-        let node = engine.inner.node;
-        for f in crate::functions::node_functions(node.id as i64, node.count as i64) {
+        let node = shared.node;
+        for f in node_functions(node.id as i64, node.count as i64) {
             ctx.register_udf(f);
         }
-        let registry = engine
-            .inner
-            .udfs
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let registry = engine.udfs().snapshot();
         for def in registry.scalar {
             ctx.register_udf(ScalarUDF::new_from_impl(AccelScalarUdf::new(def)));
         }
         for def in registry.set {
             register_set_udf(&ctx, def);
         }
-        if let Err(e) = crate::system::register(&ctx, &engine, &restricted) {
+        if let Err(e) =
+            crate::catalog::system::register(&ctx, &engine.system_context(), &restricted)
+        {
             log::error!("system tables unavailable in this session: {e}");
         }
-        let scripts = SessionScripts::new(engine.next_session_id(), node.count);
+        let scripts = SessionScripts::new(shared.next_session_id(), node.count);
         scripts.set_builtins(function_names(&ctx));
         Self {
             engine,
@@ -166,11 +183,6 @@ impl Session {
         &self.engine
     }
 
-    /// The session's side of scripts (languages, current schema, registered functions).
-    pub(crate) fn scripts(&self) -> &SessionScripts {
-        &self.scripts
-    }
-
     /// Registers a scalar UDF in this session only (other sessions do not see it): the way an
     /// embedding language adds its own functions (the Python package's `register_udf`). The
     /// accelerator annotation and the placement rule apply as for engine UDFs; registering a name
@@ -181,18 +193,18 @@ impl Session {
         // Scripts created or dropped meanwhile first, so that the next sync keeps this UDF.
         self.sync_scripts();
         let name = udf.name().to_string();
-        let inner = &self.engine.inner;
-        let in_engine = {
-            let registry = inner.udfs.read().unwrap_or_else(|e| e.into_inner());
-            registry.scalar.iter().any(|u| u.name() == name)
-                || registry.set.iter().any(|u| u.name() == name)
-        };
-        if in_engine {
+        if self.engine.udfs().contains(&name) {
             return Err(definition_err!(
                 "a UDF named {name} is already registered in the engine"
             ));
         }
-        if inner.scripts.entries().iter().any(|e| e.name == name) {
+        if self
+            .engine
+            .scripts()
+            .entries()
+            .iter()
+            .any(|e| e.name == name)
+        {
             return Err(definition_err!(
                 "{name} is a script; drop it or pick another name"
             ));
@@ -269,7 +281,7 @@ impl Session {
         text: &str,
         params: &[ScalarValue],
     ) -> Result<SendableRecordBatchStream> {
-        let pieces = crate::splitter::split_statements(text);
+        let pieces = split_statements(text);
         if pieces.is_empty() {
             return Err(EngineError::Sql(DataFusionError::Plan(
                 "no SQL statement given".into(),
@@ -310,7 +322,7 @@ impl Session {
             let target = self.insert_target_columns(&text).await;
             let (text, extra) = self
                 .scripts
-                .rewrite_dynamic(&text, &self.engine.inner.scripts, target.as_deref())
+                .rewrite_dynamic(&text, self.engine.scripts(), target.as_deref())
                 .await?;
             let mut statements = self.parse(&text)?;
             let last = if is_last_piece {
@@ -373,16 +385,16 @@ impl Session {
     /// Runs one script statement (`CREATE … SCRIPT`, `DROP SCRIPT`, `ALTER SESSION SET
     /// SCRIPT_LANGUAGES`).
     fn run_script_ddl(&self, text: &str) -> Result<()> {
-        let inner = &self.engine.inner;
         // A script may share its name with a built-in function (its plain name stays the
         // built-in's), not with a Rust UDF of the engine.
-        let taken = |name: &str| {
-            let registry = inner.udfs.read().unwrap_or_else(|e| e.into_inner());
-            registry.scalar.iter().any(|u| u.name() == name)
-                || registry.set.iter().any(|u| u.name() == name)
-        };
-        self.scripts
-            .execute(text, &inner.scripts, inner.script_ddl, &taken)
+        let udfs = self.engine.udfs();
+        let taken = |name: &str| udfs.contains(name);
+        self.scripts.execute(
+            text,
+            self.engine.scripts(),
+            self.engine.state().script_ddl,
+            &taken,
+        )
     }
 
     /// Runs a statement of Exasol's that DataFusion does not know.
@@ -397,7 +409,16 @@ impl Session {
             ExasolStatement::CloseSchema => self.set_current_schema(DEFAULT_SCHEMA),
             // accelsql has no transactions: every statement takes effect when it succeeds.
             ExasolStatement::Transaction => {}
-            other => return crate::exasol::run_statement(self, other).await,
+            other => {
+                let cx = TransferContext {
+                    catalog: self.engine.scripts(),
+                    scripts: &self.scripts,
+                    state: self.engine.state(),
+                    udf_timeout: self.accelsql_options().udf_timeout()?,
+                    runner: self,
+                };
+                return super::exasol::run_statement(&cx, other).await;
+            }
         }
         empty_stream()
     }
@@ -414,7 +435,7 @@ impl Session {
         SessionValues {
             db_time_zone: "UTC".to_string(),
             session_time_zone: zone,
-            current_schema: crate::system::exasol_name(&self.current_schema()),
+            current_schema: exasol_name(&self.current_schema()),
         }
     }
 
@@ -455,7 +476,7 @@ impl Session {
             return Ok(());
         };
         for name in names {
-            let scripts = self.engine.inner.scripts.scripts_in(name);
+            let scripts = self.engine.scripts().scripts_in(name);
             if scripts.is_empty() {
                 continue;
             }
@@ -481,7 +502,7 @@ impl Session {
                 let current = self.current_schema();
                 for name in names {
                     if cascade {
-                        self.engine.inner.scripts.drop_schema_scripts(&name)?;
+                        self.engine.scripts().drop_schema_scripts(&name)?;
                     }
                     if name == current {
                         self.set_current_schema(DEFAULT_SCHEMA);
@@ -494,16 +515,13 @@ impl Session {
 
     /// Registers scripts created (or dropped) since the last statement, by any session.
     fn sync_scripts(&self) {
-        self.scripts.sync(
-            &self.ctx,
-            &self.engine.inner.scripts,
-            &|ctx, udf| match udf {
+        self.scripts
+            .sync(&self.ctx, self.engine.scripts(), &|ctx, udf| match udf {
                 ScriptUdf::Scalar(def) => {
                     ctx.register_udf(ScalarUDF::new_from_impl(AccelScalarUdf::new(Arc::new(def))))
                 }
                 ScriptUdf::Set(def) => register_set_udf(ctx, Arc::new(def)),
-            },
-        );
+            });
     }
 
     /// Parses `text` in the session's current SQL dialect.
@@ -531,8 +549,7 @@ impl Session {
         let name = name.to_string().to_ascii_lowercase();
         let key = name.strip_prefix("accelsql.")?.to_string();
         if self.is_restricted()
-            && let Err(e) =
-                crate::restricted::check_setting(&name, None, &AccelsqlOptions::default())
+            && let Err(e) = restricted::check_setting(&name, None, &AccelsqlOptions::default())
         {
             return Some(Err(e));
         }
@@ -549,7 +566,7 @@ impl Session {
     /// EMITS).
     async fn execute(
         &self,
-        mut statement: DfStatement,
+        statement: DfStatement,
         extra: &[ScriptUdf],
         params: &[ScalarValue],
     ) -> Result<SendableRecordBatchStream> {
@@ -569,54 +586,52 @@ impl Session {
                 }
             }
         }
-        // Before the front end's rewrites, which quote the names they write.
-        let quoted = quoted_output_names(&statement);
         let current = self.scripts.current_schema();
-        resolve_script_calls(
-            &mut statement,
-            &self.engine.inner.scripts.entries(),
-            &NameScope {
+        let scripts = self.engine.scripts().entries();
+        let values = self.session_values(&state);
+        let emits_udf = |name: &str| emits_udf(&state, name);
+        let has_table = |name: &str| self.ctx.table_exist(name).unwrap_or(false);
+        let passes = PassContext {
+            scripts: &scripts,
+            names: NameScope {
                 current: &current,
                 builtins: self.scripts.builtins(),
             },
-        )?;
-        let lookup = |name: &str| emits_udf(&state, name);
-        expand_emits_calls(&mut statement, &lookup)?;
-        map_exasol_functions(&mut statement, &self.session_values(&state));
-        alias_repeated_select_items(&mut statement);
-        crate::system::qualify_system_tables(&mut statement, &|name| {
-            self.ctx.table_exist(name).unwrap_or(false)
-        });
+            emits_udf: &emits_udf,
+            values: &values,
+            has_table: &has_table,
+        };
+        let mut rewritten = rewrite_names(statement, &passes)?;
         let own = state
             .config_options()
             .extensions
             .get::<AccelsqlOptions>()
             .cloned()
             .unwrap_or_default();
-        let id = self.engine.next_statement_id();
+        let engine = self.engine.state();
+        let id = engine.next_statement_id();
         self.last_statement.store(id, Ordering::Release);
         // On a cluster the calls are placed for the nodes' devices, not this process's.
-        let devices_present = self
-            .engine
-            .inner
+        let devices_present = engine
             .distributor
             .as_ref()
             .and_then(|d| d.devices_per_node())
-            .unwrap_or(self.engine.devices().len());
-        let mut scope = StatementScope::new(id, statement.to_string(), devices_present);
-        scope.node_id = self.engine.inner.node.id;
-        scope.client = self.engine.inner.id;
+            .unwrap_or(engine.devices.len());
+        let mut scope = StatementScope::new(id, rewritten.label.clone(), devices_present);
+        scope.node_id = engine.node.id;
+        scope.client = engine.id;
         scope.run_timeout = own.udf_timeout()?;
         scope.optional_when_busy = own.optional_gpu_when_busy;
         let scope = Arc::new(scope);
+        rewritten.bind(&passes)?;
+        let statement = rewritten.statement;
         state.add_analyzer_rule(Arc::new(PlacementRule::new(Arc::clone(&scope))));
-        number_question_marks(&mut statement)?;
         let schema_change = schema_change(&statement)
             .filter(|c| own.create_schema_opens || !matches!(c, SchemaChange::Create(_)));
-        let upper_case = (own.identifier_case == IdentifierCase::Upper).then_some(quoted);
+        let upper_case = own.identifier_case == IdentifierCase::Upper;
         let mut plan = state.statement_to_plan(statement).await?;
         if self.is_restricted() {
-            crate::restricted::check_plan(&plan, &own)?;
+            restricted::check_plan(&plan, &own)?;
         }
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;
@@ -655,9 +670,7 @@ impl Session {
             }
             _ => {}
         }
-        let wait_timeout = own
-            .gpu_wait_timeout()?
-            .or(self.engine.inner.default_wait_timeout);
+        let wait_timeout = own.gpu_wait_timeout()?.or(engine.default_wait_timeout);
         let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
         // Writes (INSERT into this session's tables, COPY TO) change this process's state:
         // they run here; queries go to the distributor, if any.
@@ -665,7 +678,7 @@ impl Session {
         let df = DataFrame::new(state, plan);
         let task = Arc::new(df.task_ctx());
         let mut physical = df.create_physical_plan().await?;
-        if let (Some(distributor), true) = (&self.engine.inner.distributor, distribute) {
+        if let (Some(distributor), true) = (&engine.distributor, distribute) {
             let distributed = distributor.distribute(Arc::clone(&physical), &task)?;
             if !Arc::ptr_eq(&distributed, &physical) {
                 scope.remote.store(true, Ordering::Release);
@@ -673,23 +686,16 @@ impl Session {
             physical = distributed;
         }
         let mut stream =
-            StatementStream::start(self.engine.clone(), scope, physical, task, wait_timeout)?;
+            StatementStream::start(Arc::clone(engine), scope, physical, task, wait_timeout)?;
         if is_analyze {
             stream = stream.with_call_report();
         }
-        let mut schema = stream.schema();
-        let mut renamed = false;
-        if let Some(restored) = restore_repeated_names(&schema) {
-            (schema, renamed) = (restored, true);
-        }
-        if let Some(upper) = upper_case.and_then(|quoted| upper_case_names(&schema, &quoted)) {
-            (schema, renamed) = (upper, true);
-        }
-        Ok(if renamed {
-            with_schema(Box::pin(stream), schema)
-        } else {
-            Box::pin(stream)
-        })
+        Ok(
+            match rewritten.output.rename(&stream.schema(), upper_case) {
+                Some(schema) => with_schema(Box::pin(stream), schema),
+                None => Box::pin(stream),
+            },
+        )
     }
 }
 
@@ -751,20 +757,6 @@ fn register_set_udf(ctx: &SessionContext, def: Arc<SetUdf>) {
     }
 }
 
-/// `stream` with its columns renamed to `schema`'s (same types, same order).
-fn with_schema(stream: SendableRecordBatchStream, schema: SchemaRef) -> SendableRecordBatchStream {
-    let out = Arc::clone(&schema);
-    Box::pin(RecordBatchStreamAdapter::new(
-        out,
-        stream.map(move |batch| {
-            batch.and_then(|b| {
-                RecordBatch::try_new(Arc::clone(&schema), b.columns().to_vec())
-                    .map_err(DataFusionError::from)
-            })
-        }),
-    ))
-}
-
 /// Every function name `ctx` has: DataFusion's, accelsql's built-ins, the engine's Rust UDFs.
 fn function_names(ctx: &SessionContext) -> std::collections::HashSet<String> {
     let state = ctx.state_ref();
@@ -776,12 +768,6 @@ fn function_names(ctx: &SessionContext) -> std::collections::HashSet<String> {
         .chain(state.window_functions().keys())
         .cloned()
         .collect()
-}
-
-/// The result of a statement without one.
-pub(crate) fn empty_stream() -> Result<SendableRecordBatchStream> {
-    let schema = Arc::new(datafusion::arrow::datatypes::Schema::empty());
-    Ok(Box::pin(MemoryStream::try_new(Vec::new(), schema, None)?))
 }
 
 fn placement_rows(schema: &SchemaRef, scope: &StatementScope) -> Result<RecordBatch> {
@@ -809,4 +795,25 @@ fn placement_rows(schema: &SchemaRef, scope: &StatementScope) -> Result<RecordBa
         })
         .collect();
     RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| EngineError::Sql(e.into()))
+}
+
+impl Session {
+    /// The session's accelsql settings.
+    pub(crate) fn accelsql_options(&self) -> AccelsqlOptions {
+        self.context()
+            .state_ref()
+            .read()
+            .config_options()
+            .extensions
+            .get::<AccelsqlOptions>()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait::async_trait]
+impl SqlRunner for Session {
+    async fn run_sql(&self, sql: &str) -> Result<SendableRecordBatchStream> {
+        Box::pin(self.sql_stream(sql)).await
+    }
 }

@@ -15,7 +15,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::AnalyzerRule;
 
-use super::node::{UdfCallNode, carried_name};
+use super::emits_node::{UdfCallNode, carried_name};
 use crate::emits_err;
 use crate::udf::{SetUdf, as_accel_aggregate, emits_of, emits_of_aggregate};
 

@@ -2,11 +2,8 @@
 //! first, then left to right); other required calls fail with 22069, optional ones fall back to
 //! the CPU. Decisions are recorded for EXPLAIN and `accelsql.udf_calls`.
 
-use std::collections::BTreeSet;
-use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use accelsql_udf_runtime::AcceleratorRequest;
 use datafusion::common::config::ConfigOptions;
@@ -16,104 +13,11 @@ use datafusion::logical_expr::expr::{AggregateFunction, ScalarFunction};
 use datafusion::logical_expr::{AggregateUDF, Expr, Extension, LogicalPlan, ScalarUDF};
 use datafusion::optimizer::AnalyzerRule;
 
-use crate::EngineError;
-use crate::emits::UdfCallNode;
-use crate::statement::{PlacementFailure, StatementScope};
-use crate::udf::PlacedCall;
-
-/// Where a UDF call runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Placement {
-    /// On the statement's GPUs (instances pinned round-robin to the lease's devices).
-    Gpu,
-    /// On the CPU.
-    Cpu,
-}
-
-impl fmt::Display for Placement {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Gpu => "GPU",
-            Self::Cpu => "CPU",
-        })
-    }
-}
-
-/// The rule's decision for one call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlacementDecision {
-    /// Number of the call in its statement, in discovery order (1-based).
-    pub call_id: usize,
-    /// Number of the query block the call is in (1-based; 1 is the outermost select).
-    pub block: usize,
-    /// The UDF.
-    pub udf: String,
-    /// Its annotation.
-    pub request: AcceleratorRequest,
-    /// Where it runs.
-    pub placement: Placement,
-    /// Why, in words.
-    pub reason: String,
-}
-
-impl fmt::Display for PlacementDecision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "call {} {}() in block {}: {} ({}; requested {})",
-            self.call_id, self.udf, self.block, self.placement, self.reason, self.request
-        )
-    }
-}
-
-/// Counters of one call, updated by its instances.
-#[derive(Debug, Default)]
-pub(crate) struct CallStats {
-    pub(crate) rows_in: AtomicU64,
-    pub(crate) rows_out: AtomicU64,
-    pub(crate) batches: AtomicU64,
-    pub(crate) nanos: AtomicU64,
-    pub(crate) gpu_impl_batches: AtomicU64,
-    /// Batches whose GPU implementation failed for want of a usable GPU (driver gone, out of
-    /// device memory) and that then ran the CPU implementation (optional calls only).
-    pub(crate) cpu_fallback_batches: AtomicU64,
-    /// Why the last such batch fell back.
-    pub(crate) fallback_reason: Mutex<Option<String>>,
-    pub(crate) instances: Mutex<BTreeSet<usize>>,
-}
-
-impl CallStats {
-    /// Notes one batch that fell back from the GPU implementation to the CPU one, and why.
-    pub(crate) fn record_fallback(&self, reason: String) {
-        self.cpu_fallback_batches.fetch_add(1, Ordering::Relaxed);
-        *self
-            .fallback_reason
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(reason);
-    }
-
-    pub(crate) fn record(
-        &self,
-        rows_in: usize,
-        rows_out: usize,
-        elapsed: Duration,
-        instance: usize,
-        gpu_impl: bool,
-    ) {
-        self.rows_in.fetch_add(rows_in as u64, Ordering::Relaxed);
-        self.rows_out.fetch_add(rows_out as u64, Ordering::Relaxed);
-        self.batches.fetch_add(1, Ordering::Relaxed);
-        self.nanos
-            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
-        if gpu_impl {
-            self.gpu_impl_batches.fetch_add(1, Ordering::Relaxed);
-        }
-        self.instances
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(instance);
-    }
-}
+use super::emits_node::UdfCallNode;
+use super::statement::{PlacementFailure, StatementScope};
+use crate::core::calls::{Placement, PlacementDecision};
+use crate::core::error::EngineError;
+use crate::udf::call::{CallStats, PlacedCall};
 
 /// The analyzer rule, one per statement (it records into the statement's scope).
 #[derive(Debug)]

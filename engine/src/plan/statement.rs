@@ -4,17 +4,12 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use accelsql_gpu_scheduler::DeviceInfo;
-
 use accelsql_udf_runtime::AcceleratorRequest;
 
-use crate::EngineError;
-use crate::options::OptionalGpuWhenBusy;
-use crate::placement::Placement;
-use crate::udf::PlacedCall;
-
-/// The devices of the statement's lease, set once when the lease is granted.
-pub(crate) type LeaseDevices = OnceLock<Vec<DeviceInfo>>;
+use crate::core::calls::Placement;
+use crate::core::error::EngineError;
+use crate::core::options::OptionalGpuWhenBusy;
+use crate::udf::call::{LeaseDevices, PlacedCall};
 
 /// Why the placement rule failed a statement (the two forms of error 22069).
 #[derive(Debug, Clone, PartialEq, Eq)]

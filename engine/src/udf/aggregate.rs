@@ -14,8 +14,9 @@ use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, ColumnarValue, Signature};
 
 use super::call::{PlacedCall, on_instance, same_placement};
-use super::{Output, RunChunk, RunInput, SetUdf, signature};
-use crate::EngineError;
+use super::definition::{coerce, signature};
+use super::set::{Output, RunChunk, RunInput, SetUdf};
+use crate::core::error::EngineError;
 
 /// A SET RETURNS [`SetUdf`] as DataFusion sees it: unplaced as registered; the placement rule
 /// replaces each call with a placed copy of the same name.
@@ -94,7 +95,7 @@ impl AggregateUDFImpl for AccelAggregateUdf {
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
-        super::coerce(self.def.name(), self.def.inputs(), arg_types)
+        coerce(self.def.name(), self.def.inputs(), arg_types)
     }
 
     fn accumulator(&self, args: AccumulatorArgs<'_>) -> DfResult<Box<dyn Accumulator>> {
@@ -258,4 +259,11 @@ impl Accumulator for GroupAccumulator {
 /// Downcasts a DataFusion aggregate UDF to ours.
 pub(crate) fn as_accel_aggregate(udf: &dyn AggregateUDFImpl) -> Option<&AccelAggregateUdf> {
     (udf as &dyn Any).downcast_ref::<AccelAggregateUdf>()
+}
+
+/// [`runs_only_in_this_process`](crate::udf::runs_only_in_this_process) for aggregate functions
+/// (SET RETURNS scripts).
+pub fn aggregate_runs_only_in_this_process(udf: &datafusion::logical_expr::AggregateUDF) -> bool {
+    as_accel_aggregate(udf.inner().as_ref())
+        .is_some_and(|u| u.definition().is_local() && u.definition().origin().is_none())
 }

@@ -1,7 +1,9 @@
-//! One placed call of a UDF in one statement (where it runs, its instance pool, its counters),
-//! and running an implementation on one of its instances.
+//! One placed call of a UDF in one statement (where it runs, its instance pool, its counters:
+//! [`PlacedCall`], [`CallStats`]), and running an implementation on one of its instances.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use accelsql_udf_runtime::{
@@ -9,9 +11,13 @@ use accelsql_udf_runtime::{
 };
 use datafusion::error::DataFusionError;
 
-use crate::EngineError;
-use crate::placement::{CallStats, Placement, PlacementDecision};
-use crate::statement::LeaseDevices;
+use accelsql_gpu_scheduler::DeviceInfo;
+
+use crate::core::calls::{Placement, PlacementDecision};
+use crate::core::error::EngineError;
+
+/// The devices of the statement's lease, set once when the lease is granted.
+pub(crate) type LeaseDevices = OnceLock<Vec<DeviceInfo>>;
 
 /// One placed call of a UDF in one statement.
 #[derive(Debug)]
@@ -55,6 +61,55 @@ impl PlacedCall {
                 self.statement.clone(),
             )
         }))
+    }
+}
+
+/// Counters of one call, updated by its instances.
+#[derive(Debug, Default)]
+pub(crate) struct CallStats {
+    pub(crate) rows_in: AtomicU64,
+    pub(crate) rows_out: AtomicU64,
+    pub(crate) batches: AtomicU64,
+    pub(crate) nanos: AtomicU64,
+    pub(crate) gpu_impl_batches: AtomicU64,
+    /// Batches whose GPU implementation failed for want of a usable GPU (driver gone, out of
+    /// device memory) and that then ran the CPU implementation (optional calls only).
+    pub(crate) cpu_fallback_batches: AtomicU64,
+    /// Why the last such batch fell back.
+    pub(crate) fallback_reason: Mutex<Option<String>>,
+    pub(crate) instances: Mutex<BTreeSet<usize>>,
+}
+
+impl CallStats {
+    /// Notes one batch that fell back from the GPU implementation to the CPU one, and why.
+    pub(crate) fn record_fallback(&self, reason: String) {
+        self.cpu_fallback_batches.fetch_add(1, Ordering::Relaxed);
+        *self
+            .fallback_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(reason);
+    }
+
+    pub(crate) fn record(
+        &self,
+        rows_in: usize,
+        rows_out: usize,
+        elapsed: Duration,
+        instance: usize,
+        gpu_impl: bool,
+    ) {
+        self.rows_in.fetch_add(rows_in as u64, Ordering::Relaxed);
+        self.rows_out.fetch_add(rows_out as u64, Ordering::Relaxed);
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.nanos
+            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+        if gpu_impl {
+            self.gpu_impl_batches.fetch_add(1, Ordering::Relaxed);
+        }
+        self.instances
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(instance);
     }
 }
 

@@ -1,12 +1,6 @@
 //! Rust UDF definitions: signature, output, accelerator annotations, and the CPU (mandatory) and
-//! GPU (optional) implementations.
-
-mod aggregate;
-mod call;
-mod emits;
-pub(crate) mod kernel;
-mod scalar;
-mod set;
+//! GPU (optional) implementations of a scalar UDF ([`ScalarUdf`]); what both kinds share
+//! (argument rules, the builder methods, signature and coercion).
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,28 +11,8 @@ use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::logical_expr::{ColumnarValue, Signature, TypeSignature, Volatility};
 
-pub(crate) use self::aggregate::AccelAggregateUdf;
-pub(crate) use self::aggregate::as_accel_aggregate;
-pub(crate) use self::call::{PlacedCall, on_instance, same_placement};
-pub(crate) use self::emits::{EmitsAggregate, EmitsScalar, emits_of, emits_of_aggregate};
-pub(crate) use self::scalar::{AccelScalarUdf, as_accel as as_accel_udf};
-
-/// Whether a plan that calls `udf` can only run in this process: the UDF was defined by a
-/// script of this process that does not carry its definition (a call site's `EMITS (...)`).
-/// Catalog scripts travel with the plan (their definition with the placed call); Rust UDFs and
-/// DataFusion's functions run wherever they are registered.
-pub fn runs_only_in_this_process(udf: &datafusion::logical_expr::ScalarUDF) -> bool {
-    as_accel_udf(udf.inner().as_ref())
-        .is_some_and(|u| u.definition().local && u.definition().origin.is_none())
-}
-
-/// [`runs_only_in_this_process`] for aggregate functions (SET RETURNS scripts).
-pub fn aggregate_runs_only_in_this_process(udf: &datafusion::logical_expr::AggregateUDF) -> bool {
-    self::aggregate::as_accel_aggregate(udf.inner().as_ref())
-        .is_some_and(|u| u.definition().is_local() && u.definition().origin().is_none())
-}
-pub use self::set::{InputType, Output, RunChunk, RunInput, SetKernel, SetUdf, SetUdfBuilder};
-use crate::script::ScriptOrigin;
+use super::kernel;
+use super::script::origin::ScriptOrigin;
 use crate::{Result, definition_err};
 
 /// A scalar UDF implementation: `num_rows` rows of arguments in, one column of `num_rows` out.
@@ -237,9 +211,10 @@ pub struct ScalarUdf {
     returns: DataType,
     accelerator: AcceleratorRequest,
     instance_limit: Option<usize>,
-    cpu: Arc<dyn ScalarKernel>,
-    gpu: Option<Arc<dyn ScalarKernel>>,
-    /// Defined by a script of this process's catalog (see [`runs_only_in_this_process`]).
+    pub(super) cpu: Arc<dyn ScalarKernel>,
+    pub(super) gpu: Option<Arc<dyn ScalarKernel>>,
+    /// Defined by a script of this process's catalog (see
+    /// [`runs_only_in_this_process`](crate::udf::runs_only_in_this_process)).
     local: bool,
     /// How another process rebuilds it, for a script that can travel.
     origin: Option<Arc<ScriptOrigin>>,
@@ -299,6 +274,12 @@ impl ScalarUdf {
     /// How another process rebuilds it, when it is a script that can travel.
     pub(crate) fn origin(&self) -> Option<&Arc<ScriptOrigin>> {
         self.origin.as_ref()
+    }
+
+    /// Whether a script of this process's catalog defined it (it cannot run in another process
+    /// unless it carries its [`origin`](Self::origin)).
+    pub(crate) fn is_local(&self) -> bool {
+        self.local
     }
 
     /// The accelerator annotation.
@@ -408,7 +389,7 @@ impl ScalarUdfBuilder {
 }
 
 /// Checks a UDF name and folds it to lower case, as SQL folds unquoted identifiers.
-fn check_name(name: &str) -> Result<String> {
+pub(crate) fn check_name(name: &str) -> Result<String> {
     let name = name.trim();
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(definition_err!(
@@ -420,7 +401,7 @@ fn check_name(name: &str) -> Result<String> {
 
 /// The DataFusion signature of a UDF taking `inputs`. Always Volatile: two identical calls stay
 /// two calls (no common-subexpression merging), as in Exasol.
-fn signature(inputs: &Inputs) -> Signature {
+pub(crate) fn signature(inputs: &Inputs) -> Signature {
     match inputs {
         Inputs::Exact(types) => Signature::exact(types.clone(), Volatility::Volatile),
         Inputs::Castable(types) if types.is_empty() => Signature::nullary(Volatility::Volatile),
@@ -433,7 +414,7 @@ fn signature(inputs: &Inputs) -> Signature {
 }
 
 /// The argument types a call of `udf` with `arg_types` gets (for [`Inputs::Castable`]).
-fn coerce(
+pub(crate) fn coerce(
     udf: &str,
     inputs: &Inputs,
     arg_types: &[DataType],

@@ -15,7 +15,8 @@ use datafusion::logical_expr::{
     ScalarUDFImpl, Signature,
 };
 
-use super::{SetUdf, signature};
+use super::definition::{coerce, signature};
+use super::set::SetUdf;
 use crate::emits_err;
 
 fn struct_type(def: &SetUdf) -> DataType {
@@ -94,7 +95,7 @@ impl ScalarUDFImpl for EmitsScalar {
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
-        super::coerce(self.def.name(), self.def.inputs(), arg_types)
+        coerce(self.def.name(), self.def.inputs(), arg_types)
     }
 
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
@@ -116,7 +117,7 @@ impl AggregateUDFImpl for EmitsAggregate {
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
-        super::coerce(self.def.name(), self.def.inputs(), arg_types)
+        coerce(self.def.name(), self.def.inputs(), arg_types)
     }
 
     fn accumulator(&self, _args: AccumulatorArgs<'_>) -> DfResult<Box<dyn Accumulator>> {

@@ -7,7 +7,7 @@ use accelsql_udf_runtime::{InstanceContext, RuntimeError};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::ColumnarValue;
 
-use crate::EngineError;
+use crate::core::error::EngineError;
 
 /// A scalar UDF's arguments as kernel operands: a column stays a column, a scalar becomes a
 /// one-element array (never replicated to the batch's length).

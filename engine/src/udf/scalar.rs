@@ -9,8 +9,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use super::call::{PlacedCall, on_instance, same_placement};
-use super::{ScalarUdf, signature};
-use crate::EngineError;
+use super::definition::{ScalarUdf, coerce, signature};
+use crate::core::error::EngineError;
 
 /// A [`ScalarUdf`] as DataFusion sees it. Unplaced as registered; the placement rule replaces each
 /// call with a placed copy (same name, so plans and column names do not change).
@@ -122,7 +122,7 @@ impl ScalarUDFImpl for AccelScalarUdf {
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
-        super::coerce(self.def.name(), self.def.inputs(), arg_types)
+        coerce(self.def.name(), self.def.inputs(), arg_types)
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
@@ -133,4 +133,13 @@ impl ScalarUDFImpl for AccelScalarUdf {
 /// Downcasts a DataFusion UDF to ours.
 pub(crate) fn as_accel(udf: &dyn ScalarUDFImpl) -> Option<&AccelScalarUdf> {
     (udf as &dyn Any).downcast_ref::<AccelScalarUdf>()
+}
+
+/// Whether a plan that calls `udf` can only run in this process: the UDF was defined by a
+/// script of this process that does not carry its definition (a call site's `EMITS (...)`).
+/// Catalog scripts travel with the plan (their definition with the placed call); Rust UDFs and
+/// DataFusion's functions run wherever they are registered.
+pub fn runs_only_in_this_process(udf: &datafusion::logical_expr::ScalarUDF) -> bool {
+    as_accel(udf.inner().as_ref())
+        .is_some_and(|u| u.definition().is_local() && u.definition().origin().is_none())
 }

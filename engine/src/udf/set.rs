@@ -13,8 +13,8 @@ use datafusion::common::ScalarValue;
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::ColumnarValue;
 
-use super::{Inputs, check_name, common_builder_methods};
-use crate::script::ScriptOrigin;
+use super::definition::{Inputs, check_name, common_builder_methods};
+use super::script::origin::ScriptOrigin;
 use crate::{Result, definition_err};
 
 /// A run-based UDF implementation.

@@ -4,7 +4,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::script::{ConnectionEntry, ScriptCatalog};
+use crate::catalog::scripts::ScriptCatalog;
+use crate::udf::script::definition::{ConnectionEntry, folded_connection_name};
 
 /// Stores a connection.
 pub(crate) fn create_connection(
@@ -37,11 +38,7 @@ pub(crate) fn find_connection(
     catalog: &ScriptCatalog,
     name: &str,
 ) -> Result<ConnectionEntry, String> {
-    let trimmed = name.trim();
-    let folded = match trimmed.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
-        Some(quoted) => quoted.to_string(),
-        None => trimmed.to_ascii_uppercase(),
-    };
+    let folded = folded_connection_name(name);
     catalog
         .connection(&folded)
         .ok_or_else(|| format!("connection {folded} does not exist"))

@@ -1,31 +1,28 @@
 //! Exasol's SQL around UDFs that DataFusion does not have: schema statements with a current
 //! schema, `COMMIT`/`ROLLBACK`, connections, `IMPORT … FROM SCRIPT` / `EXPORT … INTO SCRIPT`,
-//! `DUAL` and Exasol's scalar functions. Differences that remain are listed in the README
-//! ("Differences from Exasol").
+//! and Exasol syntax rewritten before parsing. `DUAL` and Exasol's scalar functions are front-end
+//! passes (`front/passes/`). Differences that remain are listed in the README ("Differences from
+//! Exasol").
 
-pub(crate) mod case;
 pub(crate) mod connections;
-pub(crate) mod functions;
 pub(crate) mod schemas;
 pub(crate) mod statements;
 pub(crate) mod text;
 pub(crate) mod transfer;
 
-pub(crate) use functions::{SessionValues, map_exasol_functions};
-pub(crate) use schemas::{DEFAULT_SCHEMA, SchemaChange, schema_change};
-pub(crate) use statements::{ExasolStatement, parse_exasol_statement};
-pub(crate) use text::rewrite_exasol_text;
-
 use datafusion::execution::SendableRecordBatchStream;
 
-use crate::{Result, Session};
+use self::statements::ExasolStatement;
+use self::transfer::TransferContext;
+use super::results::empty_stream;
+use crate::core::error::Result;
 
 /// Runs the Exasol statements that need the engine's catalog (connections, IMPORT, EXPORT).
 pub(crate) async fn run_statement(
-    session: &Session,
+    cx: &TransferContext<'_>,
     statement: ExasolStatement,
 ) -> Result<SendableRecordBatchStream> {
-    let catalog = &session.engine().inner.scripts;
+    let catalog = cx.catalog;
     match statement {
         ExasolStatement::CreateConnection {
             or_replace,
@@ -37,11 +34,11 @@ pub(crate) async fn run_statement(
         ExasolStatement::DropConnection { if_exists, name } => {
             catalog.drop_connection(&name, if_exists)?
         }
-        ExasolStatement::Import(transfer) => return transfer::import(session, transfer).await,
-        ExasolStatement::Export(transfer) => return transfer::export(session, transfer).await,
+        ExasolStatement::Import(transfer) => return transfer::import(cx, transfer).await,
+        ExasolStatement::Export(transfer) => return transfer::export(cx, transfer).await,
         ExasolStatement::OpenSchema(_)
         | ExasolStatement::CloseSchema
         | ExasolStatement::Transaction => {}
     }
-    crate::session::empty_stream()
+    empty_stream()
 }

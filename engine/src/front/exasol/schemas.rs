@@ -9,7 +9,7 @@ use datafusion::sql::sqlparser::ast::{
     Ident, ObjectName, ObjectNamePart, ObjectType, SchemaName, Statement,
 };
 
-use crate::EngineError;
+use crate::core::error::EngineError;
 
 /// The schema accelsql starts in, and returns to on `CLOSE SCHEMA`.
 pub(crate) const DEFAULT_SCHEMA: &str = "public";

@@ -7,7 +7,7 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::ParserError;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
-use crate::{EngineError, Result};
+use crate::core::error::{EngineError, Result};
 
 /// An Exasol statement that accelsql runs itself.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,10 +15,19 @@ use accelsql_udf_runtime::script::{
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 
+use std::time::Duration;
+
+use async_trait::async_trait;
+
 use super::connections::find_connection;
 use super::statements::ScriptTransfer;
-use crate::options::AccelsqlOptions;
-use crate::{EngineError, Result, Session};
+use super::text::replace_from_dual;
+use crate::catalog::scripts::ScriptCatalog;
+use crate::core::EngineState;
+use crate::core::error::{EngineError, Result};
+use crate::core::names::exasol_name;
+use crate::front::scripts::languages::SessionScripts;
+use crate::front::splitter::split_statements;
 
 /// The user a single call runs as (accelsql has no users yet).
 const SCRIPT_USER: &str = "SYS";
@@ -30,10 +39,33 @@ fn generated_error(script: &str, function: &str, message: &str) -> EngineError {
     }
 }
 
+/// Runs SQL as a statement of the session that runs an IMPORT or EXPORT (the generated SQL,
+/// and EXPORT's look at its source). The session implements it: this file does not depend on
+/// the session that dispatches to it.
+#[async_trait]
+pub(crate) trait SqlRunner: Sync {
+    /// Runs `sql` (one statement) and streams its result.
+    async fn run_sql(&self, sql: &str) -> Result<SendableRecordBatchStream>;
+}
+
+/// What IMPORT and EXPORT use of the session that runs them.
+pub(crate) struct TransferContext<'a> {
+    /// The engine's scripts and connections.
+    pub(crate) catalog: &'a ScriptCatalog,
+    /// The session's languages and current schema.
+    pub(crate) scripts: &'a SessionScripts,
+    /// The engine's state (statement ids, node).
+    pub(crate) state: &'a EngineState,
+    /// `SET accelsql.udf_timeout`.
+    pub(crate) udf_timeout: Option<Duration>,
+    /// The session, to run SQL in.
+    pub(crate) runner: &'a dyn SqlRunner,
+}
+
 /// The connection `AT name` or `AT 'address' USER … IDENTIFIED BY …` gives the script.
-fn connection_of(session: &Session, t: &ScriptTransfer) -> Result<Option<ConnectionInfo>> {
+fn connection_of(cx: &TransferContext<'_>, t: &ScriptTransfer) -> Result<Option<ConnectionInfo>> {
     if let Some(name) = &t.connection_name {
-        let found = find_connection(&session.engine().inner.scripts, name)
+        let found = find_connection(cx.catalog, name)
             .map_err(|m| EngineError::Sql(DataFusionError::Plan(m)))?;
         return Ok(Some(ConnectionInfo::password(
             found.address,
@@ -48,21 +80,23 @@ fn connection_of(session: &Session, t: &ScriptTransfer) -> Result<Option<Connect
 
 /// Calls `call` of the script `t` names, in a worker off the async runtime; returns the SQL it
 /// generated, one statement without its trailing `;`.
-async fn generate(session: &Session, t: &ScriptTransfer, call: SingleCall) -> Result<String> {
-    let spec = session
-        .scripts()
-        .single_call_spec(&session.engine().inner.scripts, &t.script)?;
+async fn generate(
+    cx: &TransferContext<'_>,
+    t: &ScriptTransfer,
+    call: SingleCall,
+) -> Result<String> {
+    let spec = cx.scripts.single_call_spec(cx.catalog, &t.script)?;
     let ctx = WorkerContext {
-        session_id: session.scripts().session_id(),
-        statement_id: session.engine().next_statement_id(),
+        session_id: cx.scripts.session_id(),
+        statement_id: cx.state.next_statement_id(),
         current_user: SCRIPT_USER.into(),
         scope_user: SCRIPT_USER.into(),
-        current_schema: Some(crate::system::exasol_name(&session.current_schema())),
-        node_count: session.engine().inner.node.count,
-        node_id: session.engine().inner.node.id,
+        current_schema: Some(exasol_name(&cx.scripts.current_schema())),
+        node_count: cx.state.node.count,
+        node_id: cx.state.node.id,
         ..WorkerContext::default()
     };
-    let timeout = session.accelsql_options().udf_timeout()?;
+    let timeout = cx.udf_timeout;
     let function = call.function();
     let script = spec.qualified_name();
     let sql =
@@ -73,7 +107,7 @@ async fn generate(session: &Session, t: &ScriptTransfer, call: SingleCall) -> Re
     if sql.is_empty() {
         return Err(generated_error(&script, function, "returned no SQL"));
     }
-    if crate::splitter::split_statements(&sql).len() > 1 {
+    if split_statements(&sql).len() > 1 {
         return Err(generated_error(
             &script,
             function,
@@ -86,7 +120,7 @@ async fn generate(session: &Session, t: &ScriptTransfer, call: SingleCall) -> Re
 /// `IMPORT INTO t [(a, b)] FROM SCRIPT s [AT c] [WITH k = 'v' …]`, or `IMPORT INTO (a INT, …)
 /// FROM SCRIPT …` (a result of its own).
 pub(crate) async fn import(
-    session: &Session,
+    cx: &TransferContext<'_>,
     t: ScriptTransfer,
 ) -> Result<SendableRecordBatchStream> {
     let subselect = t.table.is_none();
@@ -102,18 +136,13 @@ pub(crate) async fn import(
     }
     let spec = ImportSpec {
         is_subselect: subselect,
-        subselect_column_names: subselect.then(|| {
-            names
-                .iter()
-                .map(|n| crate::system::exasol_name(n))
-                .collect()
-        }),
+        subselect_column_names: subselect.then(|| names.iter().map(|n| exasol_name(n)).collect()),
         subselect_column_types: subselect.then(|| types.iter().map(|t| type_text(t)).collect()),
         connection_name: t.connection_name.clone(),
-        connection: connection_of(session, &t)?,
+        connection: connection_of(cx, &t)?,
         parameters: t.parameters.clone(),
     };
-    let generated = generate(session, &t, SingleCall::ImportSpec(spec)).await?;
+    let generated = generate(cx, &t, SingleCall::ImportSpec(spec)).await?;
     let sql = match &t.table {
         Some(table) => {
             let columns = if names.is_empty() {
@@ -136,7 +165,7 @@ pub(crate) async fn import(
             )
         }
     };
-    Box::pin(session.sql_stream(&sql)).await
+    cx.runner.run_sql(&sql).await
 }
 
 /// A column type as Exasol writes it: upper case, no spaces inside parentheses (`VARCHAR(20)`,
@@ -158,7 +187,7 @@ fn type_text(ty: &str) -> String {
 
 /// `EXPORT t|(query) INTO SCRIPT s [AT c] [WITH k = 'v' …]`.
 pub(crate) async fn export(
-    session: &Session,
+    cx: &TransferContext<'_>,
     t: ScriptTransfer,
 ) -> Result<SendableRecordBatchStream> {
     let Some(source) = t.table.clone() else {
@@ -174,7 +203,7 @@ pub(crate) async fn export(
         let last = source.rsplit('.').next().unwrap_or(&source).trim();
         match last.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
             Some(quoted) => quoted.to_string(),
-            None => crate::system::exasol_name(&last.to_ascii_lowercase()),
+            None => exasol_name(&last.to_ascii_lowercase()),
         }
     };
     let select = if query_source {
@@ -182,64 +211,40 @@ pub(crate) async fn export(
     } else {
         format!("SELECT * FROM {source}")
     };
-    let schema = Box::pin(session.sql_stream(&format!("SELECT * FROM ({select}) LIMIT 0")))
+    let schema = cx
+        .runner
+        .run_sql(&format!("SELECT * FROM ({select}) LIMIT 0"))
         .await?
         .schema();
     let quoted = |n: &str| format!("\"{}\"", n.replace('"', "\"\""));
     let source_column_names = schema
         .fields()
         .iter()
-        .map(|f| {
-            format!(
-                "{}.{}",
-                quoted(&name),
-                quoted(&crate::system::exasol_name(f.name()))
-            )
-        })
+        .map(|f| format!("{}.{}", quoted(&name), quoted(&exasol_name(f.name()))))
         .collect();
     let spec = ExportSpec {
         parameters: t.parameters.clone(),
         connection_name: t.connection_name.clone(),
-        connection: connection_of(session, &t)?,
+        connection: connection_of(cx, &t)?,
         has_truncate: t.truncate,
         has_replace: t.replace,
         created_by: t.created_by.clone(),
         source_column_names: Some(source_column_names),
     };
-    let generated = generate(session, &t, SingleCall::ExportSpec(spec)).await?;
+    let generated = generate(cx, &t, SingleCall::ExportSpec(spec)).await?;
     // The source under the name its columns are qualified with, each column as Exasol names it.
     let renamed: Vec<String> = schema
         .fields()
         .iter()
-        .map(|f| {
-            format!(
-                "{} AS {}",
-                quoted(f.name()),
-                quoted(&crate::system::exasol_name(f.name()))
-            )
-        })
+        .map(|f| format!("{} AS {}", quoted(f.name()), quoted(&exasol_name(f.name()))))
         .collect();
     let sql = format!(
         "WITH {} AS (SELECT {} FROM ({select})) {}",
         quoted(&name),
         renamed.join(", "),
-        super::text::replace_from_dual(&generated, &quoted(&name))
+        replace_from_dual(&generated, &quoted(&name))
     );
-    Box::pin(session.sql_stream(&sql)).await
-}
-
-impl Session {
-    /// The session's accelsql settings.
-    pub(crate) fn accelsql_options(&self) -> AccelsqlOptions {
-        self.context()
-            .state_ref()
-            .read()
-            .config_options()
-            .extensions
-            .get::<AccelsqlOptions>()
-            .cloned()
-            .unwrap_or_default()
-    }
+    cx.runner.run_sql(&sql).await
 }
 
 #[cfg(test)]

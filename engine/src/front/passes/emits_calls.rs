@@ -170,3 +170,59 @@ fn get_field(expr: SqlExpr, name: &str) -> SqlExpr {
         within_group: Vec::new(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use datafusion::arrow::array::ArrayRef;
+    use datafusion::arrow::datatypes::{DataType, Field};
+
+    use super::*;
+    use crate::InstanceContext;
+
+    /// `pairs(x) EMITS (a BIGINT, b BIGINT)`, a SET UDF.
+    fn pairs() -> Arc<SetUdf> {
+        let udf = SetUdf::builder("pairs")
+            .inputs([DataType::Int64])
+            .emits([
+                Field::new("a", DataType::Int64, false),
+                Field::new("b", DataType::Int64, false),
+            ])
+            .cpu(|_: &InstanceContext, _: usize, _: &[ArrayRef]| Ok(Vec::new()))
+            .build()
+            .unwrap();
+        Arc::new(udf)
+    }
+
+    fn expanded(sql: &str) -> crate::Result<String> {
+        let mut statement = crate::front::passes::parse(sql);
+        let def = pairs();
+        let lookup = |name: &str| (name == "pairs").then(|| Arc::clone(&def));
+        expand_emits_calls(&mut statement, &lookup)?;
+        Ok(statement.to_string())
+    }
+
+    #[test]
+    fn an_emits_call_becomes_one_item_per_column() {
+        let sql = expanded("SELECT k, PAIRS(x) FROM t GROUP BY k").unwrap();
+        assert_eq!(
+            sql,
+            "SELECT k, get_field(PAIRS(x), 'a') AS \"a\", get_field(PAIRS(x), 'b') AS \"b\" \
+             FROM t GROUP BY k, NULL"
+        );
+        // Other calls are left alone.
+        assert_eq!(
+            expanded("SELECT f(x) FROM t").unwrap(),
+            "SELECT f(x) FROM t"
+        );
+    }
+
+    #[test]
+    fn emits_calls_cannot_be_renamed_or_doubled() {
+        let e = expanded("SELECT pairs(x) AS p FROM t").unwrap_err();
+        assert!(e.to_string().contains("cannot be renamed"), "{e}");
+        let e = expanded("SELECT pairs(x), pairs(y) FROM t").unwrap_err();
+        assert!(e.to_string().contains("only one EMITS call"), "{e}");
+    }
+}

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::EngineError;
+use crate::core::error::EngineError;
 
 /// One parsed script statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +86,7 @@ pub(crate) fn is_script_ddl(text: &str) -> bool {
         .map_while(|_| t.next_token().map(|tok| tok.text.to_ascii_uppercase()))
         .collect();
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
-    crate::splitter::is_script_head(text)
+    crate::front::splitter::is_script_head(text)
         || matches!(w.as_slice(), ["DROP", "SCRIPT", ..])
         || matches!(
             w.as_slice(),

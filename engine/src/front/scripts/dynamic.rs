@@ -4,7 +4,7 @@
 //! clause, which SQL does not know, is removed.
 
 use super::ddl::parse_columns;
-use crate::EngineError;
+use crate::core::error::EngineError;
 
 /// One call of an `EMITS (...)` script in a statement.
 #[derive(Debug, Clone, PartialEq, Eq)]

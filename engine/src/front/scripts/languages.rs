@@ -6,22 +6,24 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use accelsql_udf_runtime::script::{
-    ConnectionInfo, ScriptConnections, ScriptSpec, SingleCall, WorkerContext, find_python3,
-    single_call,
+    ScriptSpec, SingleCall, WorkerContext, find_python3, single_call,
 };
 use datafusion::prelude::SessionContext;
 
-use super::catalog::{ConnectionEntry, ScriptCatalog, ScriptEntry, StoredOutput};
 use super::ddl::{DdlOutput, ScriptDdl, parse, parse_columns};
 use super::dynamic::rewrite_dynamic_emits;
-use super::names::{find_script, owns_plain_name, qualified_function, script_imports};
-use super::options::take_options;
-use super::travel::{ScriptOrigin, TravelRuntime};
-use super::udf::{ScriptLinks, ScriptUdf, script_spec, script_udf, script_udf_named};
-use crate::EngineError;
+use crate::catalog::scripts::ScriptCatalog;
+use crate::core::error::EngineError;
+use crate::core::names::exasol_name;
+use crate::udf::script::definition::{ScriptEntry, StoredOutput};
+use crate::udf::script::links::{ScriptLinks, script_connections, script_imports};
+use crate::udf::script::names::{find_script, owns_plain_name, qualified_function};
+use crate::udf::script::options::take_options;
+use crate::udf::script::origin::{ScriptOrigin, TravelRuntime};
+use crate::udf::script::udf::{ScriptUdf, script_spec, script_udf, script_udf_named};
 
 /// The schema scripts are created in when the statement names none.
-pub(crate) use crate::exasol::DEFAULT_SCHEMA;
+use crate::front::exasol::schemas::DEFAULT_SCHEMA;
 
 /// How an alias runs scripts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -485,7 +487,7 @@ async fn default_output_columns(
         session_id,
         current_user: "SYS".into(),
         scope_user: "SYS".into(),
-        current_schema: Some(crate::system::exasol_name(&links.current_schema)),
+        current_schema: Some(exasol_name(&links.current_schema)),
         node_count: links.node_count,
         ..WorkerContext::default()
     };
@@ -501,19 +503,6 @@ async fn default_output_columns(
         dynamic_err(&format!(
             "default_output_columns() returned {text:?}, which is no column list: {e}"
         ))
-    })
-}
-
-/// `exa.get_connection(name)`'s lookup: a snapshot of the catalog's connections (a change to
-/// them bumps the catalog's generation, so sessions register their scripts again).
-pub(crate) fn script_connections(connections: Vec<ConnectionEntry>) -> ScriptConnections {
-    let snapshot = ScriptCatalog::in_memory();
-    for c in connections {
-        let _ = snapshot.create_connection(c, true);
-    }
-    ScriptConnections::new(move |name| {
-        crate::exasol::connections::find_connection(&snapshot, name)
-            .map(|c| ConnectionInfo::password(c.address, c.user, c.password))
     })
 }
 

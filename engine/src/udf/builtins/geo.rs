@@ -4,7 +4,7 @@ use accelsql_udf_runtime::gpu;
 use accelsql_udf_runtime::kernels::geo;
 use datafusion::arrow::datatypes::DataType;
 
-use super::with_kernels;
+use super::adapt::with_kernels;
 use crate::{AcceleratorRequest, Result, ScalarUdf};
 
 /// The `haversine_km` definition, with CPU and GPU implementations: coordinates that are

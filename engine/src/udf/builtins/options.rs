@@ -6,7 +6,7 @@ use accelsql_udf_runtime::gpu;
 use accelsql_udf_runtime::kernels::options::{self, OptionKind};
 use datafusion::arrow::datatypes::DataType;
 
-use super::with_kernels;
+use super::adapt::with_kernels;
 use crate::{AcceleratorRequest, Result, ScalarUdf};
 
 /// The definition of `black_scholes_call` or `black_scholes_put`, with CPU and GPU

@@ -18,7 +18,7 @@ use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::logical_expr::ColumnarValue;
 
 use super::vectors::vector_type;
-use super::{kernel_error, pinned_device};
+use crate::udf::kernel::{kernel_error, pinned_device};
 use crate::udf::{ArgumentRule, RunInput};
 use crate::{AcceleratorRequest, InstanceContext, Result, SetKernel, SetUdf};
 

@@ -12,7 +12,7 @@ use accelsql_udf_runtime::gpu;
 use accelsql_udf_runtime::kernels::vectors::{self, VectorOp};
 use datafusion::arrow::datatypes::{DataType, Field};
 
-use super::with_kernels;
+use super::adapt::with_kernels;
 use crate::udf::ArgumentRule;
 use crate::{AcceleratorRequest, Result, ScalarUdf};
 

@@ -12,10 +12,7 @@ use std::sync::{Arc, OnceLock};
 use accelsql_udf_runtime::script::find_python3;
 use serde::{Deserialize, Serialize};
 
-use super::catalog::{ConnectionEntry, ScriptEntry};
-use super::languages::script_connections;
-use super::names::script_imports;
-use super::udf::{ScriptLinks, ScriptUdf, script_udf_named};
+use super::definition::{ConnectionEntry, ScriptEntry};
 
 /// How the receiving process finds the script's interpreter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,35 +94,11 @@ impl ScriptOrigin {
             connections: Arc::new(owned.connections),
         })
     }
-
-    /// The script's UDF in this process, on a node of `node_count` nodes; it carries this
-    /// origin on, so that it can be sent again (the scheduler forwards it to the executors).
-    pub(crate) fn rebuild(self: Arc<Self>, node_count: usize) -> crate::Result<ScriptUdf> {
-        let interpreter = match &self.runtime {
-            TravelRuntime::BuiltinPython3 => builtin_python3(),
-            TravelRuntime::Interpreter(path) => Ok(path.clone()),
-            TravelRuntime::Unavailable(why) => Err(why.clone()),
-        };
-        let links = ScriptLinks {
-            imports: script_imports(self.scripts.to_vec(), self.current_schema.clone()),
-            connections: script_connections(self.connections.to_vec()),
-            current_schema: self.current_schema.clone(),
-            node_count,
-        };
-        let udf = script_udf_named(
-            &self.entry,
-            &self.function,
-            interpreter,
-            self.session_id,
-            &links,
-        )?;
-        Ok(udf.travelling(self))
-    }
 }
 
 /// This process's `python3` for `builtin_python3` scripts that arrived from a client; found
 /// once (finding it starts Python).
-fn builtin_python3() -> Result<PathBuf, String> {
+pub(crate) fn builtin_python3() -> Result<PathBuf, String> {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     FOUND
         .get_or_init(|| find_python3().map_err(|e| e.to_string()))

@@ -6,18 +6,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use accelsql_udf_runtime::script::{
-    ColumnSpec, PythonWorker, ScriptConnections, ScriptImports, ScriptInputType, ScriptOutput,
-    ScriptSpec, SqlType, WorkerContext,
+    ColumnSpec, PythonWorker, ScriptInputType, ScriptOutput, ScriptSpec, SqlType, WorkerContext,
 };
 use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::logical_expr::ColumnarValue;
 
-use super::catalog::{ScriptEntry, StoredOutput};
-use super::travel::ScriptOrigin;
-use crate::udf::{RunInput, SetKernel};
-use crate::{EngineError, ScalarUdf, SetUdf};
+use super::definition::{ScriptEntry, StoredOutput};
+use super::links::{ScriptLinks, script_connections, script_imports};
+use super::origin::{ScriptOrigin, TravelRuntime, builtin_python3};
+use crate::core::error::EngineError;
+use crate::core::names::exasol_name;
+use crate::udf::definition::ScalarUdf;
+use crate::udf::set::{RunInput, SetKernel, SetUdf};
 
 /// A script, ready to register in a session.
 pub(crate) enum ScriptUdf {
@@ -82,29 +84,6 @@ pub(crate) fn script_spec(
         imports: links.imports.clone(),
         connections: links.connections.clone(),
     })
-}
-
-/// What a session's scripts reach besides their own code: other scripts
-/// (`exa.import_script`), connections (`exa.get_connection`) and the current schema
-/// (`exa.meta.current_schema`).
-#[derive(Debug, Clone)]
-pub(crate) struct ScriptLinks {
-    pub(crate) imports: ScriptImports,
-    pub(crate) connections: ScriptConnections,
-    pub(crate) current_schema: String,
-    /// How many nodes the engine's cluster has (`exa.meta.node_count`).
-    pub(crate) node_count: usize,
-}
-
-impl Default for ScriptLinks {
-    fn default() -> Self {
-        Self {
-            imports: ScriptImports::default(),
-            connections: ScriptConnections::default(),
-            current_schema: String::new(),
-            node_count: 1,
-        }
-    }
 }
 
 /// The user every script runs as: accelsql has no users yet.
@@ -382,7 +361,7 @@ impl ScriptRunner {
                         device: ctx.device.clone(),
                         current_user: SCRIPT_USER.into(),
                         scope_user: SCRIPT_USER.into(),
-                        current_schema: Some(crate::system::exasol_name(&self.current_schema)),
+                        current_schema: Some(exasol_name(&self.current_schema)),
                         memory_limit: 0,
                         ..WorkerContext::default()
                     },
@@ -430,5 +409,31 @@ impl ScriptRunner {
                 Err(e.into_datafusion())
             }
         }
+    }
+}
+
+impl ScriptOrigin {
+    /// The script's UDF in this process, on a node of `node_count` nodes; it carries this
+    /// origin on, so that it can be sent again (the scheduler forwards it to the executors).
+    pub(crate) fn rebuild(self: Arc<Self>, node_count: usize) -> crate::Result<ScriptUdf> {
+        let interpreter = match &self.runtime {
+            TravelRuntime::BuiltinPython3 => builtin_python3(),
+            TravelRuntime::Interpreter(path) => Ok(path.clone()),
+            TravelRuntime::Unavailable(why) => Err(why.clone()),
+        };
+        let links = ScriptLinks {
+            imports: script_imports(self.scripts.to_vec(), self.current_schema.clone()),
+            connections: script_connections(self.connections.to_vec()),
+            current_schema: self.current_schema.clone(),
+            node_count,
+        };
+        let udf = script_udf_named(
+            &self.entry,
+            &self.function,
+            interpreter,
+            self.session_id,
+            &links,
+        )?;
+        Ok(udf.travelling(self))
     }
 }

@@ -1,0 +1,15 @@
+//! The catalog layer: what an engine knows and shows as tables.
+//!
+//! Owns the script catalog (every `CREATE … SCRIPT` and `CREATE CONNECTION`, persisted in the
+//! data directory: [`scripts`]), the system tables read fresh at each scan (Exasol's in `sys`
+//! and accelsql's in `accelsql`: [`system`]), the per-node ones that answer for every node of a
+//! cluster ([`node_tables`], scanned by [`node_rows`]), and files named as tables ([`files`]).
+//!
+//! May use: `core`, `udf`, `plan`, `exec`.
+
+pub(crate) mod columns;
+pub(crate) mod files;
+pub(crate) mod node_rows;
+pub(crate) mod node_tables;
+pub(crate) mod scripts;
+pub(crate) mod system;

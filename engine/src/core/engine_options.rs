@@ -1,0 +1,93 @@
+//! How to build an engine ([`EngineOptions`]) and a node's place in a cluster
+//! ([`NodeIdentity`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use accelsql_gpu_scheduler::SchedulerConfig;
+
+use super::distribute::PlanDistributor;
+use super::error::{EngineError, Result};
+
+/// How to build an [`Engine`](crate::Engine).
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Devices, lease timeout, lock directory.
+    pub scheduler: SchedulerConfig,
+    /// Where `CREATE … SCRIPT` definitions persist (`scripts.json`); `None`: in memory only.
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Whether sessions may run `CREATE/DROP SCRIPT` (turn off for untrusted SQL: scripts run
+    /// arbitrary code on this machine).
+    pub script_ddl: bool,
+    /// Whether a file, folder or glob may be named where a table goes, as in datafusion-cli:
+    /// `SELECT * FROM 'data/x.parquet'`, `FROM 'logs/*.csv'`, `FROM 'data/'` (the format comes
+    /// from the extension: parquet, csv, json, arrow; compressed files such as `x.csv.gz` too).
+    /// Off by default: an embedding opts in (the `accelsql` shell and the Python package do).
+    /// `CREATE EXTERNAL TABLE` and `COPY … TO` work either way.
+    ///
+    /// With it off, such a name is an unknown table (42000).
+    pub url_tables: bool,
+    /// Whether every session is restricted from the start, for SQL from untrusted users (see
+    /// [`Session::restrict`](crate::Session::restrict): no script DDL, no SCRIPT_LANGUAGES
+    /// change, no file access, no settings that lift a limit). Off by default; to restrict only
+    /// some sessions, call `restrict()` on them.
+    pub restricted: bool,
+    /// The longest a statement may hold the node's GPU lease; past it the statement stops with
+    /// error 57G03 and the lease goes to the next in line. For servers, whose clients may stop
+    /// reading a result without closing it. `None` (the default): no limit.
+    pub max_lease_hold: Option<Duration>,
+    /// Which node of a cluster this engine is (`iproc()`, `exa.meta.node_id`) and how many there
+    /// are (`nproc()`, `exa.meta.node_count`); one node of one by default.
+    pub node: NodeIdentity,
+    /// Where queries run: `None` (the default) in this process; a distributor (such as a
+    /// Ballista cluster's client) to run each query's placed physical plan elsewhere. Set
+    /// [`node`](Self::node)`.count` to the cluster's node count, so that `nproc()` and
+    /// `EXA_METADATA` agree with the executors.
+    pub distributor: Option<Arc<dyn PlanDistributor>>,
+}
+
+/// A node's place in a cluster: its number (0-based) and the number of nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeIdentity {
+    /// This node's number, `0..count`.
+    pub id: usize,
+    /// How many nodes there are (at least 1).
+    pub count: usize,
+}
+
+impl NodeIdentity {
+    /// 22023 unless the node number is below the node count (at least 1).
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.count == 0 || self.id >= self.count {
+            return Err(EngineError::InvalidSetting {
+                name: "node".into(),
+                message: format!(
+                    "node {} of {}: the node number must be below the node count (at least 1)",
+                    self.id, self.count
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Default for NodeIdentity {
+    fn default() -> Self {
+        Self { id: 0, count: 1 }
+    }
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            scheduler: SchedulerConfig::default(),
+            data_dir: None,
+            script_ddl: true,
+            url_tables: false,
+            restricted: false,
+            max_lease_hold: None,
+            node: NodeIdentity::default(),
+            distributor: None,
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! The bottom layer: what every other layer of the engine stands on.
+//!
+//! Owns the engine's shared state ([`EngineState`]: devices, the node lease queue, node
+//! identity, counters, the recent-call log and the node leases of cluster tasks), the options an
+//! engine is built with and the settings a session has, the hook for running plans elsewhere,
+//! the vocabulary of call placement and call records, and the error type with its codes.
+//!
+//! May use: nothing of this crate (only DataFusion, the scheduler and the UDF runtime).
+
+pub(crate) mod calls;
+pub(crate) mod distribute;
+pub(crate) mod engine_options;
+pub(crate) mod error;
+pub(crate) mod names;
+pub(crate) mod node_leases;
+pub(crate) mod options;
+pub(crate) mod state;
+
+pub(crate) use state::EngineState;

@@ -1,0 +1,126 @@
+//! [`EngineState`]: what every layer of one engine shares and may read — the node's devices and
+//! lease queue, its place in a cluster, the statement and session counters, the log of recent
+//! UDF calls, and the options sessions start from. The [`Engine`](crate::Engine) handle owns
+//! one, beside the UDF registry and the script catalog; lower layers are handed the state, never
+//! the engine.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use accelsql_gpu_scheduler::{DeviceInfo, DeviceLockDir, Inventory, LeaseQueue};
+
+use super::calls::{RECENT_CALLS, UdfCallRecord};
+use super::distribute::PlanDistributor;
+use super::engine_options::{EngineOptions, NodeIdentity};
+use super::error::Result;
+use super::node_leases::NodeLeases;
+
+/// The state of one engine that its sessions, statements and system tables share.
+#[derive(Debug)]
+pub(crate) struct EngineState {
+    /// Tells this engine from others: the calls it plans carry it to a cluster's nodes, whose
+    /// `accelsql.udf_calls` rows it then reads back as its own.
+    pub(crate) id: u64,
+    pub(crate) inventory: Inventory,
+    pub(crate) devices: Vec<DeviceInfo>,
+    pub(crate) queue: LeaseQueue,
+    pub(crate) default_wait_timeout: Option<Duration>,
+    /// [`EngineOptions::max_lease_hold`].
+    pub(crate) max_lease_hold: Option<Duration>,
+    /// [`EngineOptions::node`].
+    pub(crate) node: NodeIdentity,
+    /// [`EngineOptions::distributor`].
+    pub(crate) distributor: Option<Arc<dyn PlanDistributor>>,
+    next_statement: AtomicU64,
+    next_session: AtomicU64,
+    /// Whether sessions may run script DDL.
+    pub(crate) script_ddl: bool,
+    /// Whether every session starts restricted ([`EngineOptions::restricted`]).
+    pub(crate) restricted: bool,
+    /// Whether sessions resolve unknown table names as files ([`EngineOptions::url_tables`]).
+    pub(crate) url_tables: bool,
+    recent_calls: Mutex<VecDeque<UdfCallRecord>>,
+    /// The node leases of the statements whose tasks run here (a cluster's executor), by the
+    /// statement's key: every task of a statement on this node shares one lease.
+    pub(crate) node_leases: NodeLeases,
+}
+
+impl EngineState {
+    /// The state of an engine built with `options`: its node identity checked, its devices read
+    /// from the inventory `options.scheduler` configures, its lease queue over them.
+    pub(crate) fn new(options: &EngineOptions) -> Result<Self> {
+        options.node.check()?;
+        let config = &options.scheduler;
+        let inventory = Inventory::from_config(config)?;
+        let devices = inventory.devices()?;
+        let locks = config
+            .device_lock_dir
+            .as_ref()
+            .map(DeviceLockDir::open)
+            .transpose()?;
+        let queue = LeaseQueue::with_options(devices.clone(), locks, None);
+        Ok(Self {
+            id: std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                (std::process::id(), std::time::SystemTime::now()),
+            ),
+            inventory,
+            devices,
+            queue,
+            default_wait_timeout: config.lease_wait_timeout,
+            max_lease_hold: options.max_lease_hold,
+            node: options.node,
+            distributor: options.distributor.clone(),
+            next_statement: AtomicU64::new(1),
+            next_session: AtomicU64::new(1),
+            script_ddl: options.script_ddl,
+            url_tables: options.url_tables,
+            restricted: options.restricted,
+            node_leases: NodeLeases::default(),
+            recent_calls: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// A new session's id.
+    pub(crate) fn next_session_id(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A new statement's id.
+    pub(crate) fn next_statement_id(&self) -> u64 {
+        self.next_statement.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The last [`RECENT_CALLS`] finished UDF calls, oldest first.
+    pub(crate) fn recent_calls(&self) -> Vec<UdfCallRecord> {
+        self.recent_calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Adds finished calls to the log (the oldest go past [`RECENT_CALLS`]); a cluster task's
+    /// call joins the record of its job's other tasks on this node.
+    pub(crate) fn record_calls(&self, records: Vec<UdfCallRecord>) {
+        let mut recent = self.recent_calls.lock().unwrap_or_else(|e| e.into_inner());
+        for r in records {
+            if let Some(run) = &r.run
+                && let Some(known) = recent.iter_mut().rev().find(|k| {
+                    k.decision.call_id == r.decision.call_id
+                        && k.run.as_ref().is_some_and(|k| k.same_call(run))
+                })
+            {
+                known.absorb(r);
+                continue;
+            }
+            if recent.len() == RECENT_CALLS {
+                recent.pop_front();
+            }
+            recent.push_back(r);
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! The front end, the top layer: where a statement goes in.
+//!
+//! Owns the [`Engine`](engine::Engine) handle an embedding program holds and the
+//! [`Session`](session::Session) that runs SQL: splitting text into statements ([`splitter`]),
+//! accelsql's own statements (script DDL: [`scripts`]; Exasol's statements: [`exasol`]), the
+//! ordered rewrites of a statement before it is planned ([`passes`]), statement parameters,
+//! restricted sessions' checks ([`restricted`]), loading Arrow batches into tables ([`import`]),
+//! and the results it makes itself ([`results`]).
+//!
+//! May use: every layer below (`core`, `udf`, `plan`, `exec`, `catalog`).
+
+pub(crate) mod engine;
+pub(crate) mod exasol;
+pub(crate) mod import;
+pub(crate) mod passes;
+pub(crate) mod restricted;
+pub(crate) mod results;
+pub(crate) mod scripts;
+pub(crate) mod session;
+pub mod splitter;

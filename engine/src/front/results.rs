@@ -1,0 +1,37 @@
+//! Results the front end makes itself: the empty result of a statement without rows, and a
+//! result stream with its columns renamed.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::error::DataFusionError;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::StreamExt;
+
+use crate::core::error::Result;
+
+/// The result of a statement without one.
+pub(crate) fn empty_stream() -> Result<SendableRecordBatchStream> {
+    let schema = Arc::new(Schema::empty());
+    Ok(Box::pin(MemoryStream::try_new(Vec::new(), schema, None)?))
+}
+
+/// `stream` with its columns renamed to `schema`'s (same types, same order).
+pub(crate) fn with_schema(
+    stream: SendableRecordBatchStream,
+    schema: SchemaRef,
+) -> SendableRecordBatchStream {
+    let out = Arc::clone(&schema);
+    Box::pin(RecordBatchStreamAdapter::new(
+        out,
+        stream.map(move |batch| {
+            batch.and_then(|b| {
+                RecordBatch::try_new(Arc::clone(&schema), b.columns().to_vec())
+                    .map_err(DataFusionError::from)
+            })
+        }),
+    ))
+}

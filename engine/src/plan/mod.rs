@@ -1,0 +1,13 @@
+//! The plan layer: what happens to a statement's logical plan before it runs.
+//!
+//! Owns the statement's scope shared by its calls ([`statement`]: id, placements, the devices of
+//! its lease once granted, why placement failed), the GPU placement rule ([`placement`]: at
+//! most one call per query block gets the GPUs), and the EMITS call's logical node with the
+//! analyzer rule that builds it ([`emits_node`], [`emits_rule`]).
+//!
+//! May use: `core`, `udf`.
+
+pub(crate) mod emits_node;
+pub(crate) mod emits_rule;
+pub(crate) mod placement;
+pub(crate) mod statement;

@@ -1,0 +1,88 @@
+//! What a running script reaches besides its own code ([`ScriptLinks`]): other scripts
+//! (`exa.import_script`), connections (`exa.get_connection`), the current schema and the node
+//! count (`exa.meta`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use accelsql_udf_runtime::script::{
+    ConnectionInfo, ImportedScript, ScriptConnections, ScriptImports,
+};
+
+use super::definition::{ConnectionEntry, ScriptEntry, folded_connection_name};
+use super::names::{plain_candidates, qualified_function, split_script_name};
+
+/// What a session's scripts reach besides their own code: other scripts
+/// (`exa.import_script`), connections (`exa.get_connection`) and the current schema
+/// (`exa.meta.current_schema`).
+#[derive(Debug, Clone)]
+pub(crate) struct ScriptLinks {
+    pub(crate) imports: ScriptImports,
+    pub(crate) connections: ScriptConnections,
+    pub(crate) current_schema: String,
+    /// How many nodes the engine's cluster has (`exa.meta.node_count`).
+    pub(crate) node_count: usize,
+}
+
+impl Default for ScriptLinks {
+    fn default() -> Self {
+        Self {
+            imports: ScriptImports::default(),
+            connections: ScriptConnections::default(),
+            current_schema: String::new(),
+            node_count: 1,
+        }
+    }
+}
+
+/// What `exa.import_script(name)` finds among `entries`: the script `schema.name` names, or the
+/// one a plain `name` calls in SQL.
+pub(crate) fn script_imports(entries: Vec<Arc<ScriptEntry>>, current: String) -> ScriptImports {
+    ScriptImports::new(move |text| {
+        let (schema, name) = split_script_name(text)?;
+        let found: Vec<&ScriptEntry> = match &schema {
+            Some(schema) => entries
+                .iter()
+                .filter(|e| &e.schema == schema && e.name == name)
+                .map(Arc::as_ref)
+                .collect(),
+            None => plain_candidates(&name, &entries, &current),
+        };
+        match found.as_slice() {
+            [entry] => Ok(ImportedScript {
+                qualified_name: qualified_function(&entry.schema, &entry.name),
+                code: entry.code.clone(),
+            }),
+            [] => Err(format!(
+                "script {} does not exist",
+                qualified_function(schema.as_deref().unwrap_or(&current), &name)
+            )),
+            several => Err(format!(
+                "script name {name} is ambiguous: scripts {} exist; name its schema",
+                several
+                    .iter()
+                    .map(|e| qualified_function(&e.schema, &e.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    })
+}
+
+/// `exa.get_connection(name)`'s lookup: a snapshot of the catalog's connections (a change to
+/// them bumps the catalog's generation, so sessions register their scripts again).
+pub(crate) fn script_connections(connections: Vec<ConnectionEntry>) -> ScriptConnections {
+    let by_name: BTreeMap<String, ConnectionEntry> = connections
+        .into_iter()
+        .map(|c| (c.name.clone(), c))
+        .collect();
+    ScriptConnections::new(move |name| {
+        let folded = folded_connection_name(name);
+        by_name
+            .get(&folded)
+            .map(|c| {
+                ConnectionInfo::password(c.address.clone(), c.user.clone(), c.password.clone())
+            })
+            .ok_or_else(|| format!("connection {folded} does not exist"))
+    })
+}
