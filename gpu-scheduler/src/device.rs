@@ -39,13 +39,9 @@ pub struct DeviceInfo {
     pub simulated: bool,
 }
 
+// `DeviceInfo::simulated` lives with the simulated inventory (`inventory/simulated.rs`), which
+// owns the simulated identities and readings.
 impl DeviceInfo {
-    /// Simulated device number `index`, as `ACCELSQL_SIMULATED_GPUS` makes them: a base for
-    /// test fixtures (`DeviceInfo { simulated: false, ..DeviceInfo::simulated(0) }`).
-    pub fn simulated(index: u32) -> Self {
-        crate::inventory::simulated_device(index)
-    }
-
     /// Whether this is GPU hardware: neither simulated nor a device of the fake CUDA driver
     /// ([`FAKE_CUDA_DEVICE_NAME`]). Only hardware yields GPU figures in benchmarks.
     pub fn is_hardware(&self) -> bool {

@@ -9,7 +9,7 @@ use accelsql_gpu_scheduler::{
 };
 use clap::Args;
 
-use super::{FilterArgs, LockDirArg, parse_timeout};
+use super::args::{FilterArgs, LockDirArg, parse_timeout};
 use crate::error::CliError;
 
 /// Options of `accelsql gpu run`.

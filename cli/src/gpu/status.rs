@@ -6,7 +6,7 @@ use accelsql_gpu_scheduler::units::format_bytes;
 use accelsql_gpu_scheduler::{DeviceLockDir, Inventory, InventoryReport, SchedulerConfig};
 use clap::Args;
 
-use super::LockDirArg;
+use super::args::LockDirArg;
 use crate::error::CliError;
 
 /// Options of `accelsql gpu status`.

@@ -7,7 +7,7 @@ use accelsql_engine::splitter::{is_blank, is_complete, split_statements};
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 
-use super::Shell;
+use super::session::Shell;
 use crate::error::CliError;
 
 /// The prompt for a new statement.

@@ -1,5 +1,6 @@
 //! The device inventory: one trait, an NVML and a simulated backend, and the visible-device view.
 
+mod backend;
 mod nvml;
 mod simulated;
 
@@ -7,33 +8,13 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+pub use self::backend::DeviceBackend;
 pub use self::nvml::NvmlInventory;
+#[cfg(test)]
 pub(crate) use self::simulated::simulated_device;
 pub use self::simulated::{SIMULATED_MEMORY, SimulatedInventory};
 
 use crate::{DeviceInfo, Result, SchedulerConfig, VisibleDevices};
-
-/// A source of devices: NVML on a real server, or a simulated set for tests and CI.
-///
-/// `probe` takes fresh readings each call (free memory and utilization change), so callers that
-/// select devices should probe right before selecting.
-pub trait DeviceBackend: Send + Sync + std::fmt::Debug {
-    /// Short backend name: `nvml`, `simulated`.
-    fn name(&self) -> &'static str;
-
-    /// All devices of the server, in NVML index order, with current readings.
-    fn probe(&self) -> Result<Vec<DeviceInfo>>;
-
-    /// Why the backend reports no devices (e.g. the NVML library is missing), if it knows.
-    fn note(&self) -> Option<String> {
-        None
-    }
-
-    /// Driver version, where the backend knows it.
-    fn driver_version(&self) -> Option<String> {
-        None
-    }
-}
 
 /// What an inventory shows at one moment: backend, driver, devices, and a note when there are none.
 #[derive(Debug, Clone, Serialize)]

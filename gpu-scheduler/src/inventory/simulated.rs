@@ -63,6 +63,14 @@ impl DeviceBackend for SimulatedInventory {
     }
 }
 
+impl DeviceInfo {
+    /// Simulated device number `index`, as `ACCELSQL_SIMULATED_GPUS` makes them: a base for
+    /// test fixtures (`DeviceInfo { simulated: false, ..DeviceInfo::simulated(0) }`).
+    pub fn simulated(index: u32) -> Self {
+        simulated_device(index)
+    }
+}
+
 /// Simulated device number `index`.
 pub(crate) fn simulated_device(index: u32) -> DeviceInfo {
     DeviceInfo {

@@ -12,7 +12,8 @@ emit(DataFrame), numpy (when importable) for run_batch() columns.
 
 Modules: wire (framing and protocol constants), values (the columnar codec between wire bytes and
 Python values), exa (exa, exa.meta and the names a script sees without import), context (the ctx
-objects), errors (exception reports), single_call (functions called once), runner (the INIT/RUN/FINISH loop), fork_server (warm worker
-starts), state (what the modules share), entry (the process entry point). The bootstrap runs
-`from accelsql_worker.entry import start; start()`.
+objects), ctx_base (what errors needs to know of ctx), errors (exception reports), chunks (a run's
+rows and output in chunks), single_call (functions called once), runner (the INIT/RUN/FINISH
+loop), fork_server (warm worker starts), state (what the modules share), entry (the process entry
+point). The bootstrap runs `from accelsql_worker.entry import start; start()`.
 """

@@ -1,6 +1,7 @@
 """A run in chunks: rows past the first chunk (FETCH -> ROWS) and output in parts (EMIT)."""
 
 from . import state
+from .errors import _send_bad_value, _send_exception
 from .values import _BadValue, _decode_raw, _encode_result, _to_row_values
 from .wire import F_EMIT, F_FETCH, F_ROWS, _U64, _ProtocolError
 
@@ -64,9 +65,6 @@ def send_part(out):
     st = state.STATE
     run = state.RUN
     ch = state.CHANNEL
-    # errors imports context, which imports this module: import it when it is needed.
-    from .errors import _send_bad_value, _send_exception
-
     try:
         parts = _encode_result(st, n, out)
     except _BadValue as bad:

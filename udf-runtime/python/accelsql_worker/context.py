@@ -4,6 +4,7 @@ import sys
 
 from . import state
 from .chunks import fetch_rows, send_part
+from .ctx_base import _RowContextBase, _no_column_message
 
 # Generated functions are attributed to this file, so that tracebacks leave them out.
 _THIS_FILE = (lambda: 0).__code__.co_filename
@@ -25,7 +26,7 @@ def _is_dataframe(v):
     return t.__name__ == "DataFrame" and t.__module__.startswith("pandas")
 
 
-class _RowContext(object):
+class _RowContext(_RowContextBase):
     """Exasol's ctx for run(ctx): the current row of the batch (SCALAR) or of the group (SET).
 
     The current row's values live in slots of the script's subclass (see _make_row_context_class),
@@ -199,13 +200,6 @@ class _RowContextWithFallback(_RowContext):
         if slot == name:  # an unset slot: never when run(ctx) is called
             raise AttributeError(name)
         return getattr(self, slot)
-
-
-def _no_column_message(name):
-    return "ctx has no input column %r; the input columns are: %s" % (
-        name,
-        ", ".join(c.name for c in state.STATE.inputs) or "(none)",
-    )
 
 
 # Names through which code can reach an attribute by a computed name ("{0.N}".format(ctx)

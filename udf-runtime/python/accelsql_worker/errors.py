@@ -1,7 +1,7 @@
 """How an exception or a bad output value of the script is reported to the engine."""
 
 from . import state
-from .context import _RowContext, _no_column_message
+from .ctx_base import _RowContextBase, _no_column_message
 from .values import _short_repr
 from .wire import _U32, _U64, E_BAD_OUTPUT, E_EXCEPTION, E_SINGLE_CALL, F_ERROR, _s
 
@@ -42,7 +42,7 @@ def _send_exception(ch, exc, phase):
     if (
         isinstance(exc, AttributeError)
         and getattr(exc, "name", None) is not None
-        and isinstance(getattr(exc, "obj", None), _RowContext)
+        and isinstance(getattr(exc, "obj", None), _RowContextBase)
         and exc.name not in dir(type(exc.obj))
     ):
         # A ctx without the fallback __getattr__: say what that would have said (and suggest

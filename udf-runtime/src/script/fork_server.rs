@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 
 use super::interpreter::worker_args;
 use super::process::{
-    IoEnd, Process, die_with_engine, read_full, spawn_from_long_lived_thread, wait_ready,
+    IoEnd, Process, WorkerParent, die_with_engine, read_full, spawn_from_long_lived_thread,
+    wait_ready,
 };
 
 /// The argument after the bootstrap's that makes the worker module serve forks.
@@ -329,12 +330,14 @@ impl ForkServer {
             _ => return Err(ForkError::ServerFailed),
         }
         let pid = u32::from_le_bytes([reply[1], reply[2], reply[3], reply[4]]);
-        Process::forked(Arc::clone(self), pid, ours, stderr_r, status_r).map_err(broken)
+        Process::forked(Arc::<Self>::clone(self), pid, ours, stderr_r, status_r).map_err(broken)
     }
+}
 
+impl WorkerParent for ForkServer {
     /// Asks the server to kill worker `pid`'s process group now (it reports the end as usual). A
     /// server that is gone took its workers with it.
-    pub(crate) fn kill(&self, pid: u32) {
+    fn kill(&self, pid: u32) {
         let mut msg = [0u8; 5];
         msg[0] = b'K';
         msg[1..].copy_from_slice(&pid.to_le_bytes());

@@ -30,16 +30,20 @@ pub(crate) const WORKER_MODULES: &[(&str, &str)] = &[
     ),
     ("exa", include_str!("../../python/accelsql_worker/exa.py")),
     (
+        "ctx_base",
+        include_str!("../../python/accelsql_worker/ctx_base.py"),
+    ),
+    (
+        "errors",
+        include_str!("../../python/accelsql_worker/errors.py"),
+    ),
+    (
         "chunks",
         include_str!("../../python/accelsql_worker/chunks.py"),
     ),
     (
         "context",
         include_str!("../../python/accelsql_worker/context.py"),
-    ),
-    (
-        "errors",
-        include_str!("../../python/accelsql_worker/errors.py"),
     ),
     (
         "single_call",

@@ -46,6 +46,7 @@ mod fork_server;
 mod interpreter;
 mod process;
 mod single_call;
+mod single_call_spec;
 mod spec;
 mod sql_type;
 mod wire;
@@ -54,7 +55,8 @@ mod worker;
 
 pub use chunks::RunChunking;
 pub use interpreter::{MIN_PYTHON, PythonVersion, find_python3};
-pub use single_call::{ExportSpec, ImportSpec, SingleCall, single_call, single_call_with_timeout};
+pub use single_call::{single_call, single_call_with_timeout};
+pub use single_call_spec::{ExportSpec, ImportSpec, SingleCall};
 pub use spec::{
     ColumnSpec, ConnectionInfo, ImportedScript, ScriptConnections, ScriptImports, ScriptInputType,
     ScriptOutput, ScriptSpec, WorkerContext,

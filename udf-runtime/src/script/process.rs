@@ -12,7 +12,6 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::fork_server::ForkServer;
 use super::wire::{FRAME_HEADER_LEN, MAX_FRAME_LEN};
 
 /// How much of a worker's stderr is kept for error messages.
@@ -49,9 +48,17 @@ enum Owner {
     Engine(Child),
     /// A fork server forked it, and reports its end on `status` (see `fork_server.rs`).
     ForkServer {
-        server: Arc<ForkServer>,
+        server: Arc<dyn WorkerParent>,
         status: OwnedFd,
     },
+}
+
+/// The parent of a worker that the engine did not spawn: the fork server that forked it (see
+/// `fork_server.rs`), which reaps it and kills it when asked.
+pub(crate) trait WorkerParent: Send + Sync + std::fmt::Debug {
+    /// Kills worker `pid`'s process group now (its end is reported as usual). A parent that is
+    /// gone took its workers with it.
+    fn kill(&self, pid: u32);
 }
 
 /// Makes `cmd` start its process in a process group of its own and (on Linux) killed when the
@@ -109,7 +116,7 @@ impl Process {
     /// end of its stderr pipe, `status` the read end of the pipe on which the server reports its
     /// end.
     pub(crate) fn forked(
-        server: Arc<ForkServer>,
+        server: Arc<dyn WorkerParent>,
         pid: u32,
         sock: UnixStream,
         stderr: OwnedFd,

@@ -5,10 +5,12 @@ use arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array, new_empty_
 use arrow::datatypes::{DataType, Int64Type};
 
 use super::element::Element;
-use super::topk::VECTOR_TOPK;
 use super::view::{ElementNulls, Elements, Vectors};
 use crate::Result;
 use crate::kernels::{Operand, check_rows, invalid_argument};
+
+/// The SQL name of the top-k set UDF.
+pub const VECTOR_TOPK: &str = "vector_topk";
 
 /// The arguments of one `vector_topk(row_id, emb, query, k)` group, checked: what both the CPU
 /// and a GPU implementation start from.

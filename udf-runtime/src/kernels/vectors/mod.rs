@@ -25,8 +25,8 @@
 //!
 //! The files: `similarity.rs` (the three operations, row by row), `view.rs` (an argument's
 //! vectors viewed without copying), `element.rs` (FLOAT and DOUBLE elements), `sums.rs` (the
-//! sums, portable and AVX2), `select.rs` (the top-k selection), `group.rs` (a `vector_topk` group's
-//! arguments, checked) and `topk.rs` (`vector_topk` itself).
+//! sums, portable and AVX2), `select.rs` (the top-k selection), `group.rs` (`vector_topk`'s name
+//! and a group's arguments, checked) and `topk.rs` (`vector_topk` itself).
 
 mod element;
 mod group;
@@ -38,8 +38,8 @@ mod test_support;
 mod topk;
 mod view;
 
-pub use group::{TopKChunk, TopKGroup, top_k_group, top_k_group_chunks};
+pub use group::{TopKChunk, TopKGroup, VECTOR_TOPK, top_k_group, top_k_group_chunks};
 pub use select::top_k;
 pub use similarity::{VectorOp, vector_similarity};
-pub use topk::{VECTOR_TOPK, vector_topk, vector_topk_chunks};
+pub use topk::{vector_topk, vector_topk_chunks};
 pub(crate) use view::Vectors;

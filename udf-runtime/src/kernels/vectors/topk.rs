@@ -3,13 +3,10 @@
 
 use arrow::array::{Array, ArrayRef, Float64Array, Int64Array};
 
-use super::group::{TopKChunk, check_group};
+use super::group::{TopKChunk, VECTOR_TOPK, check_group};
 use super::select::Best;
 use super::similarity::{VectorOp, similarity};
 use crate::Result;
-
-/// The SQL name of the top-k set UDF.
-pub const VECTOR_TOPK: &str = "vector_topk";
 
 /// `vector_topk` on the CPU for one group: cosine similarity of each row's embedding to the
 /// group's query, then [`top_k`]. Returns the emitted `(row_id, score)` columns.

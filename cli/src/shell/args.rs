@@ -1,0 +1,55 @@
+//! The options of the SQL shell (`-c`, `-f`, `--format`, …): what `accelsql` takes without a
+//! subcommand.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::OutputFormat;
+
+/// Options of the SQL shell.
+#[derive(Debug, Args)]
+pub(crate) struct ShellArgs {
+    /// Run the statement(s) in SQL (`;`-separated) and exit; stops at the first error (exit 1).
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "SQL",
+        conflicts_with = "file"
+    )]
+    pub(crate) sql: Option<String>,
+    /// Run the statements of FILE in order and exit; stops at the first error (exit 1) and says
+    /// which statement failed and on which line it starts.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub(crate) file: Option<PathBuf>,
+    /// How results are printed: an aligned table, CSV with a header, or one JSON object per row.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Table)]
+    pub(crate) format: OutputFormat,
+    /// After each statement, print its row count and how long it took.
+    #[arg(long)]
+    pub(crate) timing: bool,
+    /// Use N simulated GPUs instead of NVML (overrides ACCELSQL_SIMULATED_GPUS).
+    #[arg(long, value_name = "N")]
+    pub(crate) simulated_gpus: Option<usize>,
+
+    /// Keep the script catalog (`CREATE … SCRIPT`) in DIR, so scripts survive a restart
+    #[arg(long, value_name = "DIR")]
+    pub(crate) data_dir: Option<std::path::PathBuf>,
+
+    /// Run the SQL as an untrusted user's: no script DDL, no SCRIPT_LANGUAGES change, no
+    /// CREATE/DROP CONNECTION, no file access (files as tables, CREATE EXTERNAL TABLE, COPY … TO)
+    /// and no settings that could lift a resource limit; each is refused with error 42501.
+    /// Existing scripts and UDFs can still be called.
+    #[arg(long)]
+    pub(crate) restricted: bool,
+
+    /// Run queries on the cluster whose scheduler is at HOST:PORT (`accelsql cluster local`
+    /// prints it) instead of in this process; needs --nodes.
+    #[arg(long, value_name = "HOST:PORT", requires = "nodes")]
+    pub(crate) cluster: Option<String>,
+
+    /// The number of executors (nodes) of --cluster: `nproc()`, and how many partitions each
+    /// query is planned with.
+    #[arg(long, value_name = "N", requires = "cluster")]
+    pub(crate) nodes: Option<usize>,
+}
