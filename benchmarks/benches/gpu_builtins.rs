@@ -6,6 +6,10 @@
 //! ≥ 80% on an H100), Black–Scholes' GPU/CPU speedup (goal ≥ 20×), and the smallest row count at
 //! which the GPU beats the CPU.
 //!
+//! Also the fixed costs: NVRTC's cold compile (and load) of each built-in's module with the disk
+//! cache off, and the warm per-call overhead of a 1-row call (context, cached kernel, transfers;
+//! goal < 1 ms).
+//!
 //! Run: `cargo bench -p accelsql-benchmarks --bench gpu_builtins -- [--max-rows N] [--runs N]
 //! [--json PATH]` (`ACCELSQL_BENCH_MAX_ROWS` also sets the row limit). Without a GPU the GPU
 //! columns say "no GPU" and the CPU part still runs, up to 10M rows by default; each built-in
@@ -21,7 +25,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use accelsql_gpu_scheduler::{DeviceInfo, Inventory, NvmlInventory};
-use accelsql_udf_runtime::gpu::{self, CudaLibraries, GpuDevice};
+use accelsql_udf_runtime::gpu::{
+    self, CudaLibraries, GpuDevice, KernelSource, geo_source, options_source,
+    set_kernel_cache_dir, vectors_source,
+};
 use accelsql_udf_runtime::kernels::Operand;
 use accelsql_udf_runtime::kernels::geo::haversine_km_operands;
 use accelsql_udf_runtime::kernels::options::{OptionKind, black_scholes};
@@ -33,6 +40,8 @@ type BoxError = Box<dyn std::error::Error>;
 
 const ROW_COUNTS: [usize; 6] = [1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000];
 const DIM: usize = 768;
+/// Timed 1-row calls for the warm per-call overhead.
+const PER_CALL_RUNS: usize = 200;
 /// Bytes of the plain pinned copy whose bandwidth is the reference.
 const COPY_BYTES: usize = 256 << 20;
 
@@ -364,6 +373,59 @@ fn main() -> Result<(), BoxError> {
         None => Err("no GPU".to_string()),
     };
 
+    // Fixed costs first, while nothing is compiled: NVRTC's cold compile of each module (the
+    // disk cache off, so that an earlier run's cache cannot answer), then 1-row calls.
+    let modules: [(&str, KernelSource); 3] = [
+        ("vectors", vectors_source()),
+        ("geo", geo_source()),
+        ("options", options_source()),
+    ];
+    let mut compiles: Vec<(&str, Result<f64, String>)> = Vec::new();
+    if let Some(d) = &device {
+        set_kernel_cache_dir(None);
+        let g = GpuDevice::open(d)?;
+        for (name, source) in &modules {
+            let start = Instant::now();
+            let took = g
+                .module(source)
+                .map(|_| start.elapsed().as_secs_f64())
+                .map_err(|e| e.to_string());
+            compiles.push((*name, if smoke { took.and(Err(FAKE.to_string())) } else { took }));
+        }
+    }
+    for (name, took) in &compiles {
+        match took {
+            Ok(s) => println!("NVRTC cold compile + load of module {name}: {:.1} ms", s * 1e3),
+            Err(e) => println!("NVRTC cold compile + load of module {name}: {e}"),
+        }
+    }
+    let mut per_call: Vec<(Builtin, Result<f64, String>)> = Vec::new();
+    if let Some(d) = &device {
+        for builtin in [
+            Builtin::Cosine,
+            Builtin::Haversine,
+            Builtin::BlackScholesCall,
+        ] {
+            let args = builtin.data(1);
+            let took = if smoke {
+                builtin.gpu(d, 1, &args).map(|_| ()).map_err(|e| e.to_string()).and(Err(FAKE.to_string()))
+            } else {
+                median_secs(PER_CALL_RUNS, || builtin.gpu(d, 1, &args).map(|_| ()))
+                    .map_err(|e| e.to_string())
+            };
+            match &took {
+                Ok(s) => println!(
+                    "warm per-call GPU overhead of {} (1 row, median of {PER_CALL_RUNS}): {:.3} ms (goal < 1 ms: {})",
+                    builtin.name(),
+                    s * 1e3,
+                    if *s < 1e-3 { "met" } else { "MISSED" }
+                ),
+                Err(e) => println!("warm per-call GPU overhead of {}: {e}", builtin.name()),
+            }
+            per_call.push((builtin, took));
+        }
+    }
+
     let mut rows_out = Vec::new();
     for builtin in [
         Builtin::Cosine,
@@ -542,10 +604,20 @@ fn main() -> Result<(), BoxError> {
                 )
             })
             .collect();
+        let compiles: Vec<String> = compiles
+            .iter()
+            .map(|(name, took)| format!("{}:{}", json_string(name), json_number(took.as_ref().ok().map(|s| s * 1e3))))
+            .collect();
+        let per_call: Vec<String> = per_call
+            .iter()
+            .map(|(b, took)| format!("{}:{}", json_string(b.name()), json_number(took.as_ref().ok().map(|s| s * 1e3))))
+            .collect();
         let json = format!(
-            "{{\"cpu_threads\":{},\"gpu\":{},\"pinned_h2d_bytes_per_s\":{},\"cosine_e2e_bytes_per_s\":{},\"cosine_e2e_pct_of_pinned\":{},\"black_scholes_speedup\":{},\"gpu_beats_cpu_from_rows\":{{{}}},\"results\":[{}]}}\n",
+            "{{\"cpu_threads\":{},\"gpu\":{},\"nvrtc_cold_compile_ms\":{{{}}},\"warm_per_call_ms\":{{{}}},\"pinned_h2d_bytes_per_s\":{},\"cosine_e2e_bytes_per_s\":{},\"cosine_e2e_pct_of_pinned\":{},\"black_scholes_speedup\":{},\"gpu_beats_cpu_from_rows\":{{{}}},\"results\":[{}]}}\n",
             threads(),
             json_string(&gpu_note),
+            compiles.join(","),
+            per_call.join(","),
             json_number(pinned.as_ref().ok().copied()),
             json_number(cosine_share.map(|c| c.1)),
             json_number(cosine_share.map(|c| c.2)),

@@ -5,6 +5,7 @@
 //! The binary `accelsql-benchmarks` (`src/main.rs`) is the front end:
 //! `cargo run --release -p accelsql-benchmarks -- <suite|all> [--scale S] [--out DIR]`.
 
+pub mod cli;
 pub mod data;
 pub mod error;
 mod latency;

@@ -49,6 +49,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    #[cfg(feature = "gpu-kit")]
+    if let Some(code) = multi_call() {
+        return code;
+    }
     let cli = Cli::parse();
     let outcome = match cli.command {
         Some(Command::Gpu(command)) => gpu::run(command),
@@ -149,5 +153,22 @@ mod tests {
     fn the_gpu_subcommands_still_parse() {
         let cli = Cli::try_parse_from(["accelsql", "gpu", "status", "--json"]).unwrap();
         assert!(matches!(cli.command, Some(Command::Gpu(_))));
+    }
+}
+
+/// With the `gpu-kit` feature: run as `accelsql-benchmarks` or `accelsql-slt` (a link to this
+/// binary), the harness or the .slt runner; `None` for any other name (and not a harness child).
+#[cfg(feature = "gpu-kit")]
+fn multi_call() -> Option<ExitCode> {
+    let argv0 = std::env::args_os().next()?;
+    let name = std::path::Path::new(&argv0).file_name()?.to_str()?.to_string();
+    // The harness's cold-start child runs as the harness's own executable, which is this one.
+    let cold_child =
+        std::env::var_os(accelsql_benchmarks::suites::python_udf::COLD_CHILD_ENV).is_some();
+    match name.as_str() {
+        _ if cold_child => Some(accelsql_benchmarks::cli::main()),
+        "accelsql-benchmarks" => Some(accelsql_benchmarks::cli::main()),
+        "accelsql-slt" => Some(accelsql_sql_tests::slt_cli::main()),
+        _ => None,
     }
 }

@@ -1,30 +1,55 @@
 #!/usr/bin/env bash
 # Runs the GPU verification on a machine with an NVIDIA GPU, from what scripts/gpu-verify/pack.sh
-# packed (no Rust toolchain needed). Every step runs even if an earlier one failed; each step's
-# output goes to $OUT/<step>.log and the summary (step, exit code, seconds) to $OUT/summary.txt.
-# Steps: environment facts (driver, libcuda/libnvrtc/libnvidia-ml files, python3 and torch),
-# `accelsql gpu status`, the differential tests (ACCELSQL_REQUIRE_GPU: a missing device fails),
-# the GPU built-ins benchmark, the built-ins through SQL on the GPU, and a PyTorch script UDF run
-# with a SCRIPT_LANGUAGES alias naming this machine's python3.
+# packed (no Rust toolchain, no network needed). Run from the repository root (the .slt files are
+# read from sql-tests/slt). Every step runs even if an earlier one failed, within a time budget
+# (KIT_BUDGET seconds, default 480: a step that would not fit is skipped and says so). Each step's
+# output goes to a log; what comes back under $OUT is at most 7 files:
+#   summary.txt        step, exit code, seconds; driver/CUDA versions; device memory before/after
+#   logs.tar.gz        every step's log, the harness's REPORT.md and plots
+#   gpu_builtins.json  the GPU built-ins benchmark's figures
+#   harness.json       the harness's results.json (vectors, geo, options, scheduler suites)
+#   harness.md         the harness's REPORT.md
+# Steps, most important first: facts (driver, libraries, NVRTC, torch, CuPy, memory baseline),
+# `accelsql gpu status`, the differential tests (ACCELSQL_REQUIRE_GPU: no device fails), the
+# built-ins through SQL, PyTorch/CuPy scripts under a SCRIPT_LANGUAGES alias, the built-ins
+# benchmark (bandwidth, crossover, NVRTC cold compile, per-call overhead), `accelsql serve` with
+# two Flight SQL clients taking turns (and the server's device memory between rounds), the
+# harness's GPU suites, the .slt suites on this machine's GPUs, and device memory at the end.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/out}"
 mkdir -p "$out"
-bin="$here/bin"
-mkdir -p "$bin"
+work="$(mktemp -d "${TMPDIR:-/tmp}/gpu-verify.XXXXXX")"
+logs="$work/logs"
+bin="$work/bin"
+mkdir -p "$logs" "$bin"
 summary="$out/summary.txt"
+budget="${KIT_BUDGET:-480}"
+scale="${KIT_SCALE:-0.5}"
 : > "$summary"
+echo "kit: commit $(cat "$here/COMMIT" 2>/dev/null), budget ${budget}s, harness scale $scale" | tee -a "$summary"
 
-# step NAME LIMIT_SECONDS CMD...: runs CMD with a time limit, logs it, records its exit code.
+# step NAME LIMIT_SECONDS CMD...: runs CMD with a time limit (cut to what is left of the budget,
+# keeping 25 s for the end), logs it, records its exit code; 124 means it ran out of time.
 step() {
   local name=$1 limit=$2
   shift 2
+  local left=$((budget - SECONDS - 25))
+  if [ "$left" -lt 15 ]; then
+    printf '%-16s skipped (budget spent)\n' "$name" | tee -a "$summary"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   local started=$SECONDS
-  echo "=== $name: $*" | tee "$out/$name.log"
-  timeout "$limit" "$@" >> "$out/$name.log" 2>&1
+  echo "=== $name (limit ${limit}s): $*" > "$logs/$name.log"
+  timeout -k 5 "$limit" "$@" >> "$logs/$name.log" 2>&1
   local rc=$?
-  tail -n 40 "$out/$name.log"
+  tail -n 30 "$logs/$name.log"
   printf '%-16s rc=%-4s %4ss\n' "$name" "$rc" "$((SECONDS - started))" | tee -a "$summary"
+}
+
+memory() {
+  nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.used,memory.total --format=csv,noheader 2>&1
 }
 
 # NVRTC may live outside the loader's path (a CUDA toolkit, or a pip wheel of torch).
@@ -33,9 +58,15 @@ extra=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_
   -name 'libnvrtc.so*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
 export LD_LIBRARY_PATH="${extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" | tee -a "$summary"
+{
+  echo "device memory before (index, name, uuid, driver, used, total):"
+  memory
+  echo "CUDA (nvidia-smi): $(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -1)"
+} | tee -a "$summary"
+
 facts() {
-  echo "commit: $(cat "$here/COMMIT" 2>/dev/null)"
   nvidia-smi || echo "nvidia-smi: not found or failed"
+  nvidia-smi -q | head -60 || true
   echo "--- libraries (ldconfig)"
   ldconfig -p | grep -E 'libcuda\.so|libnvrtc|libnvidia-ml' || true
   echo "--- libraries (files)"
@@ -62,30 +93,83 @@ PY
   echo "--- python3: $(command -v python3)"
   python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())' \
     || echo "torch: not importable"
+  python3 -c 'import cupy; print("cupy", cupy.__version__, "devices", cupy.cuda.runtime.getDeviceCount())' \
+    || echo "cupy: not importable"
+  python3 -c 'import pyarrow, pandas; print("pyarrow", pyarrow.__version__, "pandas", pandas.__version__)' \
+    || echo "pyarrow/pandas: not importable"
+  echo "--- cores: $(nproc); memory: $(grep MemTotal /proc/meminfo)"
 }
 export -f facts
-export here
-step facts 120 bash -c facts
+step facts 60 bash -c facts
 
-# Decompress (xz, or Python's lzma where the xz tool is absent).
-for name in accelsql gpu_differential gpu_builtins; do
+# Unpack the binaries (xz, or Python's lzma where the xz tool is absent).
+unpack() {
   if command -v xz > /dev/null; then
-    xz -dc "$here/$name.xz" > "$bin/$name"
+    xz -dc "$here/bins.tar.xz" | tar -x -C "$bin"
   else
-    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-      "$here/$name.xz" "$bin/$name"
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' \
+      "$here/bins.tar.xz" | tar -x -C "$bin"
   fi
-  chmod +x "$bin/$name"
-done
+  chmod +x "$bin"/*
+  ls -la "$bin"
+}
+export -f unpack
+export here bin
+step unpack 90 bash -c unpack
 
-export ACCELSQL_KERNEL_CACHE_DIR="$out/kernel-cache"
+export ACCELSQL_KERNEL_CACHE_DIR="$work/kernel-cache"
+mkdir -p -m 700 "$ACCELSQL_KERNEL_CACHE_DIR"
 
 step gpu-status 60 sh -c "'$bin/accelsql' gpu status && '$bin/accelsql' gpu status --json"
-step differential 300 env ACCELSQL_REQUIRE_GPU=1 "$bin/gpu_differential" --nocapture
-step benchmark 400 "$bin/gpu_builtins" --json "$out/gpu_builtins.json"
-step sql-builtins 240 "$bin/accelsql" --timing -f "$here/checks.sql"
+step differential 240 env ACCELSQL_REQUIRE_GPU=1 "$bin/gpu_differential" --nocapture --test-threads 4
+step sql-builtins 120 "$bin/accelsql" --timing -f "$here/checks.sql"
 python=$(command -v python3)
-sed "s|@PYTHON3@|$python|" "$here/torch_probe.sql" > "$out/torch_probe.sql"
-step torch-probe 180 "$bin/accelsql" -f "$out/torch_probe.sql"
-echo "=== summary"
+sed "s|@PYTHON3@|$python|" "$here/torch_probe.sql" > "$work/torch_probe.sql"
+step torch-probe 120 "$bin/accelsql" -f "$work/torch_probe.sql"
+step benchmark 200 "$bin/gpu_builtins" --max-rows 10000000 --runs 3 --json "$out/gpu_builtins.json"
+
+# accelsql serve with two Flight SQL clients at once, twice; the server's device memory after
+# each round (it must not grow: no leak across statements).
+serve_clients() {
+  local port=50561
+  "$bin/accelsql" serve --listen "127.0.0.1:$port" -q &
+  local pid=$!
+  trap 'kill "$pid" 2>/dev/null' EXIT TERM
+  for _ in $(seq 1 50); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.2
+  done
+  local rc=0
+  for round in 1 2; do
+    echo "--- round $round"
+    "$bin/flight_clients" --url "grpc://127.0.0.1:$port" --clients 2 --statements 20 || rc=1
+    echo "server (pid $pid) device memory after round $round:"
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | grep -E "^$pid," || echo "  (pid $pid holds no device memory)"
+  done
+  kill "$pid"
+  wait "$pid"
+  echo "server exit status: $?"
+  return $rc
+}
+export -f serve_clients
+step serve-clients 90 bash -c serve_clients
+
+step harness 200 "$bin/accelsql-benchmarks" scheduler vectors geo options --scale "$scale" \
+  --runs 3 --warmup 1 --no-python-peers --fresh --out "$work/harness" \
+  --note "GPU verification kit on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+step slt 150 "$bin/accelsql-slt" sql-tests/slt
+
+{
+  echo "device memory after (index, name, uuid, driver, used, total):"
+  memory
+  echo "processes still holding device memory:"
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>&1
+} | tee -a "$summary"
+
+[ -f "$work/harness/results.json" ] && cp "$work/harness/results.json" "$out/harness.json"
+[ -f "$work/harness/REPORT.md" ] && cp "$work/harness/REPORT.md" "$out/harness.md"
+find "$work/harness" -maxdepth 1 \( -name '*.png' -o -name '*.md' \) -exec cp {} "$logs/" \; 2>/dev/null
+tar -czf "$out/logs.tar.gz" -C "$work" logs
+echo "=== summary ($SECONDS s)"
 cat "$summary"
+rm -rf "$work"

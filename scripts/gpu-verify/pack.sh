@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Builds what the GPU verification runs on a machine with an NVIDIA GPU but no Rust toolchain, and
-# packs it into target/gpu-pack (stripped, xz-compressed; well under 64 MiB):
-#   accelsql            the CLI (release): `gpu status`, the SQL checks
-#   gpu_differential    the CPU/GPU differential tests (release)
-#   gpu_builtins        the GPU built-ins benchmark (release)
+# packs it into target/gpu-pack: one xz tarball of stripped release binaries (well under the
+# 64 MiB a device call carries) and the kit's scripts:
+#   accelsql              the CLI (`gpu status`, `serve`, the SQL checks), built with the gpu-kit
+#                         feature: run through a link named accelsql-slt it is the .slt runner,
+#                         named accelsql-benchmarks the harness (one DataFusion binary, not three)
+#   gpu_differential      the CPU/GPU differential tests
+#   gpu_builtins          the GPU built-ins benchmark (bandwidth, crossover, compile, per-call)
+#   flight_clients        Flight SQL clients taking turns on `accelsql serve`
 #   on-device.sh, checks.sql, torch_probe.sql
 # Then, on the GPU machine, from the repository root: `bash target/gpu-pack/on-device.sh`
-# (results under $OUT, or target/gpu-pack/out without it). See README "GPU status".
+# (results under $OUT, or target/gpu-pack/out without it). See scripts/gpu-verify/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 pack=target/gpu-pack
@@ -31,28 +35,34 @@ for line in sys.stdin:
 }
 
 echo "gpu-verify: building (release)"
-# One cargo invocation, so that the three share one set of dependency features (and builds).
-cargo build --release -p accelsql-cli -p accelsql-udf-runtime -p accelsql-benchmarks \
-  --bin accelsql --test gpu_differential --bench gpu_builtins --message-format=json-render-diagnostics \
+# One cargo invocation, so that all of them share one set of dependency features (and builds).
+cargo build --release -p accelsql-cli -p accelsql-udf-runtime -p accelsql-benchmarks -p accelsql-sql-tests \
+  --features accelsql-cli/gpu-kit --bin accelsql --test gpu_differential \
+  --bench gpu_builtins --bench flight_clients --message-format=json-render-diagnostics \
   > "$pack/build.json"
-cli=target/release/accelsql
-diff_bin=$(executable test gpu_differential < "$pack/build.json")
-bench_bin=$(executable bench gpu_builtins < "$pack/build.json")
-rm "$pack/build.json"
-for f in "$cli" "$diff_bin" "$bench_bin"; do
-  if [ ! -x "$f" ]; then
-    echo "gpu-verify: ERROR: no executable at '$f'" >&2
+bins="$pack/bins"
+mkdir -p "$bins"
+for spec in bin:accelsql test:gpu_differential bench:gpu_builtins bench:flight_clients; do
+  kind=${spec%%:*}
+  name=${spec#*:}
+  src=$(executable "$kind" "$name" < "$pack/build.json")
+  if [ ! -x "$src" ]; then
+    echo "gpu-verify: ERROR: no executable for $kind $name" >&2
     exit 1
   fi
+  strip -o "$bins/$name" "$src"
 done
-
-for pair in "accelsql:$cli" "gpu_differential:$diff_bin" "gpu_builtins:$bench_bin"; do
-  name=${pair%%:*}
-  src=${pair#*:}
-  strip -o "$pack/$name" "$src"
-  xz -6 -T0 "$pack/$name"
-done
+rm "$pack/build.json"
+ln -s accelsql "$bins/accelsql-slt"
+ln -s accelsql "$bins/accelsql-benchmarks"
+tar -C "$bins" -cf - . | xz -9 -T0 > "$pack/bins.tar.xz"
+rm -rf "$bins"
 cp scripts/gpu-verify/on-device.sh scripts/gpu-verify/checks.sql scripts/gpu-verify/torch_probe.sql "$pack/"
 git rev-parse HEAD > "$pack/COMMIT" 2>/dev/null || echo unknown > "$pack/COMMIT"
-du -ch "$pack"/* | tail -1
-echo "gpu-verify: packed into $pack; on the GPU machine run: bash $pack/on-device.sh"
+size=$(du -cb "$pack"/* | tail -1 | cut -f1)
+echo "gpu-verify: $((size >> 20)) MiB in $pack"
+if [ "$size" -gt $((60 << 20)) ]; then
+  echo "gpu-verify: ERROR: the pack is over 60 MiB; a device call carries at most 64 MiB" >&2
+  exit 1
+fi
+echo "gpu-verify: packed into $pack; on the GPU machine, from the repository root: bash $pack/on-device.sh"

@@ -38,5 +38,23 @@ def run(ctx):
 -- The first call gets the GPU, the second runs on the CPU and must see no device.
 SELECT torch_devices() AS gpu_placed, torch_devices() AS cpu_placed;
 
+-- CuPy under the same alias: a GPU-placed instance computes on its one device (skipped in the
+-- answer, not failed, where CuPy does not import).
+CREATE OR REPLACE GPU_PY SCALAR SCRIPT cupy_probe(n INTEGER) RETURNS VARCHAR(300) AS
+%perInstanceRequiredAcceleratorDevices GpuNvidia;
+import os
+def run(ctx):
+    try:
+        import cupy
+    except Exception as e:
+        return "cupy: not importable (%s)" % type(e).__name__
+    x = cupy.arange(ctx.n, dtype=cupy.float64)
+    return "cupy %s devices=%d CUDA_VISIBLE_DEVICES=%r sum=%.1f expected=%.1f" % (
+        cupy.__version__, cupy.cuda.runtime.getDeviceCount(), os.environ.get("CUDA_VISIBLE_DEVICES"),
+        float(x.sum()), ctx.n * (ctx.n - 1) / 2.0)
+/
+
+SELECT cupy_probe(1000000) AS cupy_on_gpu;
+
 SELECT statement_id, udf, placement, reason, devices, instances, rows_in
 FROM accelsql.udf_calls ORDER BY statement_id, call_id;

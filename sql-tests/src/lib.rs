@@ -18,6 +18,7 @@ pub mod discover;
 pub mod flavor;
 pub mod fuzz;
 pub mod runner;
+pub mod slt_cli;
 pub mod upstream;
 pub mod workspace;
 
