@@ -468,3 +468,33 @@ async fn a_statement_whose_reader_stops_loses_the_lease_after_max_lease_hold() {
         .unwrap();
     assert_eq!(column(&b, 0), ["1000"]);
 }
+
+#[tokio::test]
+async fn gpu_calls_get_their_input_in_large_batches() {
+    let plan_of = |gpus: usize| async move {
+        let s = engine(gpus).session();
+        s.sql("CREATE TABLE pts AS SELECT CAST(value AS DOUBLE) AS a FROM generate_series(1, 50000)")
+            .await
+            .unwrap();
+        let sum = s
+            .sql("SELECT sum(haversine_km(a / 1000, a / 500, 0.5, 0.25)) FROM pts")
+            .await
+            .unwrap();
+        let plan = s
+            .sql("EXPLAIN SELECT sum(haversine_km(a / 1000, a / 500, 0.5, 0.25)) FROM pts")
+            .await
+            .unwrap();
+        (column(&sum, 0), column(&plan, 1).join("\n"))
+    };
+    // Placed on the GPU: the aggregate's input is coalesced (4 DOUBLE-wide rows: up to 1M).
+    let (on_gpu, plan) = plan_of(1).await;
+    assert!(
+        plan.contains("CoalesceBatchesExec: target_batch_size=1048576"),
+        "{plan}"
+    );
+    // On the CPU nothing changes, and the answers agree (up to the summation order).
+    let (on_cpu, plan) = plan_of(0).await;
+    assert!(!plan.contains("CoalesceBatchesExec"), "{plan}");
+    let (g, c): (f64, f64) = (on_gpu[0].parse().unwrap(), on_cpu[0].parse().unwrap());
+    assert!((g - c).abs() <= 1e-12 * c.abs(), "{g} vs {c}");
+}

@@ -56,7 +56,10 @@ memory() {
 extra=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu \
   "$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)/nvidia" \
   -name 'libnvrtc.so*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
-export LD_LIBRARY_PATH="${extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Never the CUDA toolkit's stubs (their libcuda.so answers CUDA_ERROR_STUB_LIBRARY): the
+# driver's own libraries must be found.
+export LD_LIBRARY_PATH=$(printf '%s' "${extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" | tr ':' '\n' \
+  | grep -v -E '(^|/)stubs/?$' | grep -v '^$' | paste -sd: -)
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" | tee -a "$summary"
 {
   echo "device memory before (index, name, uuid, driver, used, total):"

@@ -136,9 +136,27 @@ fn describe(e: DriverError) -> String {
         .error_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|_| format!("{:?}", e.0));
-    match e.error_string() {
+    let text = match e.error_string() {
         Ok(text) => format!("{name} ({})", text.to_string_lossy()),
         Err(_) => name,
+    };
+    match hint(e.0) {
+        Some(hint) => format!("{text}; {hint}"),
+        None => text,
+    }
+}
+
+/// What to do about CUDA error `code`, where the fix lies outside accelsql.
+fn hint(code: CUresult) -> Option<&'static str> {
+    match code {
+        // Seen on the first real GPU: the CUDA toolkit's `lib/stubs` on LD_LIBRARY_PATH, ahead
+        // of the driver's directory, so the loader found the link-time stub first.
+        CUresult::CUDA_ERROR_STUB_LIBRARY => Some(
+            "the libcuda.so loaded is the CUDA toolkit's link-time stub, not the driver's: take \
+             the toolkit's `stubs` directory off LD_LIBRARY_PATH (or put the driver's library \
+             directory before it)",
+        ),
+        _ => None,
     }
 }
 
@@ -540,6 +558,13 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    #[test]
+    fn the_stub_library_error_says_what_to_do() {
+        let hint = hint(CUresult::CUDA_ERROR_STUB_LIBRARY).unwrap_or_default();
+        assert!(hint.contains("stub") && hint.contains("LD_LIBRARY_PATH"), "{hint}");
+        assert!(super::hint(CUresult::CUDA_ERROR_OUT_OF_MEMORY).is_none());
+    }
 
     fn device(uuid: &str, simulated: bool) -> DeviceInfo {
         DeviceInfo {

@@ -1,0 +1,180 @@
+//! Larger input batches for GPU calls: a call placed on the GPU that has a GPU implementation
+//! pays a fixed cost per batch (the device's turn, a stream synchronisation, the transfers'
+//! set-up), so DataFusion's 8192-row batches are coalesced before the plan node that evaluates
+//! it, up to [`GPU_BATCH_BYTES`] of input per batch.
+//!
+//! Measured on an H100 (benchmarks/report-gpu/REPORT.md): with 8192-row batches the options
+//! suite's `black_scholes_call` over 5M rows spent ~0.4 ms per batch in fixed costs and ran at a
+//! sixth of the CPU's speed.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::error::Result as DfResult;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
+use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::aggregates::AggregateExec;
+// DataFusion's operators coalesce their own output now; a GPU call needs its input coalesced
+// to far more rows than they aim at, which this operator still does.
+#[expect(deprecated)]
+use datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+
+use crate::core::calls::Placement;
+use crate::udf::as_accel_udf as as_accel;
+
+/// The input bytes a GPU call's batch is coalesced up to (estimated from the input's schema).
+pub(crate) const GPU_BATCH_BYTES: usize = 64 << 20;
+/// The fewest rows a coalesced batch aims at (DataFusion's default batch size).
+const MIN_ROWS: usize = 8192;
+/// The most rows a coalesced batch aims at.
+const MAX_ROWS: usize = 1 << 20;
+/// The bytes assumed per value of a variable-width type.
+const VARIABLE_WIDTH: usize = 64;
+
+/// The physical optimizer rule of [`coalesce_gpu_inputs`] (runs after DataFusion's own rules).
+#[derive(Debug, Default)]
+pub(crate) struct CoalesceGpuInputs;
+
+impl PhysicalOptimizerRule for CoalesceGpuInputs {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        coalesce_gpu_inputs(plan)
+    }
+
+    fn name(&self) -> &str {
+        "accelsql_coalesce_gpu_inputs"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// `plan` with the inputs of every node that evaluates a GPU call (one with a GPU
+/// implementation, placed on the GPU) coalesced into batches of up to [`GPU_BATCH_BYTES`].
+#[expect(deprecated)]
+pub(crate) fn coalesce_gpu_inputs(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        if !evaluates_gpu_call(node.as_ref())? {
+            return Ok(Transformed::no(node));
+        }
+        let children: Vec<Arc<dyn ExecutionPlan>> = node
+            .children()
+            .into_iter()
+            .map(|child| {
+                let rows = target_rows(&child.schema());
+                let input = match child.downcast_ref::<CoalesceBatchesExec>() {
+                    // Replace a smaller coalescing target rather than stack another.
+                    Some(c) if c.target_batch_size() < rows => Arc::clone(c.input()),
+                    Some(_) => return Arc::clone(child),
+                    None => Arc::clone(child),
+                };
+                Arc::new(CoalesceBatchesExec::new(input, rows)) as Arc<dyn ExecutionPlan>
+            })
+            .collect();
+        let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        Ok(Transformed::yes(node.replace_children(children, options)?))
+    })
+    .map(|t| t.data)
+}
+
+/// Rows per coalesced batch for inputs of `schema`.
+fn target_rows(schema: &Schema) -> usize {
+    let width: usize = schema
+        .fields()
+        .iter()
+        .map(|f| value_width(f.data_type()))
+        .sum::<usize>()
+        .max(1);
+    (GPU_BATCH_BYTES / width).clamp(MIN_ROWS, MAX_ROWS)
+}
+
+/// Estimated bytes of one value of `t`.
+fn value_width(t: &DataType) -> usize {
+    match t {
+        DataType::FixedSizeList(field, n) => value_width(field.data_type()) * (*n).max(0) as usize,
+        DataType::Struct(fields) => fields.iter().map(|f| value_width(f.data_type())).sum(),
+        t => t.primitive_width().unwrap_or(VARIABLE_WIDTH),
+    }
+}
+
+/// Whether `node` evaluates, itself, a call placed on the GPU that has a GPU implementation.
+fn evaluates_gpu_call(node: &dyn ExecutionPlan) -> DfResult<bool> {
+    let exprs: Vec<Arc<dyn PhysicalExpr>> = if let Some(p) = node.downcast_ref::<ProjectionExec>() {
+        p.expr().iter().map(|e| Arc::clone(&e.expr)).collect()
+    } else if let Some(f) = node.downcast_ref::<FilterExec>() {
+        vec![Arc::clone(f.predicate())]
+    } else if let Some(a) = node.downcast_ref::<AggregateExec>() {
+        a.aggr_expr()
+            .iter()
+            .flat_map(|e| e.expressions())
+            .chain(a.group_expr().expr().iter().map(|(e, _)| Arc::clone(e)))
+            .collect()
+    } else {
+        return Ok(false);
+    };
+    let mut found = false;
+    for expr in exprs {
+        expr.apply(|e| {
+            let gpu = e
+                .downcast_ref::<ScalarFunctionExpr>()
+                .and_then(|f| as_accel(f.fun().inner().as_ref()))
+                .is_some_and(|u| {
+                    u.definition().has_gpu_implementation()
+                        && u.placed_call()
+                            .is_some_and(|c| c.decision.placement == Placement::Gpu)
+                });
+            found |= gpu;
+            Ok(if gpu {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        })?;
+        if found {
+            break;
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    #[test]
+    fn the_target_depends_on_the_row_width() {
+        let doubles = Schema::new(
+            (0..4)
+                .map(|i| Field::new(format!("c{i}"), DataType::Float64, true))
+                .collect::<Vec<_>>(),
+        );
+        // 32 bytes a row: 2M rows would fit 64 MiB; capped at 1M.
+        assert_eq!(target_rows(&doubles), MAX_ROWS);
+        let embedding = Schema::new(vec![Field::new(
+            "e",
+            DataType::FixedSizeList(Arc::new(Field::new_list_field(DataType::Float32, true)), 768),
+            true,
+        )]);
+        assert_eq!(target_rows(&embedding), GPU_BATCH_BYTES / (768 * 4));
+        let wide = Schema::new(vec![Field::new(
+            "e",
+            DataType::FixedSizeList(Arc::new(Field::new_list_field(DataType::Float64, true)), 1 << 20),
+            true,
+        )]);
+        assert_eq!(target_rows(&wide), MIN_ROWS);
+    }
+}
