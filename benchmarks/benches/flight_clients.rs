@@ -87,7 +87,8 @@ async fn run_client(url: String, statements: usize, sql: String) -> Result<Clien
         let start = Instant::now();
         let batches = fetch(&mut c, &sql).await?;
         run.latencies.push(start.elapsed());
-        run.rows.push(batches.iter().map(RecordBatch::num_rows).sum());
+        run.rows
+            .push(batches.iter().map(RecordBatch::num_rows).sum());
     }
     Ok(run)
 }
@@ -170,7 +171,11 @@ fn main() -> Result<(), BoxError> {
                     ms(median),
                     ms(max),
                     run.rows.first(),
-                    if same_rows { "" } else { " (DIFFERENT row counts)" }
+                    if same_rows {
+                        ""
+                    } else {
+                        " (DIFFERENT row counts)"
+                    }
                 );
             }
             Err(e) => {

@@ -26,8 +26,8 @@ use std::time::Instant;
 
 use accelsql_gpu_scheduler::{DeviceInfo, Inventory, NvmlInventory};
 use accelsql_udf_runtime::gpu::{
-    self, CudaLibraries, GpuDevice, KernelSource, geo_source, options_source,
-    set_kernel_cache_dir, vectors_source,
+    self, CudaLibraries, GpuDevice, KernelSource, geo_source, options_source, set_kernel_cache_dir,
+    vectors_source,
 };
 use accelsql_udf_runtime::kernels::Operand;
 use accelsql_udf_runtime::kernels::geo::haversine_km_operands;
@@ -390,12 +390,22 @@ fn main() -> Result<(), BoxError> {
                 .module(source)
                 .map(|_| start.elapsed().as_secs_f64())
                 .map_err(|e| e.to_string());
-            compiles.push((*name, if smoke { took.and(Err(FAKE.to_string())) } else { took }));
+            compiles.push((
+                *name,
+                if smoke {
+                    took.and(Err(FAKE.to_string()))
+                } else {
+                    took
+                },
+            ));
         }
     }
     for (name, took) in &compiles {
         match took {
-            Ok(s) => println!("NVRTC cold compile + load of module {name}: {:.1} ms", s * 1e3),
+            Ok(s) => println!(
+                "NVRTC cold compile + load of module {name}: {:.1} ms",
+                s * 1e3
+            ),
             Err(e) => println!("NVRTC cold compile + load of module {name}: {e}"),
         }
     }
@@ -408,7 +418,11 @@ fn main() -> Result<(), BoxError> {
         ] {
             let args = builtin.data(1);
             let took = if smoke {
-                builtin.gpu(d, 1, &args).map(|_| ()).map_err(|e| e.to_string()).and(Err(FAKE.to_string()))
+                builtin
+                    .gpu(d, 1, &args)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+                    .and(Err(FAKE.to_string()))
             } else {
                 median_secs(PER_CALL_RUNS, || builtin.gpu(d, 1, &args).map(|_| ()))
                     .map_err(|e| e.to_string())
@@ -565,7 +579,11 @@ fn main() -> Result<(), BoxError> {
         // The smallest size from which the GPU beats the CPU at every larger size measured
         // (a single noisy win at 1K rows followed by losses is no crossover).
         let sizes: Vec<&Row> = rows_out.iter().filter(|r| r.builtin == b).collect();
-        let wins = |r: &Row| r.gpu_rows_per_s.as_ref().is_ok_and(|g| *g > r.cpu_rows_per_s);
+        let wins = |r: &Row| {
+            r.gpu_rows_per_s
+                .as_ref()
+                .is_ok_and(|g| *g > r.cpu_rows_per_s)
+        };
         let first = (0..sizes.len())
             .find(|&i| sizes[i..].iter().all(|r| wins(r)))
             .map(|i| sizes[i].rows);
@@ -607,11 +625,23 @@ fn main() -> Result<(), BoxError> {
             .collect();
         let compiles: Vec<String> = compiles
             .iter()
-            .map(|(name, took)| format!("{}:{}", json_string(name), json_number(took.as_ref().ok().map(|s| s * 1e3))))
+            .map(|(name, took)| {
+                format!(
+                    "{}:{}",
+                    json_string(name),
+                    json_number(took.as_ref().ok().map(|s| s * 1e3))
+                )
+            })
             .collect();
         let per_call: Vec<String> = per_call
             .iter()
-            .map(|(b, took)| format!("{}:{}", json_string(b.name()), json_number(took.as_ref().ok().map(|s| s * 1e3))))
+            .map(|(b, took)| {
+                format!(
+                    "{}:{}",
+                    json_string(b.name()),
+                    json_number(took.as_ref().ok().map(|s| s * 1e3))
+                )
+            })
             .collect();
         let json = format!(
             "{{\"cpu_threads\":{},\"gpu\":{},\"nvrtc_cold_compile_ms\":{{{}}},\"warm_per_call_ms\":{{{}}},\"pinned_h2d_bytes_per_s\":{},\"cosine_e2e_bytes_per_s\":{},\"cosine_e2e_pct_of_pinned\":{},\"black_scholes_speedup\":{},\"gpu_beats_cpu_from_rows\":{{{}}},\"results\":[{}]}}\n",

@@ -140,9 +140,7 @@ pub fn main() -> ExitCode {
             .enable_all()
             .build()
             .map_err(|e| BenchError::new(e.to_string()))
-            .and_then(|rt| {
-                rt.block_on(crate::suites::python_udf::cold_child(&python))
-            });
+            .and_then(|rt| rt.block_on(crate::suites::python_udf::cold_child(&python)));
         return match took {
             Ok(s) => {
                 println!("cold_s={s}");

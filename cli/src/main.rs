@@ -161,7 +161,10 @@ mod tests {
 #[cfg(feature = "gpu-kit")]
 fn multi_call() -> Option<ExitCode> {
     let argv0 = std::env::args_os().next()?;
-    let name = std::path::Path::new(&argv0).file_name()?.to_str()?.to_string();
+    let name = std::path::Path::new(&argv0)
+        .file_name()?
+        .to_str()?
+        .to_string();
     // The harness's cold-start child runs as the harness's own executable, which is this one.
     let cold_child =
         std::env::var_os(accelsql_benchmarks::suites::python_udf::COLD_CHILD_ENV).is_some();

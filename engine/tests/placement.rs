@@ -473,9 +473,11 @@ async fn a_statement_whose_reader_stops_loses_the_lease_after_max_lease_hold() {
 async fn gpu_calls_get_their_input_in_large_batches() {
     let plan_of = |gpus: usize| async move {
         let s = engine(gpus).session();
-        s.sql("CREATE TABLE pts AS SELECT CAST(value AS DOUBLE) AS a FROM generate_series(1, 50000)")
-            .await
-            .unwrap();
+        s.sql(
+            "CREATE TABLE pts AS SELECT CAST(value AS DOUBLE) AS a FROM generate_series(1, 50000)",
+        )
+        .await
+        .unwrap();
         let sum = s
             .sql("SELECT sum(haversine_km(a / 1000, a / 500, 0.5, 0.25)) FROM pts")
             .await

@@ -13,11 +13,11 @@ use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::Result as DfResult;
-use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
-use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
 // DataFusion's operators coalesce their own output now; a GPU call needs its input coalesced
 // to far more rows than they aim at, which this operator still does.
 #[expect(deprecated)]
@@ -62,7 +62,9 @@ impl PhysicalOptimizerRule for CoalesceGpuInputs {
 /// `plan` with the inputs of every node that evaluates a GPU call (one with a GPU
 /// implementation, placed on the GPU) coalesced into batches of up to [`GPU_BATCH_BYTES`].
 #[expect(deprecated)]
-pub(crate) fn coalesce_gpu_inputs(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+pub(crate) fn coalesce_gpu_inputs(
+    plan: Arc<dyn ExecutionPlan>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
         if !evaluates_gpu_call(node.as_ref())? {
             return Ok(Transformed::no(node));
@@ -166,13 +168,19 @@ mod tests {
         assert_eq!(target_rows(&doubles), MAX_ROWS);
         let embedding = Schema::new(vec![Field::new(
             "e",
-            DataType::FixedSizeList(Arc::new(Field::new_list_field(DataType::Float32, true)), 768),
+            DataType::FixedSizeList(
+                Arc::new(Field::new_list_field(DataType::Float32, true)),
+                768,
+            ),
             true,
         )]);
         assert_eq!(target_rows(&embedding), GPU_BATCH_BYTES / (768 * 4));
         let wide = Schema::new(vec![Field::new(
             "e",
-            DataType::FixedSizeList(Arc::new(Field::new_list_field(DataType::Float64, true)), 1 << 20),
+            DataType::FixedSizeList(
+                Arc::new(Field::new_list_field(DataType::Float64, true)),
+                1 << 20,
+            ),
             true,
         )]);
         assert_eq!(target_rows(&wide), MIN_ROWS);

@@ -562,7 +562,10 @@ mod tests {
     #[test]
     fn the_stub_library_error_says_what_to_do() {
         let hint = hint(CUresult::CUDA_ERROR_STUB_LIBRARY).unwrap_or_default();
-        assert!(hint.contains("stub") && hint.contains("LD_LIBRARY_PATH"), "{hint}");
+        assert!(
+            hint.contains("stub") && hint.contains("LD_LIBRARY_PATH"),
+            "{hint}"
+        );
         assert!(super::hint(CUresult::CUDA_ERROR_OUT_OF_MEMORY).is_none());
     }
 
