@@ -483,7 +483,7 @@ async fn gpu_calls_get_their_input_in_large_batches() {
             .await
             .unwrap();
         let plan = s
-            .sql("EXPLAIN SELECT sum(haversine_km(a / 1000, a / 500, 0.5, 0.25)) FROM pts")
+            .sql("EXPLAIN ANALYZE SELECT sum(haversine_km(a / 1000, a / 500, 0.5, 0.25)) FROM pts")
             .await
             .unwrap();
         (column(&sum, 0), column(&plan, 1).join("\n"))

@@ -1,7 +1,8 @@
 //! Larger input batches for GPU calls: a call placed on the GPU that has a GPU implementation
 //! pays a fixed cost per batch (the device's turn, a stream synchronisation, the transfers'
 //! set-up), so DataFusion's 8192-row batches are coalesced before the plan node that evaluates
-//! it, up to [`GPU_BATCH_BYTES`] of input per batch.
+//! it, up to [`GPU_BATCH_BYTES`] of input per batch. Applied by the query planner to the
+//! optimized plan (so EXPLAIN ANALYZE shows it; plain EXPLAIN prints DataFusion's plan).
 //!
 //! Measured on an H100 (benchmarks/report-gpu/REPORT.md): with 8192-row batches the options
 //! suite's `black_scholes_call` over 5M rows spent ~0.4 ms per batch in fixed costs and ran at a
@@ -10,11 +11,9 @@
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Schema};
-use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::Result as DfResult;
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
-use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
@@ -36,28 +35,6 @@ const MIN_ROWS: usize = 8192;
 const MAX_ROWS: usize = 1 << 20;
 /// The bytes assumed per value of a variable-width type.
 const VARIABLE_WIDTH: usize = 64;
-
-/// The physical optimizer rule of [`coalesce_gpu_inputs`] (runs after DataFusion's own rules).
-#[derive(Debug, Default)]
-pub(crate) struct CoalesceGpuInputs;
-
-impl PhysicalOptimizerRule for CoalesceGpuInputs {
-    fn optimize(
-        &self,
-        plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        coalesce_gpu_inputs(plan)
-    }
-
-    fn name(&self) -> &str {
-        "accelsql_coalesce_gpu_inputs"
-    }
-
-    fn schema_check(&self) -> bool {
-        true
-    }
-}
 
 /// `plan` with the inputs of every node that evaluates a GPU call (one with a GPU
 /// implementation, placed on the GPU) coalesced into batches of up to [`GPU_BATCH_BYTES`].

@@ -42,7 +42,6 @@ use crate::catalog::files::enable_url_tables;
 use crate::core::error::{EngineError, Result};
 use crate::core::names::exasol_name;
 use crate::core::options::{AccelsqlOptions, IdentifierCase};
-use crate::exec::gpu_batches::CoalesceGpuInputs;
 use crate::exec::planner::AccelQueryPlanner;
 use crate::exec::stream::StatementStream;
 use crate::plan::emits_rule::EmitsRule;
@@ -99,7 +98,6 @@ impl Session {
             .with_config(config)
             .with_default_features()
             .with_query_planner(Arc::new(AccelQueryPlanner))
-            .with_physical_optimizer_rule(Arc::new(CoalesceGpuInputs))
             .build();
         let mut ctx = SessionContext::new_with_state(state);
         let restricted = Arc::new(AtomicBool::new(shared.restricted));
