@@ -111,11 +111,13 @@ def test_the_gil_is_released_while_a_statement_runs(conn):
 def test_ctrl_c_cancels_a_waiting_statement():
     spans = []
     with accelsql.connect(simulated_gpus=1) as holder, accelsql.connect(simulated_gpus=1) as waiter:
-        slow_gpu_udf(holder, spans, seconds=1.5)
+        slow_gpu_udf(holder, spans, seconds=2.5)
         slow_gpu_udf(waiter, spans, seconds=0.0)
         busy = threading.Thread(target=holder.execute, args=("SELECT slow(1)",))
         busy.start()
-        time.sleep(0.3)  # the holder has the lease; the waiter queues behind it
+        # The holder has the lease by then (0.3 s was too short once on a loaded 2-core CI
+        # machine); the waiter queues behind it.
+        time.sleep(0.8)
         timer = threading.Timer(0.3, _thread.interrupt_main)
         started = time.monotonic()
         timer.start()
