@@ -44,6 +44,11 @@ pub(crate) struct ServeArgs {
     /// its result cannot pin the GPUs longer; the statement then fails with 57G03).
     #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
     max_lease_hold: f64,
+    /// Every session's statement timeout, in seconds: a statement still running after it is
+    /// stopped with error 57T01 (its lease and workers freed). Sessions may lower it (`ALTER
+    /// SESSION SET QUERY_TIMEOUT`); restricted sessions may not raise it. 0: no bound.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600.0)]
+    statement_timeout: f64,
     /// End a client's session after it has been idle this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     session_idle_timeout: u64,
@@ -110,6 +115,12 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
             args.max_lease_hold
         )));
     }
+    if !(args.statement_timeout.is_finite() && args.statement_timeout >= 0.0) {
+        return Err(CliError::Terminal(format!(
+            "--statement-timeout must be a number of seconds (0: no bound), not {}",
+            args.statement_timeout
+        )));
+    }
     let mut scheduler = SchedulerConfig::from_env()?;
     if let Some(n) = args.simulated_gpus {
         scheduler = scheduler.with_simulated_gpus(n);
@@ -120,6 +131,8 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         url_tables: true,
         restricted: args.restricted,
         max_lease_hold: Some(Duration::from_secs_f64(args.max_lease_hold)),
+        statement_timeout: Some(Duration::from_secs_f64(args.statement_timeout))
+            .filter(|t| !t.is_zero()),
         ..EngineOptions::default()
     };
     if let (Some(address), Some(nodes)) = (&args.cluster, args.nodes) {
@@ -237,6 +250,8 @@ mod tests {
             "2",
             "--max-lease-hold",
             "1.5",
+            "--statement-timeout",
+            "0",
         ])
         .unwrap();
         assert!(matches!(cli.command, Some(crate::Command::Serve(_))));

@@ -166,6 +166,8 @@ pub fn grpc_code(code: &str) -> Code {
         EngineError::FILE_NOT_FOUND => Code::NotFound,
         // Waiting for the GPU lease, or a script worker, took longer than allowed.
         "57G01" | "57U12" => Code::DeadlineExceeded,
+        // The statement ran past its statement timeout.
+        EngineError::STATEMENT_TIMEOUT => Code::DeadlineExceeded,
         EngineError::LEASE_HELD_TOO_LONG => Code::ResourceExhausted,
         "57G02" => Code::Unavailable,
         "0A000" => Code::Unimplemented,
@@ -212,6 +214,7 @@ mod tests {
         assert_eq!(grpc_code("57014"), Code::Cancelled);
         assert_eq!(grpc_code("57G01"), Code::DeadlineExceeded);
         assert_eq!(grpc_code("57G03"), Code::ResourceExhausted);
+        assert_eq!(grpc_code("57T01"), Code::DeadlineExceeded);
         assert_eq!(grpc_code("XX000"), Code::Internal);
         assert_eq!(grpc_code("22069"), Code::FailedPrecondition);
         assert_eq!(grpc_code("42501"), Code::PermissionDenied);

@@ -36,6 +36,11 @@ pub struct EngineOptions {
     /// error 57G03 and the lease goes to the next in line. For servers, whose clients may stop
     /// reading a result without closing it. `None` (the default): no limit.
     pub max_lease_hold: Option<Duration>,
+    /// Every session's statement timeout to start with (`accelsql.statement_timeout`): a
+    /// statement still running after it is stopped with error 57T01, its lease and workers
+    /// freed. A session may change it, but a restricted one only lower it. `None` (the
+    /// default): no bound.
+    pub statement_timeout: Option<Duration>,
     /// Which node of a cluster this engine is (`iproc()`, `exa.meta.node_id`) and how many there
     /// are (`nproc()`, `exa.meta.node_count`); one node of one by default.
     pub node: NodeIdentity,
@@ -86,6 +91,7 @@ impl Default for EngineOptions {
             url_tables: false,
             restricted: false,
             max_lease_hold: None,
+            statement_timeout: None,
             node: NodeIdentity::default(),
             distributor: None,
         }

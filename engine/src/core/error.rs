@@ -151,6 +151,20 @@ pub enum EngineError {
         limit: std::time::Duration,
     },
 
+    /// The statement ran longer than its statement timeout (`accelsql.statement_timeout`,
+    /// Exasol's `QUERY_TIMEOUT`) and was stopped, its lease and workers freed.
+    #[error(
+        "[{}] the statement ran longer than its timeout of {} s and was stopped (its GPU lease \
+         and workers were freed); raise accelsql.statement_timeout (ALTER SESSION SET \
+         QUERY_TIMEOUT) if it needs longer",
+        Self::STATEMENT_TIMEOUT,
+        limit.as_secs_f64()
+    )]
+    StatementTimeout {
+        /// The statement's limit.
+        limit: std::time::Duration,
+    },
+
     /// The GPU lease, device inventory or device locks failed.
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
@@ -209,6 +223,8 @@ impl EngineError {
     /// Code of [`EngineError::LeaseHeldTooLong`] (beside the scheduler's 57G01 lease-wait
     /// timeout and 57G02 closed queue).
     pub const LEASE_HELD_TOO_LONG: &'static str = "57G03";
+    /// Code of [`EngineError::StatementTimeout`] (not 57014, which is a user's cancel).
+    pub const STATEMENT_TIMEOUT: &'static str = "57T01";
     /// Code of other I/O failures DataFusion reports (SQLSTATE `io_error`).
     pub const IO_ERROR: &'static str = "58030";
 
@@ -229,6 +245,7 @@ impl EngineError {
             Self::UnknownFileFormat { .. } => Self::UNKNOWN_FILE_FORMAT,
             Self::NotAllowedRestricted { .. } => Self::NOT_ALLOWED_RESTRICTED,
             Self::LeaseHeldTooLong { .. } => Self::LEASE_HELD_TOO_LONG,
+            Self::StatementTimeout { .. } => Self::STATEMENT_TIMEOUT,
             Self::Scheduler(e) => e.code(),
             Self::Runtime(e) => e.code(),
             Self::Relayed { code, .. } => code,

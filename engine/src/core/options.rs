@@ -59,6 +59,10 @@ pub struct AccelsqlOptions {
     /// Longest time one UDF instance may spend on one run (a batch or a group) before it is
     /// killed, e.g. '10min'; empty: no bound.
     pub udf_timeout: String,
+    /// Longest time a statement may run, from the start of its execution (its wait for the GPU
+    /// lease included) to its last row, e.g. '5min'; empty: no bound. Exasol's
+    /// `ALTER SESSION SET QUERY_TIMEOUT = <seconds>` sets it (0: no bound).
+    pub statement_timeout: String,
     /// What a GPU-placed optional call does when the lease is busy: `wait` (default) or `cpu`.
     pub optional_gpu_when_busy: OptionalGpuWhenBusy,
     /// Whether `CREATE SCHEMA s` also makes `s` the current schema, as in Exasol (default true).
@@ -72,6 +76,7 @@ impl Default for AccelsqlOptions {
         Self {
             gpu_wait_timeout: String::new(),
             udf_timeout: String::new(),
+            statement_timeout: String::new(),
             optional_gpu_when_busy: OptionalGpuWhenBusy::default(),
             create_schema_opens: true,
             identifier_case: IdentifierCase::default(),
@@ -80,7 +85,7 @@ impl Default for AccelsqlOptions {
 }
 
 /// The settings: name, description.
-const SETTINGS: [(&str, &str); 5] = [
+const SETTINGS: [(&str, &str); 6] = [
     (
         "gpu_wait_timeout",
         "Longest wait for the node's GPU lease, e.g. '30s' or '5min'; empty: the engine's default",
@@ -88,6 +93,11 @@ const SETTINGS: [(&str, &str); 5] = [
     (
         "udf_timeout",
         "Longest run (batch or group) of one UDF instance before it is killed; empty: no bound",
+    ),
+    (
+        "statement_timeout",
+        "Longest time a statement may run, lease wait included, before it is stopped (57T01), \
+         e.g. '5min'; empty: no bound (Exasol: ALTER SESSION SET QUERY_TIMEOUT = <seconds>)",
     ),
     (
         "optional_gpu_when_busy",
@@ -135,6 +145,7 @@ impl ExtensionOptions for AccelsqlOptions {
                 value: Some(match *name {
                     "gpu_wait_timeout" => self.gpu_wait_timeout.clone(),
                     "udf_timeout" => self.udf_timeout.clone(),
+                    "statement_timeout" => self.statement_timeout.clone(),
                     "optional_gpu_when_busy" => self.optional_gpu_when_busy.as_str().to_string(),
                     "create_schema_opens" => self.create_schema_opens.to_string(),
                     "identifier_case" => self.identifier_case.as_str().to_string(),
@@ -147,6 +158,17 @@ impl ExtensionOptions for AccelsqlOptions {
 }
 
 impl AccelsqlOptions {
+    /// The settings a session of an engine whose default statement timeout is
+    /// `statement_timeout` starts with.
+    pub(crate) fn for_session(statement_timeout: Option<Duration>) -> Self {
+        Self {
+            statement_timeout: statement_timeout
+                .map(|d| format!("{}ms", d.as_millis().max(1)))
+                .unwrap_or_default(),
+            ..Self::default()
+        }
+    }
+
     /// The lease wait bound, if one is set.
     pub fn gpu_wait_timeout(&self) -> Result<Option<Duration>> {
         parse_timeout("accelsql.gpu_wait_timeout", &self.gpu_wait_timeout)
@@ -155,6 +177,11 @@ impl AccelsqlOptions {
     /// The bound on one run of a UDF instance, if one is set.
     pub fn udf_timeout(&self) -> Result<Option<Duration>> {
         parse_timeout("accelsql.udf_timeout", &self.udf_timeout)
+    }
+
+    /// The bound on a statement's run time, if one is set.
+    pub fn statement_timeout(&self) -> Result<Option<Duration>> {
+        parse_timeout("accelsql.statement_timeout", &self.statement_timeout)
     }
 
     /// Sets `key` (without the `accelsql.` prefix) after checking `value`; a bad value leaves
@@ -169,6 +196,17 @@ impl AccelsqlOptions {
             "udf_timeout" => {
                 parse_timeout("accelsql.udf_timeout", value)?;
                 self.udf_timeout = value.to_string();
+            }
+            "statement_timeout" => {
+                if parse_timeout("accelsql.statement_timeout", value)? == Some(Duration::ZERO) {
+                    return Err(EngineError::InvalidSetting {
+                        name: "accelsql.statement_timeout".into(),
+                        message: "a statement timeout must be longer than 0; '' (empty) means \
+                                  no bound"
+                            .into(),
+                    });
+                }
+                self.statement_timeout = value.to_string();
             }
             "optional_gpu_when_busy" => {
                 self.optional_gpu_when_busy = choose(
@@ -200,10 +238,17 @@ impl AccelsqlOptions {
 
     /// Puts setting `key` (without the `accelsql.` prefix) back to its default.
     pub fn reset(&mut self, key: &str) -> Result<()> {
-        let default = Self::default();
+        self.reset_to(key, &Self::default())
+    }
+
+    /// Puts setting `key` (without the `accelsql.` prefix) back to its value in `default` (a
+    /// session's: the engine's statement timeout, say).
+    pub(crate) fn reset_to(&mut self, key: &str, default: &Self) -> Result<()> {
+        let default = default.clone();
         match key {
             "gpu_wait_timeout" => self.gpu_wait_timeout = default.gpu_wait_timeout,
             "udf_timeout" => self.udf_timeout = default.udf_timeout,
+            "statement_timeout" => self.statement_timeout = default.statement_timeout,
             "optional_gpu_when_busy" => {
                 self.optional_gpu_when_busy = default.optional_gpu_when_busy
             }

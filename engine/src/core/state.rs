@@ -29,6 +29,8 @@ pub(crate) struct EngineState {
     pub(crate) default_wait_timeout: Option<Duration>,
     /// [`EngineOptions::max_lease_hold`].
     pub(crate) max_lease_hold: Option<Duration>,
+    /// [`EngineOptions::statement_timeout`].
+    pub(crate) statement_timeout: Option<Duration>,
     /// [`EngineOptions::node`].
     pub(crate) node: NodeIdentity,
     /// [`EngineOptions::distributor`].
@@ -71,6 +73,7 @@ impl EngineState {
             queue,
             default_wait_timeout: config.lease_wait_timeout,
             max_lease_hold: options.max_lease_hold,
+            statement_timeout: options.statement_timeout,
             node: options.node,
             distributor: options.distributor.clone(),
             next_statement: AtomicU64::new(1),

@@ -16,6 +16,7 @@ use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::{ExecutionPlan, execute_stream};
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
+use tokio::time::Instant;
 
 use accelsql_udf_runtime::AcceleratorRequest;
 
@@ -26,6 +27,31 @@ use crate::core::options::OptionalGpuWhenBusy;
 use crate::plan::statement::StatementScope;
 use crate::udf::call::PlacedCall;
 use crate::udf::script::udf::finish_workers;
+
+/// A bound on a running statement: when it passes, the statement is stopped with its error.
+#[derive(Debug, Clone, Copy)]
+enum Limit {
+    /// `EngineOptions::max_lease_hold`: the statement held the lease too long (57G03).
+    LeaseHold(Duration),
+    /// `accelsql.statement_timeout`: the statement ran too long (57T01).
+    Statement(Duration),
+}
+
+impl Limit {
+    fn error(self) -> EngineError {
+        match self {
+            Self::LeaseHold(limit) => EngineError::LeaseHeldTooLong { limit },
+            Self::Statement(limit) => EngineError::StatementTimeout { limit },
+        }
+    }
+}
+
+/// The earliest of the deadlines that apply, with the limit it enforces.
+fn earliest(
+    deadlines: impl IntoIterator<Item = Option<(Instant, Limit)>>,
+) -> Option<(Instant, Limit)> {
+    deadlines.into_iter().flatten().min_by_key(|(at, _)| *at)
+}
 
 /// Drives `inner` in a task of its own and forwards its batches: the statement's consumer then
 /// only awaits a channel, so it can cancel (drop the stream) even while a UDF blocks inside the
@@ -38,39 +64,61 @@ use crate::udf::script::udf::finish_workers;
 ///
 /// With `max_hold` (`EngineOptions::max_lease_hold`) a statement holding the lease must be done
 /// by then — the plan's progress and the consumer's reading both count — or it is stopped, the
-/// lease released, and the consumer's next read gets error 57G03.
+/// lease released, and the consumer's next read gets error 57G03. With `statement_deadline`
+/// (`accelsql.statement_timeout`) every statement must be done by then, or it is stopped the
+/// same way, its workers killed, and the consumer's next read gets error 57T01.
 fn run_off_thread(
     inner: SendableRecordBatchStream,
     lease: Option<Lease>,
     scope: Arc<StatementScope>,
     max_hold: Option<Duration>,
+    statement_deadline: Option<(Instant, Duration)>,
 ) -> SendableRecordBatchStream {
     let mut builder = RecordBatchReceiverStreamBuilder::new(inner.schema(), 2);
     let tx = builder.tx();
-    // Only a statement that holds the lease has a deadline: the plan's progress and the
+    // Only a statement that holds the lease has a hold deadline: the plan's progress and the
     // consumer's reading both count against it, so a consumer that stops reading cannot pin
     // the GPUs.
-    let deadline = max_hold
+    let hold = max_hold
         .filter(|_| lease.is_some())
-        .map(|limit| (tokio::time::Instant::now() + limit, limit));
+        .map(|limit| (Instant::now() + limit, Limit::LeaseHold(limit)));
+    let statement = statement_deadline.map(|(at, limit)| (at, Limit::Statement(limit)));
+    let deadline = earliest([hold, statement]);
+    // A UDF that blocks inside the plan (a script's run) keeps the task below from seeing its
+    // deadline: a watchdog kills the statement's workers at the statement's deadline, so that
+    // the run returns and the task reports the timeout.
+    let watchdog = statement_deadline.map(|(at, _)| Watchdog::start(at, Arc::clone(&scope)));
     builder.spawn(async move {
         let mut inner = inner;
         let mut lease = lease;
-        let held_too_long = |limit| EngineError::LeaseHeldTooLong { limit }.into_datafusion();
+        let timed_out = |e| match (&watchdog, statement_deadline) {
+            (Some(w), Some((_, limit))) if w.fired() => {
+                EngineError::StatementTimeout { limit }.into_datafusion()
+            }
+            _ => e,
+        };
+        // Stops the plan and gives the GPUs back before the consumer hears why: once a failed
+        // statement's error is seen, it holds nothing. A timed-out statement's workers are
+        // killed too, so that a run blocked in a script ends.
+        let stop = |limit: Limit| {
+            if matches!(limit, Limit::Statement(_)) {
+                scope.processes.kill_all();
+            }
+            limit.error().into_datafusion()
+        };
         loop {
             let next = match deadline {
                 None => inner.next().await,
                 Some((at, limit)) => match tokio::time::timeout_at(at, inner.next()).await {
                     Ok(next) => next,
-                    Err(_) => Some(Err(held_too_long(limit))),
+                    Err(_) => Some(Err(stop(limit))),
                 },
             };
             let batch = match next {
                 None => break,
                 Some(Ok(batch)) => batch,
                 Some(Err(e)) => {
-                    // Stop the plan and give the GPUs back before the consumer hears of the
-                    // failure: once a failed statement's error is seen, it holds nothing.
+                    let e = timed_out(e);
                     drop(inner);
                     drop(lease.take());
                     let _ = tx.send(Err(e)).await;
@@ -82,9 +130,10 @@ fn run_off_thread(
                 Some((at, limit)) => match tokio::time::timeout_at(at, tx.send(Ok(batch))).await {
                     Ok(sent) => sent.is_ok(),
                     Err(_) => {
+                        let e = stop(limit);
                         drop(inner);
                         drop(lease.take());
-                        let _ = tx.send(Err(held_too_long(limit))).await;
+                        let _ = tx.send(Err(e)).await;
                         return Ok(());
                     }
                 },
@@ -106,10 +155,42 @@ fn run_off_thread(
     builder.build()
 }
 
+/// Kills a statement's workers at its deadline (see [`run_off_thread`]); stopped when dropped.
+struct Watchdog {
+    task: tokio::task::JoinHandle<()>,
+    fired: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Watchdog {
+    fn start(at: Instant, scope: Arc<StatementScope>) -> Self {
+        let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&fired);
+        let task = tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            flag.store(true, std::sync::atomic::Ordering::Release);
+            scope.processes.kill_all();
+        });
+        Self { task, fired }
+    }
+
+    /// Whether the deadline passed (and the workers were killed).
+    fn fired(&self) -> bool {
+        self.fired.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 enum State {
     /// Waiting for the lease; the plan has not started.
     Waiting {
         lease: BoxFuture<'static, accelsql_gpu_scheduler::Result<Lease>>,
+        /// Fires at the statement's deadline (`accelsql.statement_timeout`), if it has one.
+        timer: Option<Pin<Box<tokio::time::Sleep>>>,
         plan: Arc<dyn ExecutionPlan>,
         task: Arc<TaskContext>,
     },
@@ -129,17 +210,23 @@ pub(crate) struct StatementStream {
     recorded: bool,
     /// EXPLAIN ANALYZE: after the plan's rows, one row with each call's placement and counters.
     report_calls: bool,
+    /// When the statement must be done (`accelsql.statement_timeout`), and the limit.
+    deadline: Option<(Instant, Duration)>,
 }
 
 impl StatementStream {
-    /// Starts `plan`; when the statement needs the GPUs, only after the lease is granted.
+    /// Starts `plan`; when the statement needs the GPUs, only after the lease is granted. With
+    /// `statement_timeout`, the statement is stopped (57T01) when it has not ended that long
+    /// after now, whether it waits for the lease, runs, or waits for its consumer to read.
     pub(crate) fn start(
         engine: Arc<EngineState>,
         scope: Arc<StatementScope>,
         plan: Arc<dyn ExecutionPlan>,
         task: Arc<TaskContext>,
         wait_timeout: Option<Duration>,
+        statement_timeout: Option<Duration>,
     ) -> DfResult<Self> {
+        let deadline = statement_timeout.map(|limit| (Instant::now() + limit, limit));
         let schema = plan.schema();
         let queue = engine.queue.clone();
         let max_hold = engine.max_lease_hold;
@@ -151,6 +238,7 @@ impl StatementStream {
             let request = LeaseRequest::new(label).timeout_opt(wait_timeout);
             State::Waiting {
                 lease: async move { queue.acquire(request).await }.boxed(),
+                timer: deadline.map(|(at, _)| Box::pin(tokio::time::sleep_until(at))),
                 plan,
                 task,
             }
@@ -181,11 +269,18 @@ impl StatementStream {
                     lease,
                     Arc::clone(&scope),
                     max_hold,
+                    deadline,
                 ),
             }
         } else {
             State::Running {
-                inner: run_off_thread(execute_stream(plan, task)?, None, Arc::clone(&scope), None),
+                inner: run_off_thread(
+                    execute_stream(plan, task)?,
+                    None,
+                    Arc::clone(&scope),
+                    None,
+                    deadline,
+                ),
             }
         };
         Ok(Self {
@@ -195,6 +290,7 @@ impl StatementStream {
             engine,
             recorded: false,
             report_calls: false,
+            deadline,
         })
     }
 
@@ -333,7 +429,22 @@ impl Stream for StatementStream {
         let this = &mut *self;
         loop {
             match &mut this.state {
-                State::Waiting { lease, plan, task } => {
+                State::Waiting {
+                    lease,
+                    timer,
+                    plan,
+                    task,
+                } => {
+                    if let Some(timer) = timer
+                        && timer.poll_unpin(cx).is_ready()
+                        && let Some((_, limit)) = this.deadline
+                    {
+                        // Dropping the wait takes the statement out of the queue.
+                        this.finish();
+                        return Poll::Ready(Some(Err(
+                            EngineError::StatementTimeout { limit }.into_datafusion()
+                        )));
+                    }
                     let lease = match lease.poll_unpin(cx) {
                         Poll::Pending => return Poll::Pending,
                         // Optional calls only: a wait that timed out runs them on the CPU.
@@ -369,6 +480,7 @@ impl Stream for StatementStream {
                                     lease,
                                     Arc::clone(&this.scope),
                                     this.engine.max_lease_hold,
+                                    this.deadline,
                                 ),
                             }
                         }

@@ -8,8 +8,9 @@
 //! - file access: `CREATE EXTERNAL TABLE`, `COPY … TO`, a file, folder or glob named where a
 //!   table goes, `CREATE FUNCTION`;
 //! - settings, except those in [`FREE_SETTINGS`] (how results look, the time zone, the
-//!   identifier case) and the two timeouts, which may only be lowered (an empty value or a
-//!   longer bound would lift a limit). `RESET` of a timeout is refused for the same reason.
+//!   identifier case) and the timeouts (GPU wait, UDF run, statement), which may only be
+//!   lowered (an empty value or a longer bound would lift a limit). `RESET` of a timeout is
+//!   refused for the same reason.
 //!
 //! The checks look at the planned statement, so `EXPLAIN ANALYZE COPY …` and `PREPARE p AS
 //! COPY …` are refused as `COPY` is. A restriction is never lifted: there is no statement that
@@ -56,7 +57,11 @@ pub(crate) const FREE_SETTINGS: &[&str] = &[
 ];
 
 /// Settings that bound a resource: a restricted session may lower them, never raise or lift them.
-const LIMIT_SETTINGS: &[&str] = &["accelsql.gpu_wait_timeout", "accelsql.udf_timeout"];
+const LIMIT_SETTINGS: &[&str] = &[
+    "accelsql.gpu_wait_timeout",
+    "accelsql.udf_timeout",
+    "accelsql.statement_timeout",
+];
 
 /// Refuses `plan` (and every plan inside it: EXPLAIN's, PREPARE's, sub-queries') if it does
 /// something a restricted session may not. `own` holds the session's current accelsql settings.
@@ -107,6 +112,7 @@ pub(crate) fn check_setting(name: &str, value: Option<&str>, own: &AccelsqlOptio
         };
         let current = match name.as_str() {
             "accelsql.gpu_wait_timeout" => own.gpu_wait_timeout()?,
+            "accelsql.statement_timeout" => own.statement_timeout()?,
             _ => own.udf_timeout()?,
         };
         let wanted = crate::core::options::parse_timeout(&name, value.trim())?;

@@ -85,7 +85,9 @@ impl Engine {
 impl Session {
     fn new(engine: Engine) -> Self {
         let mut config = SessionConfig::new()
-            .with_option_extension(AccelsqlOptions::default())
+            .with_option_extension(AccelsqlOptions::for_session(
+                engine.state().statement_timeout,
+            ))
             .with_information_schema(true);
         let shared = engine.state();
         if let Some(distributor) = &shared.distributor {
@@ -409,6 +411,16 @@ impl Session {
             ExasolStatement::CloseSchema => self.set_current_schema(DEFAULT_SCHEMA),
             // accelsql has no transactions: every statement takes effect when it succeeds.
             ExasolStatement::Transaction => {}
+            // Exasol's form of `SET accelsql.statement_timeout` (0: no bound), checked as it is
+            // (a restricted session may only lower it).
+            ExasolStatement::QueryTimeout(seconds) => {
+                let value = match seconds {
+                    0 => String::new(),
+                    s => format!("{s}s"),
+                };
+                let set = format!("SET accelsql.statement_timeout = '{value}'");
+                return Box::pin(self.sql_stream(&set)).await;
+            }
             other => {
                 let cx = TransferContext {
                     catalog: self.engine.scripts(),
@@ -557,7 +569,10 @@ impl Session {
         let mut state = state.write();
         let options = state.config_mut().options_mut();
         Some(match options.extensions.get_mut::<AccelsqlOptions>() {
-            Some(own) => own.reset(&key),
+            Some(own) => own.reset_to(
+                &key,
+                &AccelsqlOptions::for_session(self.engine.state().statement_timeout),
+            ),
             None => Ok(()),
         })
     }
@@ -685,8 +700,14 @@ impl Session {
             }
             physical = distributed;
         }
-        let mut stream =
-            StatementStream::start(Arc::clone(engine), scope, physical, task, wait_timeout)?;
+        let mut stream = StatementStream::start(
+            Arc::clone(engine),
+            scope,
+            physical,
+            task,
+            wait_timeout,
+            own.statement_timeout()?,
+        )?;
         if is_analyze {
             stream = stream.with_call_report();
         }

@@ -38,7 +38,8 @@ pub(crate) async fn run_statement(
         ExasolStatement::Export(transfer) => return transfer::export(cx, transfer).await,
         ExasolStatement::OpenSchema(_)
         | ExasolStatement::CloseSchema
-        | ExasolStatement::Transaction => {}
+        | ExasolStatement::Transaction
+        | ExasolStatement::QueryTimeout(_) => {}
     }
     empty_stream()
 }

@@ -1,6 +1,7 @@
 //! Exasol statements that DataFusion's parser does not know, recognised from their tokens:
 //! `OPEN SCHEMA`, `CLOSE SCHEMA`, `COMMIT`, `ROLLBACK`, `CREATE [OR REPLACE] CONNECTION`,
-//! `DROP CONNECTION`, `IMPORT … FROM SCRIPT` and `EXPORT … INTO SCRIPT`.
+//! `DROP CONNECTION`, `IMPORT … FROM SCRIPT`, `EXPORT … INTO SCRIPT` and
+//! `ALTER SESSION SET QUERY_TIMEOUT = <seconds>`.
 
 use datafusion::error::DataFusionError;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
@@ -42,6 +43,8 @@ pub(crate) enum ExasolStatement {
     Import(ScriptTransfer),
     /// `EXPORT t|(query) INTO SCRIPT s [AT …] [WITH k = 'v' …]`.
     Export(ScriptTransfer),
+    /// `ALTER SESSION SET QUERY_TIMEOUT = <seconds>`: the session's statement timeout (0: none).
+    QueryTimeout(u64),
 }
 
 /// The parts of `IMPORT … FROM SCRIPT` / `EXPORT … INTO SCRIPT`.
@@ -183,6 +186,20 @@ pub(crate) fn parse_exasol_statement(text: &str) -> Result<Option<ExasolStatemen
             })),
             _ => Err(syntax("expected DROP CONNECTION [IF EXISTS] <name>", text)),
         };
+    }
+    if word(0, "ALTER") && word(1, "SESSION") && word(2, "SET") && word(3, "QUERY_TIMEOUT") {
+        let seconds = match &toks[4..] {
+            [Tok::Other(eq), Tok::Other(n)] if eq == "=" => n.parse::<u64>().ok(),
+            _ => None,
+        };
+        return seconds
+            .map(|s| Some(ExasolStatement::QueryTimeout(s)))
+            .ok_or_else(|| {
+                syntax(
+                    "expected ALTER SESSION SET QUERY_TIMEOUT = <whole seconds, 0 for none>",
+                    text,
+                )
+            });
     }
     if word(0, "IMPORT") && toks.iter().any(|t| t.is("SCRIPT")) {
         return parse_import(&toks, text).map(|t| Some(ExasolStatement::Import(t)));
@@ -462,6 +479,32 @@ mod tests {
         assert_eq!(parsed("SELECT 1"), None);
         assert_eq!(parsed("CREATE SCHEMA s"), None);
         assert!(parse_exasol_statement("OPEN SCHEMA a b").is_err());
+    }
+
+    #[test]
+    fn query_timeout() {
+        assert_eq!(
+            parsed("alter session set query_timeout = 30;"),
+            Some(ExasolStatement::QueryTimeout(30))
+        );
+        assert_eq!(
+            parsed("ALTER SESSION SET QUERY_TIMEOUT=0"),
+            Some(ExasolStatement::QueryTimeout(0))
+        );
+        for bad in [
+            "ALTER SESSION SET QUERY_TIMEOUT = -1",
+            "ALTER SESSION SET QUERY_TIMEOUT = 1.5",
+            "ALTER SESSION SET QUERY_TIMEOUT = '5'",
+            "ALTER SESSION SET QUERY_TIMEOUT",
+        ] {
+            let e = parse_exasol_statement(bad).unwrap_err();
+            assert!(
+                e.to_string().contains("QUERY_TIMEOUT = <whole seconds"),
+                "{bad}: {e}"
+            );
+        }
+        // Other ALTER SESSION statements are not this one.
+        assert_eq!(parsed("ALTER SESSION SET NLS_DATE_FORMAT = 'x'"), None);
     }
 
     #[test]
