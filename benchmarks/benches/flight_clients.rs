@@ -3,7 +3,8 @@
 //! reads `accelsql.udf_calls` (node-wide: every session's calls) to say where the calls ran. For the GPU verification kit
 //! (`scripts/gpu-verify/on-device.sh`), where no Python ADBC driver can be installed.
 //!
-//! Run: `flight_clients --url grpc://127.0.0.1:50051 [--clients K] [--statements M] [--sql SQL]`
+//! Run: `flight_clients --url grpc://127.0.0.1:50051 [--token T] [--clients K] [--statements M]
+//! [--sql SQL]` (`--token`: the server's, printed as its `token:` line; also `ACCELSQL_TOKEN`)
 //! (with `cargo bench -p accelsql-benchmarks --bench flight_clients -- …` against a server you
 //! started). Prints each client's median and maximum statement latency and the rows returned,
 //! then the server's calls so far by placement, with their GPU and CPU fallback batches. Exits
@@ -25,6 +26,7 @@ const DEFAULT_SQL: &str = "SELECT count(*) AS n, sum(black_scholes_call(50 + (va
 
 struct Options {
     url: String,
+    token: Option<String>,
     clients: usize,
     statements: usize,
     sql: String,
@@ -33,6 +35,9 @@ struct Options {
 fn options() -> Result<Options, BoxError> {
     let mut out = Options {
         url: "grpc://127.0.0.1:50051".into(),
+        token: std::env::var("ACCELSQL_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty()),
         clients: 2,
         statements: 20,
         sql: DEFAULT_SQL.into(),
@@ -42,6 +47,7 @@ fn options() -> Result<Options, BoxError> {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
             "--url" => out.url = value()?,
+            "--token" => out.token = Some(value()?),
             "--clients" => out.clients = value()?.parse::<usize>()?.clamp(1, 64),
             "--statements" => out.statements = value()?.parse::<usize>()?.clamp(1, 10_000),
             "--sql" => out.sql = value()?,
@@ -72,13 +78,23 @@ struct ClientRun {
     rows: Vec<usize>,
 }
 
-async fn connect(url: String) -> Result<Client, BoxError> {
+/// A client of the server at `url`, logged in with `token` (any user name) when given.
+async fn connect(url: String, token: Option<String>) -> Result<Client, BoxError> {
     let channel = Channel::from_shared(url)?.connect().await?;
-    Ok(FlightSqlServiceClient::new(channel))
+    let mut c = FlightSqlServiceClient::new(channel);
+    if let Some(token) = token {
+        c.handshake("flight_clients", &token).await?;
+    }
+    Ok(c)
 }
 
-async fn run_client(url: String, statements: usize, sql: String) -> Result<ClientRun, BoxError> {
-    let mut c = connect(url).await?;
+async fn run_client(
+    url: String,
+    token: Option<String>,
+    statements: usize,
+    sql: String,
+) -> Result<ClientRun, BoxError> {
+    let mut c = connect(url, token).await?;
     let mut run = ClientRun {
         latencies: Vec::with_capacity(statements),
         rows: Vec::with_capacity(statements),
@@ -95,8 +111,11 @@ async fn run_client(url: String, statements: usize, sql: String) -> Result<Clien
 
 /// The server's calls so far (every session's) by placement: (placement, calls, GPU batches,
 /// CPU fallback batches).
-async fn placements(url: String) -> Result<Vec<(String, i64, i64, i64)>, BoxError> {
-    let mut c = connect(url).await?;
+async fn placements(
+    url: String,
+    token: Option<String>,
+) -> Result<Vec<(String, i64, i64, i64)>, BoxError> {
+    let mut c = connect(url, token).await?;
     let calls = fetch(
         &mut c,
         "SELECT CAST(placement AS VARCHAR) AS placement, count(*) AS calls, \
@@ -143,7 +162,14 @@ fn main() -> Result<(), BoxError> {
     let started = Instant::now();
     let runs: Vec<Result<ClientRun, BoxError>> = rt.block_on(async {
         let handles: Vec<_> = (0..o.clients)
-            .map(|_| tokio::spawn(run_client(o.url.clone(), o.statements, o.sql.clone())))
+            .map(|_| {
+                tokio::spawn(run_client(
+                    o.url.clone(),
+                    o.token.clone(),
+                    o.statements,
+                    o.sql.clone(),
+                ))
+            })
             .collect();
         let mut out = Vec::new();
         for h in handles {
@@ -189,7 +215,7 @@ fn main() -> Result<(), BoxError> {
         wall.as_secs_f64(),
         (o.clients * o.statements) as f64 / wall.as_secs_f64()
     );
-    match rt.block_on(placements(o.url.clone())) {
+    match rt.block_on(placements(o.url.clone(), o.token.clone())) {
         Ok(rows) => {
             for (placement, calls, gpu, cpu) in rows {
                 println!(

@@ -2,7 +2,7 @@
 through ADBC's Flight SQL driver (DB-API, `fetch_arrow_table`), warm-up runs first, and prints
 one JSON object: the timed runs in seconds, the rows fetched, the driver's version.
 
-Usage: python adbc_fetch.py URL SETUP_SQL QUERY WARMUP RUNS
+Usage: python adbc_fetch.py URL SETUP_SQL QUERY WARMUP RUNS [TOKEN]
 """
 
 import json
@@ -15,7 +15,10 @@ import adbc_driver_flightsql.dbapi as flightsql
 
 def main() -> None:
     url, setup, query, warmup, runs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-    with flightsql.connect(url, autocommit=True) as conn:
+    token = sys.argv[6] if len(sys.argv) > 6 else ""
+    # The server's token is the password, with any user name.
+    db_kwargs = {"username": "bench", "password": token} if token else {}
+    with flightsql.connect(url, db_kwargs=db_kwargs, autocommit=True) as conn:
         cur = conn.cursor()
         cur.execute(setup)
         cur.fetchall()

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accelsql_engine::{Engine, EngineOptions, SchedulerConfig};
-use accelsql_server::{Server, ServerOptions};
+use accelsql_server::{Server, ServerAuth, ServerOptions};
 use clap::{Args, Subcommand};
 
 use crate::error::CliError;
@@ -27,10 +27,19 @@ pub(crate) struct ServeArgs {
     /// Keep the script catalog (`CREATE … SCRIPT`) in DIR, so scripts survive a restart.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// Users allowed in (made by `accelsql serve add-user`). Without it clients are not
-    /// authenticated and the server listens on loopback addresses only.
-    #[arg(long, value_name = "FILE")]
+    /// Users allowed in (made by `accelsql serve add-user`; the file must be owner-only;
+    /// SIGHUP reloads it). Without it the server makes a random token, prints it as the second
+    /// line (`token: …`) and writes it owner-only to DATA_DIR/server-token: clients pass it as
+    /// their password, with any user name.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_auth")]
     users: Option<PathBuf>,
+    /// No authentication at all: any local process gets an unrestricted session (it can run
+    /// code as this server's user). Loopback addresses only.
+    #[arg(long)]
+    no_auth: bool,
+    /// Let passwords (and the token) cross a non-loopback address without TLS.
+    #[arg(long)]
+    allow_cleartext_passwords: bool,
     /// TLS certificate (PEM); needs --tls-key.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -55,6 +64,21 @@ pub(crate) struct ServeArgs {
     /// The most client sessions at once (a client beyond it gets error 53300).
     #[arg(long, value_name = "N", default_value_t = 1024)]
     max_sessions: usize,
+    /// The most sessions of one user (53S01).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    max_sessions_per_user: usize,
+    /// The most statements one user may run, or hold unfetched results of, at once (53S02).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    max_statements_per_user: usize,
+    /// The most connections at once; more are closed as soon as they are accepted.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    max_connections: usize,
+    /// Seconds a new connection has to log in before it is closed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    handshake_timeout: f64,
+    /// Seconds a session outlives its last connection.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    session_grace: f64,
     /// Every session is restricted (SQL from untrusted users): no script DDL, no file access,
     /// no settings that lift a limit (error 42501).
     #[arg(long)]
@@ -108,13 +132,21 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     runtime.block_on(serve(args))
 }
 
-async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
-    if !(args.max_lease_hold.is_finite() && args.max_lease_hold > 0.0) {
-        return Err(CliError::Terminal(format!(
-            "--max-lease-hold must be a positive number of seconds, not {}",
-            args.max_lease_hold
-        )));
+/// `value` seconds, when it is a positive number.
+fn positive_seconds(flag: &str, value: f64) -> Result<Duration, CliError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        Err(CliError::Terminal(format!(
+            "{flag} must be a positive number of seconds, not {value}"
+        )))
     }
+}
+
+async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
+    let max_lease_hold = positive_seconds("--max-lease-hold", args.max_lease_hold)?;
+    let handshake_timeout = positive_seconds("--handshake-timeout", args.handshake_timeout)?;
+    let session_grace = positive_seconds("--session-grace", args.session_grace)?;
     if !(args.statement_timeout.is_finite() && args.statement_timeout >= 0.0) {
         return Err(CliError::Terminal(format!(
             "--statement-timeout must be a number of seconds (0: no bound), not {}",
@@ -130,7 +162,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         data_dir: args.data_dir.clone(),
         url_tables: true,
         restricted: args.restricted,
-        max_lease_hold: Some(Duration::from_secs_f64(args.max_lease_hold)),
+        max_lease_hold: Some(max_lease_hold),
         statement_timeout: Some(Duration::from_secs_f64(args.statement_timeout))
             .filter(|t| !t.is_zero()),
         ..EngineOptions::default()
@@ -147,12 +179,23 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     } else {
         Some(Arc::new(|line: &str| eprintln!("accelsql serve: {line}")))
     };
+    let auth = match (&args.users, args.no_auth) {
+        (Some(users), _) => ServerAuth::Users(users.clone()),
+        (None, true) => ServerAuth::None,
+        (None, false) => ServerAuth::Token(None),
+    };
     let options = ServerOptions {
         listen: args.listen,
-        users: args.users.clone(),
+        auth,
         tls: args.tls_cert.clone().zip(args.tls_key.clone()),
+        allow_cleartext_passwords: args.allow_cleartext_passwords,
         session_idle_timeout: Duration::from_secs(args.session_idle_timeout),
+        session_grace,
         max_sessions: args.max_sessions,
+        max_sessions_per_user: args.max_sessions_per_user,
+        max_statements_per_user: args.max_statements_per_user,
+        max_connections: args.max_connections,
+        handshake_timeout,
         log,
         ..ServerOptions::default()
     };
@@ -160,17 +203,29 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     let server = Server::bind(engine, options)
         .await
         .map_err(|e| CliError::Server(Box::new(e)))?;
-    // The first line of output: scripts and tests wait for it.
+    let token_file = match (server.token(), &args.data_dir) {
+        (Some(token), Some(dir)) => Some(write_token(dir, token)?),
+        _ => None,
+    };
+    // The first lines of output: scripts and tests wait for them.
     let mut out = std::io::stdout().lock();
-    writeln!(out, "listening: {}", server.url())
+    let mut head = format!("listening: {}\n", server.url());
+    if let Some(token) = server.token() {
+        head.push_str(&format!("token: {token}\n"));
+    }
+    out.write_all(head.as_bytes())
         .and_then(|()| out.flush())
         .map_err(|e| CliError::Output(format!("cannot write to standard output: {e}")))?;
     drop(out);
     if !args.quiet {
-        let auth = if server.requires_auth() {
-            "users from the users file only"
-        } else {
-            "no authentication (no --users), loopback only"
+        let auth = match (&args.users, server.token(), &token_file) {
+            (Some(_), _, _) => "users from the users file only".to_string(),
+            (None, Some(_), Some(file)) => format!(
+                "clients log in with the token (any user name; also in {})",
+                file.display()
+            ),
+            (None, Some(_), None) => "clients log in with the token (any user name)".to_string(),
+            (None, None, _) => "no authentication (--no-auth), loopback only".to_string(),
         };
         let place = match (&args.cluster, args.nodes) {
             (Some(address), Some(nodes)) => {
@@ -188,6 +243,26 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         eprintln!("accelsql serve: stopped (running statements cancelled, sessions ended)");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the server's token to DIR/server-token, owner-only; the file's path.
+fn write_token(dir: &std::path::Path, token: &str) -> Result<PathBuf, CliError> {
+    let path = dir.join("server-token");
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let _ = std::fs::remove_file(&path);
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&path)?;
+        file.write_all(format!("{token}\n").as_bytes())?;
+        file.sync_all()
+    };
+    write().map_err(|e| {
+        CliError::Output(format!("cannot write the token to {}: {e}", path.display()))
+    })?;
+    Ok(path)
 }
 
 /// Completes on SIGINT or SIGTERM.

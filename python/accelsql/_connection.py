@@ -252,7 +252,9 @@ def connect(
     ``connect("grpc://host:port", user=..., password=...)`` connects to an ``accelsql serve``
     over Arrow Flight SQL (``grpc+tls://`` with TLS; needs ``pip install 'accelsql[server]'``):
     the same :class:`Connection` API, run by the server's engine, whose GPUs and lease queue
-    every client shares. ``user``/``password`` are needed when the server has a users file.
+    every client shares. ``user``/``password``: a user of the server's users file; without one
+    the server's token (its ``token:`` line, or ``DATA_DIR/server-token``) is the password, with
+    any user name (or none); a server started with ``--no-auth`` needs neither.
     ``data_dir`` is then the server's; ``script_python`` defaults to the server's ``python3``;
     ``register_udf`` and ``restricted=True`` are in-process only (the server decides
     restrictions: ``--restricted``).

@@ -100,8 +100,9 @@ class RemoteNative:
             ) from e
         self._errors = (adbc_driver_manager.Error,)
         db_kwargs = {}
-        if user is not None:
-            db_kwargs["username"] = user
+        if user is not None or password is not None:
+            # Without a users file the server's token is the password, with any user name.
+            db_kwargs["username"] = user if user is not None else "accelsql"
             db_kwargs["password"] = password or ""
         url = url.replace("grpc+tcp://", "grpc://", 1)
         try:

@@ -314,13 +314,48 @@ def test_the_log_has_a_line_per_statement(server):
     assert "outcome=ok" in line
 
 
-def test_without_users_the_server_stays_on_loopback(tmp_path):
+def test_off_loopback_the_server_needs_tls_or_stays_on_loopback(tmp_path):
     binary = _binary()
+    # Its token would cross the network in clear text.
     out = subprocess.run(
         [binary, "serve", "--listen", "0.0.0.0:0", "--quiet"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode != 0
-    assert "loopback" in out.stderr
+    assert "--allow-cleartext-passwords" in out.stderr, out.stderr
+    # No authentication at all is for loopback only.
+    out = subprocess.run(
+        [binary, "serve", "--listen", "0.0.0.0:0", "--no-auth", "--quiet"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode != 0
+    assert "loopback" in out.stderr, out.stderr
+
+
+def test_without_users_clients_log_in_with_the_servers_token(tmp_path):
+    binary = _binary()
+    data = tmp_path / "data"
+    proc = subprocess.Popen(
+        [binary, "serve", "--listen", "127.0.0.1:0", "--simulated-gpus", "0", "--data-dir", str(data), "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        url = re.match(r"listening: (grpc://\S+)", proc.stdout.readline()).group(1)
+        token = re.match(r"token: ([0-9a-f]{64})$", proc.stdout.readline().strip()).group(1)
+        # Also written owner-only into the data directory, as Jupyter does.
+        token_file = data / "server-token"
+        assert token_file.read_text().strip() == token
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        with accelsql.connect(url, password=token) as conn:
+            assert conn.execute("SELECT 6 * 7 AS x").fetchone()[0] == 42
+        with pytest.raises(accelsql.AccelsqlError) as err:
+            accelsql.connect(url, user="anyone", password="not-the-token").execute("SELECT 1")
+        assert err.value.code == "28000"
+        with pytest.raises(accelsql.AccelsqlError) as err:
+            accelsql.connect(url).execute("SELECT 1")
+        assert err.value.code == "28000"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
 
 
 def test_the_notebook_example_runs_against_the_server(server):

@@ -135,13 +135,17 @@ step benchmark 200 "$bin/gpu_builtins" --max-rows 10000000 --runs 3 --json "$out
 # each round (it must not grow: no leak across statements).
 serve_clients() {
   local port=50561
-  "$bin/accelsql" serve --listen "127.0.0.1:$port" -q &
+  local first="$work/serve.out"
+  "$bin/accelsql" serve --listen "127.0.0.1:$port" -q > "$first" &
   local pid=$!
   trap 'kill "$pid" 2>/dev/null' EXIT TERM
+  # The second line of its output is the token clients log in with.
   for _ in $(seq 1 50); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    grep -q '^token: ' "$first" 2>/dev/null && break
     sleep 0.2
   done
+  export ACCELSQL_TOKEN
+  ACCELSQL_TOKEN=$(sed -n 's/^token: //p' "$first")
   local rc=0
   for round in 1 2; do
     echo "--- round $round"

@@ -44,8 +44,10 @@ pub struct Users {
 }
 
 impl Users {
-    /// Reads a users file. A malformed line is an error naming the file and line.
+    /// Reads a users file. A malformed line is an error naming the file and line; so is a file
+    /// that others than its owner may read or write (it holds password hashes).
     pub fn load(path: &Path) -> Result<Self> {
+        check_owner_only(path)?;
         let text = std::fs::read_to_string(path).map_err(|e| ServerError::Config {
             message: format!("cannot read the users file {}: {e}", path.display()),
         })?;
@@ -98,6 +100,29 @@ impl Users {
     }
 }
 
+/// Refuses a file that its group or others may read or write (Unix).
+fn check_owner_only(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(path).map_err(|e| ServerError::Config {
+            message: format!("cannot read the users file {}: {e}", path.display()),
+        })?;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(ServerError::Config {
+                message: format!(
+                    "the users file {} may be read or written by others (mode {mode:o}); it \
+                     holds password hashes: make it owner-only (chmod 600 {})",
+                    path.display(),
+                    path.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn parse_line(line: &str) -> std::result::Result<(String, Entry), String> {
     let fields: Vec<&str> = line.split(':').collect();
     let [name, scheme, rounds, salt, hash] = fields[..] else {
@@ -137,7 +162,7 @@ fn derive(password: &str, salt: &[u8], rounds: u32) -> [u8; HASH_LEN] {
     out
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -310,6 +335,11 @@ mod tests {
             use std::os::unix::fs::PermissionsExt;
             let mode = std::fs::metadata(&path).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
+            // A users file others may read is refused, saying how to fix it.
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let e = Users::load(&path).unwrap_err();
+            assert_eq!(e.code(), "F0000");
+            assert!(e.to_string().contains("chmod 600"), "{e}");
         }
         assert!(add_user(&path, "bad:name", "x", 1000).is_err());
     }

@@ -56,6 +56,40 @@ pub enum ServerError {
         max: usize,
     },
 
+    /// Too many failed logins for one user name or from one address, recently: the login is
+    /// refused without checking the password (`28L01`).
+    #[error("[{}] {message}", Self::LOGIN_RATE_LIMITED)]
+    LoginRateLimited {
+        /// Whose logins, and when to try again.
+        message: String,
+    },
+
+    /// The user has as many sessions as `--max-sessions-per-user` allows.
+    #[error(
+        "[{}] user {user:?} has {max} sessions, the most --max-sessions-per-user allows: close one first",
+        Self::TOO_MANY_USER_SESSIONS
+    )]
+    TooManyUserSessions {
+        /// The user.
+        user: String,
+        /// The limit.
+        max: usize,
+    },
+
+    /// The user has as many statements running (or results waiting to be fetched) as
+    /// `--max-statements-per-user` allows.
+    #[error(
+        "[{}] user {user:?} has {max} statements running or waiting to be fetched, the most \
+         --max-statements-per-user allows: fetch, cancel or close one first",
+        Self::TOO_MANY_USER_STATEMENTS
+    )]
+    TooManyUserStatements {
+        /// The user.
+        user: String,
+        /// The limit.
+        max: usize,
+    },
+
     /// The server's configuration cannot be used: the users file, the TLS certificate or key.
     #[error("[{}] {message}", Self::CONFIG)]
     Config {
@@ -117,6 +151,18 @@ impl ServerError {
     pub const INGEST_TARGET: &'static str = "42P07";
     /// Code of [`ServerError::TooManySessions`] (SQLSTATE `too_many_connections`).
     pub const TOO_MANY_SESSIONS: &'static str = "53300";
+    /// Code of [`ServerError::LoginRateLimited`].
+    pub const LOGIN_RATE_LIMITED: &'static str = "28L01";
+    /// Code of [`ServerError::TooManyUserSessions`].
+    pub const TOO_MANY_USER_SESSIONS: &'static str = "53S01";
+    /// Code of [`ServerError::TooManyUserStatements`].
+    pub const TOO_MANY_USER_STATEMENTS: &'static str = "53S02";
+    /// Code of a connection closed at once because the server has `--max-connections` (in the
+    /// server's log: the client only sees its connection closed).
+    pub const TOO_MANY_CONNECTIONS: &'static str = "53C01";
+    /// Code of a connection closed because it did not authenticate within the handshake
+    /// deadline (in the server's log).
+    pub const HANDSHAKE_TIMEOUT: &'static str = "08T01";
     /// Code of [`ServerError::Config`] (SQLSTATE `config_file_error`).
     pub const CONFIG: &'static str = "F0000";
     /// Code of [`ServerError::Network`] (SQLSTATE `connection_exception`).
@@ -133,6 +179,9 @@ impl ServerError {
             Self::UnknownHandle { .. } => Self::UNKNOWN_HANDLE,
             Self::IngestTarget { .. } => Self::INGEST_TARGET,
             Self::TooManySessions { .. } => Self::TOO_MANY_SESSIONS,
+            Self::LoginRateLimited { .. } => Self::LOGIN_RATE_LIMITED,
+            Self::TooManyUserSessions { .. } => Self::TOO_MANY_USER_SESSIONS,
+            Self::TooManyUserStatements { .. } => Self::TOO_MANY_USER_STATEMENTS,
             Self::Config { .. } => Self::CONFIG,
             Self::Network { .. } => Self::NETWORK,
             Self::Internal { .. } => Self::INTERNAL,
@@ -159,6 +208,7 @@ pub fn grpc_code(code: &str) -> Code {
     match code {
         ServerError::UNAUTHENTICATED => Code::Unauthenticated,
         ServerError::UNKNOWN_HANDLE => Code::NotFound,
+        ServerError::LOGIN_RATE_LIMITED => Code::ResourceExhausted,
         ServerError::CONFIG | ServerError::NETWORK => Code::Internal,
         EngineError::NOT_ALLOWED_RESTRICTED => Code::PermissionDenied,
         EngineError::CANCELLED => Code::Cancelled,
@@ -215,6 +265,8 @@ mod tests {
         assert_eq!(grpc_code("57G01"), Code::DeadlineExceeded);
         assert_eq!(grpc_code("57G03"), Code::ResourceExhausted);
         assert_eq!(grpc_code("57T01"), Code::DeadlineExceeded);
+        assert_eq!(grpc_code("28L01"), Code::ResourceExhausted);
+        assert_eq!(grpc_code("53S02"), Code::ResourceExhausted);
         assert_eq!(grpc_code("XX000"), Code::Internal);
         assert_eq!(grpc_code("22069"), Code::FailedPrecondition);
         assert_eq!(grpc_code("42501"), Code::PermissionDenied);

@@ -8,6 +8,13 @@
 //! released when the client has read it, cancels it, disconnects or dies, and
 //! [`ServerOptions::max_lease_hold`] bounds how long a client that stops reading can keep it.
 //!
+//! Clients log in with a handshake (HTTP basic credentials: a user of the users file, or any
+//! name with the server's token, made at random by default) and get a bearer token that names
+//! their session; [`ServerAuth::None`] is for loopback only. Before a connection has logged in
+//! it has a deadline and a small byte budget ([`ServerOptions::handshake_timeout`],
+//! [`ServerOptions::pre_auth_max_bytes`]); connections, sessions and statements per user are
+//! capped.
+//!
 //! Errors reach clients as gRPC statuses whose message starts with accelsql's code
 //! (`[22069] …`) and whose trailing metadata carries the code (`x-accelsql-code`).
 //!
@@ -21,7 +28,9 @@
 //! ```
 
 mod auth;
+mod conn;
 mod error;
+mod login;
 mod metadata;
 mod results;
 mod service;
@@ -32,30 +41,71 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use accelsql_engine::Engine;
 use arrow_flight::flight_service_server::FlightServiceServer;
-use tonic::transport::server::TcpIncoming;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Identity, ServerTlsConfig};
+
+use crate::conn::{ConnLimits, Connections};
+use crate::login::{Gate, Login};
+use crate::sessions::SessionLimits;
 
 pub use auth::{DEFAULT_ROUNDS, Users, add_user, hash_entry, parse_basic};
 pub use error::{CODE_METADATA_KEY, Result, ServerError, coded_status, grpc_code, status_code};
 pub use results::LogSink;
 pub use service::AccelsqlFlightSql;
 
+/// How clients log in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerAuth {
+    /// Any user name with this token as the password; `None` (the default): a random token made
+    /// when the server binds ([`Server::token`]), as Jupyter does.
+    Token(Option<String>),
+    /// The users of a users file (`accelsql serve add-user`), which must be owner-only; SIGHUP
+    /// reloads it.
+    Users(PathBuf),
+    /// No authentication (`--no-auth`): every local process gets an unrestricted session, so
+    /// the server listens on loopback addresses only.
+    None,
+}
+
+impl Default for ServerAuth {
+    fn default() -> Self {
+        Self::Token(None)
+    }
+}
+
 /// How a server listens, whom it lets in and how long it keeps things.
 #[derive(Clone)]
 pub struct ServerOptions {
     /// Address and port to listen on; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// The users file (`accelsql serve add-user`); `None`: no authentication, and then the
-    /// server listens on loopback addresses only.
-    pub users: Option<PathBuf>,
+    /// How clients log in (a random token by default).
+    pub auth: ServerAuth,
     /// TLS certificate and key (PEM files); `None`: plain gRPC.
     pub tls: Option<(PathBuf, PathBuf)>,
-    /// A session unused this long (and streaming nothing) is ended.
+    /// Whether passwords (or the token) may cross a non-loopback address without TLS.
+    pub allow_cleartext_passwords: bool,
+    /// A session unused this long (and streaming nothing) is ended; its token expires.
     pub session_idle_timeout: Duration,
+    /// A session none of whose connections is open ends after this long.
+    pub session_grace: Duration,
     /// The most sessions at once; a client beyond it gets error 53300.
     pub max_sessions: usize,
+    /// The most sessions of one user (53S01).
+    pub max_sessions_per_user: usize,
+    /// The most statements one user may run, or hold unfetched results of, at once (53S02).
+    pub max_statements_per_user: usize,
+    /// The most connections at once; one more is closed as soon as it is accepted (logged
+    /// with 53C01).
+    pub max_connections: usize,
+    /// How long a new connection has to authenticate before it is closed (logged with 08T01).
+    pub handshake_timeout: Duration,
+    /// How many bytes a connection may send before it has authenticated; past them the server
+    /// reads nothing more from it until it does.
+    pub pre_auth_max_bytes: u64,
     /// The largest gRPC message the server accepts or sends (bulk ingestion, parameters).
     pub max_message_size: usize,
     /// How long to wait for running streams after a shutdown request before stopping anyway.
@@ -68,10 +118,17 @@ impl Default for ServerOptions {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
-            users: None,
+            auth: ServerAuth::default(),
             tls: None,
+            allow_cleartext_passwords: false,
             session_idle_timeout: Duration::from_secs(3600),
+            session_grace: Duration::from_secs(10),
             max_sessions: 1024,
+            max_sessions_per_user: 64,
+            max_statements_per_user: 64,
+            max_connections: 1024,
+            handshake_timeout: Duration::from_secs(10),
+            pre_auth_max_bytes: 1 << 20,
             max_message_size: 64 << 20,
             shutdown_grace: Duration::from_secs(5),
             log: None,
@@ -81,12 +138,18 @@ impl Default for ServerOptions {
 
 impl std::fmt::Debug for ServerOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let auth = match &self.auth {
+            ServerAuth::Token(_) => "token".to_string(),
+            ServerAuth::Users(path) => format!("users file {}", path.display()),
+            ServerAuth::None => "none".to_string(),
+        };
         f.debug_struct("ServerOptions")
             .field("listen", &self.listen)
-            .field("users", &self.users)
+            .field("auth", &auth)
             .field("tls", &self.tls)
             .field("session_idle_timeout", &self.session_idle_timeout)
             .field("max_sessions", &self.max_sessions)
+            .field("max_connections", &self.max_connections)
             .field("max_message_size", &self.max_message_size)
             .finish_non_exhaustive()
     }
@@ -98,6 +161,7 @@ pub struct Server {
     addr: SocketAddr,
     service: AccelsqlFlightSql,
     tls: Option<Identity>,
+    token: Option<String>,
     options: ServerOptions,
 }
 
@@ -108,29 +172,62 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// Loads the users file and TLS files and binds the listening socket. Without a users file
-    /// only a loopback address is allowed.
+    /// Loads the users file and TLS files (or makes the token) and binds the listening socket.
+    /// Without authentication only a loopback address is allowed; with it, a non-loopback
+    /// address needs TLS unless [`ServerOptions::allow_cleartext_passwords`].
     pub async fn bind(engine: Engine, options: ServerOptions) -> Result<Self> {
-        let users = match &options.users {
-            Some(path) => Some(Users::load(path)?),
-            None => {
+        let mut token = None;
+        let gate = match &options.auth {
+            ServerAuth::Users(path) => {
+                let users = Users::load(path)?;
+                if users.is_empty() {
+                    return Err(ServerError::Config {
+                        message: format!("the users file {} has no users", path.display()),
+                    });
+                }
+                Gate::Users {
+                    path: path.clone(),
+                    users: std::sync::RwLock::new(std::sync::Arc::new(users)),
+                }
+            }
+            ServerAuth::Token(given) => {
+                let t = match given {
+                    Some(t) if t.len() >= 16 => t.clone(),
+                    Some(_) => {
+                        return Err(ServerError::Config {
+                            message: "a server token must have at least 16 characters".into(),
+                        });
+                    }
+                    None => auth::new_token()?,
+                };
+                token = Some(t.clone());
+                Gate::Token(t)
+            }
+            ServerAuth::None => {
                 if !options.listen.ip().is_loopback() {
                     return Err(ServerError::Config {
                         message: format!(
-                            "without a users file (--users) the server listens on loopback only, \
-                             not {}: create one with `accelsql serve add-user`",
+                            "without authentication (--no-auth) the server listens on loopback \
+                             only, not {}: drop --no-auth (a token is made), or give --users",
                             options.listen
                         ),
                     });
                 }
-                None
+                Gate::Open
             }
         };
-        if users.as_ref().is_some_and(Users::is_empty)
-            && let Some(path) = &options.users
+        if !matches!(gate, Gate::Open)
+            && !options.listen.ip().is_loopback()
+            && options.tls.is_none()
+            && !options.allow_cleartext_passwords
         {
             return Err(ServerError::Config {
-                message: format!("the users file {} has no users", path.display()),
+                message: format!(
+                    "passwords (and the token) would cross {} in clear text: give \
+                     --tls-cert/--tls-key, listen on a loopback address, or pass \
+                     --allow-cleartext-passwords on a network you trust",
+                    options.listen
+                ),
             });
         }
         let tls = match &options.tls {
@@ -152,11 +249,27 @@ impl Server {
         let addr = listener.local_addr().map_err(|e| ServerError::Network {
             message: format!("no local address: {e}"),
         })?;
+        let connections = Connections::new(
+            ConnLimits {
+                handshake_timeout: options.handshake_timeout,
+                pre_auth_bytes: options.pre_auth_max_bytes.max(4096),
+                max_connections: options.max_connections.max(1),
+                open: matches!(gate, Gate::Open),
+            },
+            options.log.clone(),
+        );
+        let limits = SessionLimits {
+            idle_timeout: options.session_idle_timeout,
+            grace: options.session_grace,
+            max_sessions: options.max_sessions.max(1),
+            max_per_user: options.max_sessions_per_user.max(1),
+        };
         let service = AccelsqlFlightSql::new(
             engine,
-            users,
-            options.session_idle_timeout,
-            options.max_sessions.max(1),
+            Login::new(gate),
+            limits,
+            connections,
+            options.max_statements_per_user,
             options.log.clone(),
         );
         Ok(Self {
@@ -164,6 +277,7 @@ impl Server {
             addr,
             service,
             tls,
+            token,
             options,
         })
     }
@@ -185,7 +299,13 @@ impl Server {
 
     /// Whether clients must authenticate.
     pub fn requires_auth(&self) -> bool {
-        self.options.users.is_some()
+        self.service.inner().login.required()
+    }
+
+    /// The token clients pass as their password (any user name), when the server
+    /// authenticates with one ([`ServerAuth::Token`]).
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     /// The engine the server runs statements on.
@@ -207,8 +327,11 @@ impl Server {
         let flight = FlightServiceServer::new(service.clone())
             .max_decoding_message_size(options.max_message_size)
             .max_encoding_message_size(options.max_message_size);
+        let gatekeeper = service.clone();
+        let flight = InterceptedService::new(flight, move |request| gatekeeper.intercept(request));
         // Flow-control windows large enough that a bulk load (DoPut) is not paced by window
         // updates on fast links; what the server sends is paced by the client's windows.
+        // Keepalive pings close connections to dead peers.
         let mut builder = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(15)))
             .http2_keepalive_timeout(Some(Duration::from_secs(20)))
@@ -222,15 +345,16 @@ impl Server {
                     message: format!("unusable TLS certificate or key: {e}"),
                 })?;
         }
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let incoming = conn::incoming(listener, Arc::clone(&service.inner().connections));
         let reaper_service = service.clone();
         let reaper = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(30));
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                reaper_service.inner().sessions.expire_idle();
+                reaper_service.inner().sessions.reap();
             }
         });
+        let reloader = tokio::spawn(reload_users_on_sighup(service.clone(), options.log.clone()));
         let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
         let closing = service.clone();
         let serve =
@@ -255,8 +379,35 @@ impl Server {
             } => Ok(()),
         };
         reaper.abort();
+        reloader.abort();
         service.inner().sessions.close_all();
         outcome
+    }
+}
+
+/// Reloads the users file on every SIGHUP (Unix), logging what happened; a file that cannot be
+/// used leaves the users as they were.
+async fn reload_users_on_sighup(service: AccelsqlFlightSql, log: Option<LogSink>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            let line = match service.inner().login.reload() {
+                Ok(Some(n)) => format!("users file reloaded: {n} users"),
+                Ok(None) => "SIGHUP: no users file to reload".to_string(),
+                Err(e) => format!("users file not reloaded, the old users stay: {e}"),
+            };
+            if let Some(sink) = &log {
+                sink(&line);
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (service, log);
     }
 }
 
@@ -265,6 +416,7 @@ impl Server {
 pub struct ServerHandle {
     addr: SocketAddr,
     url: String,
+    token: Option<String>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<Result<()>>>,
 }
@@ -275,6 +427,7 @@ impl ServerHandle {
         let server = Server::bind(engine, options).await?;
         let addr = server.local_addr();
         let url = server.url();
+        let token = server.token().map(str::to_string);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(server.serve_until(async move {
             let _ = stopped.await;
@@ -282,6 +435,7 @@ impl ServerHandle {
         Ok(Self {
             addr,
             url,
+            token,
             stop: Some(stop),
             task: Some(task),
         })
@@ -295,6 +449,11 @@ impl ServerHandle {
     /// The URL clients connect to.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The token clients pass as their password ([`ServerAuth::Token`]).
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     /// Stops the server (cancelling running statements) and waits for it.

@@ -19,6 +19,21 @@ use crate::sessions::{ClientSession, RunningSlot, lock};
 /// Where the server's log lines go.
 pub type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// `text` as a log line shows it: as it is when it is a plain word (letters, digits, `_ - . @`),
+/// else quoted with its special characters escaped, so that nothing a client sends can forge a
+/// field or a line.
+pub(crate) fn log_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '@'));
+    if plain {
+        text.to_string()
+    } else {
+        format!("{text:?}")
+    }
+}
+
 /// What the log line says about a statement besides its outcome.
 pub(crate) struct StatementLog {
     pub(crate) number: u64,
@@ -49,7 +64,7 @@ impl StatementLog {
                     Placement::Gpu => format!("GPU{:?}", call.devices),
                     Placement::Cpu => "CPU".to_string(),
                 };
-                gpu.push(format!("{}:{place}", call.decision.udf));
+                gpu.push(format!("{}:{place}", log_word(&call.decision.udf)));
                 if call.lease_wait.is_some() {
                     wait = call.lease_wait;
                 }
@@ -60,7 +75,7 @@ impl StatementLog {
         format!(
             "session={} user={} stmt={} id={} ms={:.1} rows={rows} udfs=[{}] lease_wait_ms={} outcome={outcome} sql={text:?}",
             client.id,
-            client.user,
+            log_word(&client.user),
             self.number,
             self.statement_id.map_or("-".to_string(), |i| i.to_string()),
             self.started.elapsed().as_secs_f64() * 1e3,

@@ -34,10 +34,12 @@ use prost::Message;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::auth::{Users, parse_basic, parse_bearer};
+use crate::auth::parse_bearer;
+use crate::conn::{ConnState, Connections, conn_of};
 use crate::error::{Result, ServerError};
-use crate::results::{LogSink, ResultStream, StatementLog, flight_status};
-use crate::sessions::{Caller, ClientSession, PendingResult, RunningSlot, Sessions};
+use crate::login::Login;
+use crate::results::{LogSink, ResultStream, StatementLog, flight_status, log_word};
+use crate::sessions::{Caller, ClientSession, PendingResult, RunningSlot, SessionLimits, Sessions};
 use crate::{bad_request_err, metadata, unauthenticated_err};
 
 /// The stream type of every DoGet answer.
@@ -57,27 +59,34 @@ pub struct AccelsqlFlightSql {
 pub(crate) struct Inner {
     pub(crate) engine: Engine,
     pub(crate) sessions: Sessions,
-    users: Option<Users>,
+    pub(crate) login: Login,
+    pub(crate) connections: Arc<Connections>,
+    /// The most statements one user may run (or hold results of) at once.
+    max_statements_per_user: usize,
     log: Option<LogSink>,
     next_statement: AtomicU64,
 }
 
 impl AccelsqlFlightSql {
-    /// A service over `engine`. With `users`, every client must authenticate (handshake with
-    /// HTTP basic credentials) and use the bearer token it gets; without, a client without a
-    /// token gets a session per TCP connection. `log` receives one line per statement.
+    /// A service over `engine`. When `login` requires it, every client must authenticate
+    /// (handshake with HTTP basic credentials) and use the bearer token it gets; otherwise a
+    /// client without a token gets a session per connection. `log` receives one line per
+    /// statement.
     pub(crate) fn new(
         engine: Engine,
-        users: Option<Users>,
-        idle_timeout: std::time::Duration,
-        max_sessions: usize,
+        login: Login,
+        limits: SessionLimits,
+        connections: Arc<Connections>,
+        max_statements_per_user: usize,
         log: Option<LogSink>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                sessions: Sessions::new(engine.clone(), idle_timeout, max_sessions),
+                sessions: Sessions::new(engine.clone(), limits, Arc::clone(&connections)),
                 engine,
-                users,
+                login,
+                connections,
+                max_statements_per_user: max_statements_per_user.max(1),
                 log,
                 next_statement: AtomicU64::new(1),
             }),
@@ -94,16 +103,52 @@ impl AccelsqlFlightSql {
         }
     }
 
-    /// The caller's session: by its bearer token, or (without users) by its TCP peer.
+    /// Checks a request's headers before its body is read: a request with a valid bearer
+    /// token authenticates its connection; one without needs a server without
+    /// authentication, or must be a handshake (basic credentials, checked by the handshake).
+    pub(crate) fn intercept(&self, request: Request<()>) -> Result<Request<()>, Status> {
+        if !self.inner.login.required() {
+            return Ok(request);
+        }
+        let header = request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.to_str().unwrap_or(""));
+        match header {
+            Some(h) => match parse_bearer(h) {
+                Some(token) if self.inner.sessions.knows_token(token) => {
+                    if let Some(conn) = conn_of(&request) {
+                        conn.authenticate();
+                    }
+                    Ok(request)
+                }
+                Some(_) => Err(unauthenticated_err!(
+                    "unknown or expired session token: authenticate again (handshake)"
+                )
+                .into()),
+                // Basic credentials: only the handshake takes them, and checks them.
+                None => Ok(request),
+            },
+            None => Err(unauthenticated_err!(
+                "this server needs a user and password: authenticate first (handshake)"
+            )
+            .into()),
+        }
+    }
+
+    /// The caller's session: by its bearer token, or (on a server without authentication) by
+    /// its connection.
     fn client<T>(&self, request: &Request<T>) -> Result<Arc<ClientSession>, Status> {
         let header = request
             .metadata()
             .get("authorization")
             .map(|v| v.to_str().unwrap_or(""));
-        Ok(self.inner.sessions.find(self.caller(header, request)?)?)
+        let conn = conn_of(request);
+        let caller = self.caller(header, conn.as_deref())?;
+        Ok(self.inner.sessions.find(caller, conn.map(|c| c.id))?)
     }
 
-    fn caller<'a, T>(&self, header: Option<&'a str>, request: &Request<T>) -> Result<Caller<'a>> {
+    fn caller<'a>(&self, header: Option<&'a str>, conn: Option<&ConnState>) -> Result<Caller<'a>> {
         match header {
             Some(h) => match parse_bearer(h) {
                 Some(token) => Ok(Caller::Token(token)),
@@ -111,11 +156,28 @@ impl AccelsqlFlightSql {
                     "expected authorization: Bearer <token> (from the handshake)"
                 )),
             },
-            None if self.inner.users.is_some() => Err(unauthenticated_err!(
+            None if self.inner.login.required() => Err(unauthenticated_err!(
                 "this server needs a user and password: authenticate first (handshake)"
             )),
-            None => Ok(Caller::Peer(request.remote_addr())),
+            None => match conn {
+                Some(conn) => Ok(Caller::Connection(conn.id)),
+                None => Err(ServerError::Internal {
+                    message: "a request without its connection".into(),
+                }),
+            },
         }
+    }
+
+    /// Refuses a new statement of a user who has as many as allowed.
+    fn check_statement_cap(&self, client: &ClientSession) -> Result<()> {
+        let max = self.inner.max_statements_per_user;
+        if client.user != "-" && self.inner.sessions.statements_of(&client.user) >= max {
+            return Err(ServerError::TooManyUserStatements {
+                user: client.user.clone(),
+                max,
+            });
+        }
+        Ok(())
     }
 
     /// Plans and starts `sql` (its stream not yet polled: no lease taken).
@@ -125,6 +187,7 @@ impl AccelsqlFlightSql {
         sql: &str,
         params: &[ScalarValue],
     ) -> Result<PendingResult> {
+        self.check_statement_cap(client)?;
         let number = self.inner.next_statement.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let before = client.session.last_statement_id();
@@ -380,39 +443,36 @@ impl FlightSqlService for AccelsqlFlightSql {
             .metadata()
             .get("authorization")
             .map(|v| v.to_str().unwrap_or("").to_string());
-        let user = match (&self.inner.users, header) {
-            (Some(users), Some(header)) => {
-                let (user, password) = parse_basic(&header)?;
-                let users = users.clone();
-                let name = user.clone();
-                // Hashing takes a while: off the async threads.
-                let ok = tokio::task::spawn_blocking(move || users.verify(&name, &password))
-                    .await
-                    .unwrap_or(false);
-                if !ok {
-                    self.log(&format!(
-                        "handshake refused: wrong user or password for {user:?}"
-                    ));
-                    return Err(unauthenticated_err!("wrong user or password").into());
-                }
-                user
+        let conn = conn_of(&request);
+        let peer = conn.as_ref().and_then(|c| c.peer);
+        let user = match self
+            .inner
+            .login
+            .check(header.as_deref(), peer.map(|p| p.ip()))
+            .await
+        {
+            Ok(user) => user,
+            Err(e) => {
+                self.log(&format!(
+                    "handshake refused from {}: {}",
+                    peer.map_or("?".into(), |p| p.to_string()),
+                    log_word(&e.to_string())
+                ));
+                return Err(e.into());
             }
-            (Some(_), None) => {
-                return Err(unauthenticated_err!(
-                    "this server needs a user and password (HTTP basic credentials on the handshake)"
-                )
-                .into());
-            }
-            (None, Some(header)) => parse_basic(&header).map_or_else(|_| "-".into(), |(u, _)| u),
-            (None, None) => "-".into(),
         };
-        let (token, client) = self.inner.sessions.open_with_token(&user)?;
+        if let Some(conn) = &conn {
+            conn.authenticate();
+        }
+        let (token, client) = self
+            .inner
+            .sessions
+            .open_with_token(&user, conn.as_ref().map(|c| c.id))?;
         self.log(&format!(
-            "session={} user={user} opened from {}",
+            "session={} user={} opened from {}",
             client.id,
-            request
-                .remote_addr()
-                .map_or("?".to_string(), |a| a.to_string())
+            log_word(&user),
+            peer.map_or("?".to_string(), |a| a.to_string())
         ));
         let output = futures::stream::iter(vec![Ok(HandshakeResponse {
             protocol_version: 0,
@@ -755,8 +815,10 @@ impl FlightSqlService for AccelsqlFlightSql {
             .await
             .map_err(engine_status)?;
         self.log(&format!(
-            "session={} user={} ingest table={name} rows={rows}",
-            client.id, client.user
+            "session={} user={} ingest table={} rows={rows}",
+            client.id,
+            log_word(&client.user),
+            log_word(&name.to_string())
         ));
         Ok(i64::try_from(rows).unwrap_or(i64::MAX))
     }
@@ -881,7 +943,8 @@ impl FlightSqlService for AccelsqlFlightSql {
                     .metadata()
                     .get("authorization")
                     .map(|v| v.to_str().unwrap_or(""));
-                let caller = self.caller(header, &request)?;
+                let conn = conn_of(&request);
+                let caller = self.caller(header, conn.as_deref())?;
                 self.inner.sessions.close(caller);
                 // CloseSessionResult { status: CLOSED (1) }.
                 vec![0x08, 0x01]

@@ -1,9 +1,11 @@
-//! The server's client sessions: one accelsql [`Session`] per Flight SQL connection (per bearer
-//! token, or per TCP peer when the server runs without users), each with its prepared
-//! statements, its results waiting to be fetched, and its results being streamed.
+//! The server's client sessions: one accelsql [`Session`] per bearer token issued at a
+//! handshake (or, on a server without authentication, per connection of a client that did not
+//! shake hands), each with its prepared statements, its results waiting to be fetched, and its
+//! results being streamed. A session never belongs to an address: a later connection from the
+//! same address and port gets nothing of it. A session whose connections have all closed ends
+//! after a short grace.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -12,6 +14,7 @@ use accelsql_engine::datafusion::common::ScalarValue;
 use accelsql_engine::datafusion::execution::SendableRecordBatchStream;
 use accelsql_engine::{Engine, Session};
 
+use crate::conn::Connections;
 use crate::error::{Result, ServerError};
 use crate::unknown_handle_err;
 
@@ -78,6 +81,10 @@ pub(crate) struct ClientSession {
     running: Mutex<HashMap<String, Arc<RunningSlot>>>,
     next_handle: AtomicU64,
     last_used: Mutex<Instant>,
+    /// The connections it was used over that may still be open.
+    conns: Mutex<HashSet<u64>>,
+    /// Since when none of its connections is open.
+    orphaned_since: Mutex<Option<Instant>>,
 }
 
 impl ClientSession {
@@ -91,11 +98,36 @@ impl ClientSession {
             running: Mutex::default(),
             next_handle: AtomicU64::new(1),
             last_used: Mutex::new(Instant::now()),
+            conns: Mutex::default(),
+            orphaned_since: Mutex::new(None),
         }
     }
 
-    fn touch(&self) {
+    /// Notes a request over connection `conn`.
+    fn touch(&self, conn: Option<u64>) {
         *lock(&self.last_used) = Instant::now();
+        if let Some(conn) = conn {
+            lock(&self.conns).insert(conn);
+            *lock(&self.orphaned_since) = None;
+        }
+    }
+
+    /// How many statements it runs or holds results of (streaming or waiting to be fetched).
+    pub(crate) fn statements(&self) -> usize {
+        lock(&self.running).len() + lock(&self.results).len()
+    }
+
+    /// How long none of its connections has been open (`None` while one is, or a result
+    /// streams), forgetting the closed ones.
+    fn orphaned_for(&self, connections: &Connections) -> Option<Duration> {
+        let mut conns = lock(&self.conns);
+        conns.retain(|c| connections.is_open(*c));
+        let mut since = lock(&self.orphaned_since);
+        if !conns.is_empty() || !lock(&self.running).is_empty() {
+            *since = None;
+            return None;
+        }
+        Some(since.get_or_insert_with(Instant::now).elapsed())
     }
 
     /// A handle no other object of this session has.
@@ -228,8 +260,8 @@ fn no_prepared(handle: &str) -> ServerError {
 pub(crate) enum Caller<'a> {
     /// A bearer token from the handshake.
     Token(&'a str),
-    /// No token: the TCP peer (servers without users only).
-    Peer(Option<SocketAddr>),
+    /// No token, on this connection (servers without authentication only).
+    Connection(u64),
 }
 
 impl Caller<'_> {
@@ -237,10 +269,22 @@ impl Caller<'_> {
     fn key(&self) -> String {
         match self {
             Caller::Token(token) => format!("token:{token}"),
-            Caller::Peer(Some(addr)) => format!("peer:{addr}"),
-            Caller::Peer(None) => "peer:unknown".to_string(),
+            Caller::Connection(id) => format!("conn:{id}"),
         }
     }
+}
+
+/// The bounds on a server's sessions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessionLimits {
+    /// A session unused this long (and streaming nothing) is ended.
+    pub(crate) idle_timeout: Duration,
+    /// A session none of whose connections is open ends after this long.
+    pub(crate) grace: Duration,
+    /// The most sessions at once.
+    pub(crate) max_sessions: usize,
+    /// The most sessions of one user.
+    pub(crate) max_per_user: usize,
 }
 
 /// Every client session of a server.
@@ -248,30 +292,42 @@ pub(crate) struct Sessions {
     engine: Engine,
     sessions: Mutex<HashMap<String, Arc<ClientSession>>>,
     next_id: AtomicU64,
-    idle_timeout: Duration,
-    max_sessions: usize,
+    limits: SessionLimits,
+    connections: Arc<Connections>,
 }
 
 impl Sessions {
-    pub(crate) fn new(engine: Engine, idle_timeout: Duration, max_sessions: usize) -> Self {
+    pub(crate) fn new(
+        engine: Engine,
+        limits: SessionLimits,
+        connections: Arc<Connections>,
+    ) -> Self {
         Self {
             engine,
             sessions: Mutex::default(),
             next_id: AtomicU64::new(1),
-            idle_timeout,
-            max_sessions,
+            limits,
+            connections,
         }
     }
 
-    /// A new session for `user`, unless the server has as many as it allows.
+    /// A new session for `user`, unless the server (or the user) has as many as allowed.
     fn open(
         &self,
         sessions: &HashMap<String, Arc<ClientSession>>,
         user: &str,
     ) -> Result<Arc<ClientSession>> {
-        if sessions.len() >= self.max_sessions {
+        if sessions.len() >= self.limits.max_sessions {
             return Err(ServerError::TooManySessions {
-                max: self.max_sessions,
+                max: self.limits.max_sessions,
+            });
+        }
+        if user != "-"
+            && sessions.values().filter(|c| c.user == user).count() >= self.limits.max_per_user
+        {
+            return Err(ServerError::TooManyUserSessions {
+                user: user.to_string(),
+                max: self.limits.max_per_user,
             });
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -283,20 +339,27 @@ impl Sessions {
     }
 
     /// A new session for `user`, under a fresh bearer token (returned with it).
-    pub(crate) fn open_with_token(&self, user: &str) -> Result<(String, Arc<ClientSession>)> {
+    /// `conn` is the handshake's connection.
+    pub(crate) fn open_with_token(
+        &self,
+        user: &str,
+        conn: Option<u64>,
+    ) -> Result<(String, Arc<ClientSession>)> {
         let token = crate::auth::new_token()?;
         let mut sessions = lock(&self.sessions);
         let client = self.open(&sessions, user)?;
+        client.touch(conn);
         sessions.insert(Caller::Token(&token).key(), Arc::clone(&client));
         Ok((token, client))
     }
 
-    /// The session of `caller`; a peer without one gets a new session.
-    pub(crate) fn find(&self, caller: Caller<'_>) -> Result<Arc<ClientSession>> {
+    /// The session of `caller`, whose request came over connection `conn`; a connection
+    /// without one gets a new session.
+    pub(crate) fn find(&self, caller: Caller<'_>, conn: Option<u64>) -> Result<Arc<ClientSession>> {
         let key = caller.key();
         let mut sessions = lock(&self.sessions);
         if let Some(client) = sessions.get(&key) {
-            client.touch();
+            client.touch(conn);
             return Ok(Arc::clone(client));
         }
         if key.starts_with("token:") {
@@ -305,8 +368,24 @@ impl Sessions {
             ));
         }
         let client = self.open(&sessions, "-")?;
+        client.touch(conn);
         sessions.insert(key, Arc::clone(&client));
         Ok(client)
+    }
+
+    /// Whether `token` is a session's token.
+    pub(crate) fn knows_token(&self, token: &str) -> bool {
+        lock(&self.sessions).contains_key(&Caller::Token(token).key())
+    }
+
+    /// How many statements `user`'s sessions run or hold results of.
+    pub(crate) fn statements_of(&self, user: &str) -> usize {
+        let clients: Vec<_> = lock(&self.sessions)
+            .values()
+            .filter(|c| c.user == user)
+            .cloned()
+            .collect();
+        clients.iter().map(|c| c.statements()).sum()
     }
 
     /// Ends the session of `caller`: its statements are cancelled. Whether there was one.
@@ -321,12 +400,16 @@ impl Sessions {
         }
     }
 
-    /// Ends sessions idle for longer than the idle timeout (none with a result streaming), and
-    /// drops the others' results left unfetched too long. Returns how many sessions ended.
-    pub(crate) fn expire_idle(&self) -> usize {
+    /// Ends sessions idle for longer than the idle timeout, and sessions none of whose
+    /// connections has been open for the grace (none with a result streaming); drops the
+    /// others' results left unfetched too long. Returns how many sessions ended.
+    pub(crate) fn reap(&self) -> usize {
         let mut ended = Vec::new();
         lock(&self.sessions).retain(|_, client| {
-            let keep = client.idle_for() < self.idle_timeout;
+            let keep = client.idle_for() < self.limits.idle_timeout
+                && client
+                    .orphaned_for(&self.connections)
+                    .is_none_or(|orphaned| orphaned < self.limits.grace);
             if keep {
                 client.prune_results();
             } else {
@@ -358,60 +441,114 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conn::ConnLimits;
 
-    fn sessions() -> Sessions {
+    fn sessions(max_sessions: usize, max_per_user: usize) -> (Sessions, Arc<Connections>) {
         let engine = Engine::new().unwrap();
-        Sessions::new(engine, Duration::from_secs(3600), 3)
+        let connections = Connections::new(
+            ConnLimits {
+                handshake_timeout: Duration::from_secs(5),
+                pre_auth_bytes: 1 << 20,
+                max_connections: 100,
+                open: true,
+            },
+            None,
+        );
+        let limits = SessionLimits {
+            idle_timeout: Duration::from_secs(3600),
+            grace: Duration::from_secs(3600),
+            max_sessions,
+            max_per_user,
+        };
+        (
+            Sessions::new(engine, limits, Arc::clone(&connections)),
+            connections,
+        )
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
     }
 
     #[test]
     fn tokens_find_their_own_session_only() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let _guard = rt.enter();
-        let s = sessions();
-        let (a, client_a) = s.open_with_token("alice").unwrap();
-        let (b, _) = s.open_with_token("bob").unwrap();
-        assert_eq!(s.find(Caller::Token(&a)).unwrap().id, client_a.id);
-        assert_ne!(s.find(Caller::Token(&b)).unwrap().id, client_a.id);
-        let e = s.find(Caller::Token("forged")).err().unwrap();
+        let (s, _) = sessions(3, 3);
+        let (a, client_a) = s.open_with_token("alice", None).unwrap();
+        let (b, _) = s.open_with_token("bob", None).unwrap();
+        assert!(s.knows_token(&a) && !s.knows_token("forged"));
+        assert_eq!(s.find(Caller::Token(&a), None).unwrap().id, client_a.id);
+        assert_ne!(s.find(Caller::Token(&b), None).unwrap().id, client_a.id);
+        let e = s.find(Caller::Token("forged"), None).err().unwrap();
         assert_eq!(e.code(), "28000");
         // A handle of one session is unknown in another.
         let handle = client_a.prepare("SELECT 1".into());
         assert!(client_a.prepared(&handle).is_ok());
-        let other = s.find(Caller::Token(&b)).unwrap();
+        let other = s.find(Caller::Token(&b), None).unwrap();
         assert_eq!(other.prepared(&handle).unwrap_err().code(), "26000");
         client_a.close_prepared(&handle).unwrap();
         assert_eq!(client_a.prepared(&handle).unwrap_err().code(), "26000");
         assert!(s.close(Caller::Token(&a)));
-        assert_eq!(s.find(Caller::Token(&a)).err().unwrap().code(), "28000");
+        assert_eq!(
+            s.find(Caller::Token(&a), None).err().unwrap().code(),
+            "28000"
+        );
         assert_eq!(s.len(), 1);
     }
 
     #[test]
-    fn peers_get_a_session_each_and_idle_ones_expire() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+    fn connections_get_a_session_each_and_idle_ones_expire() {
+        let rt = runtime();
         let _guard = rt.enter();
-        let mut s = sessions();
-        let p1: SocketAddr = "127.0.0.1:1000".parse().unwrap();
-        let p2: SocketAddr = "127.0.0.1:1001".parse().unwrap();
-        let a = s.find(Caller::Peer(Some(p1))).unwrap().id;
-        assert_eq!(s.find(Caller::Peer(Some(p1))).unwrap().id, a);
-        assert_ne!(s.find(Caller::Peer(Some(p2))).unwrap().id, a);
-        assert_eq!(s.expire_idle(), 0);
+        let (mut s, _) = sessions(3, 3);
+        let a = s.find(Caller::Connection(1), None).unwrap().id;
+        assert_eq!(s.find(Caller::Connection(1), None).unwrap().id, a);
+        assert_ne!(s.find(Caller::Connection(2), None).unwrap().id, a);
         // The third session is the last this server allows.
-        s.open_with_token("carol").unwrap();
-        let p3: SocketAddr = "127.0.0.1:1002".parse().unwrap();
-        let e = s.find(Caller::Peer(Some(p3))).err().unwrap();
+        s.open_with_token("carol", None).unwrap();
+        let e = s.find(Caller::Connection(3), None).err().unwrap();
         assert_eq!(e.code(), "53300");
-        assert_eq!(s.open_with_token("dave").err().unwrap().code(), "53300");
-        s.idle_timeout = Duration::ZERO;
-        assert_eq!(s.expire_idle(), 3);
+        assert_eq!(
+            s.open_with_token("dave", None).err().unwrap().code(),
+            "53300"
+        );
+        s.limits.idle_timeout = Duration::ZERO;
+        assert_eq!(s.reap(), 3);
         assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn a_user_has_at_most_its_share_of_sessions() {
+        let rt = runtime();
+        let _guard = rt.enter();
+        let (s, _) = sessions(10, 2);
+        s.open_with_token("alice", None).unwrap();
+        s.open_with_token("alice", None).unwrap();
+        let e = s.open_with_token("alice", None).err().unwrap();
+        assert_eq!(e.code(), "53S01", "{e}");
+        assert!(e.to_string().contains("--max-sessions-per-user"), "{e}");
+        s.open_with_token("bob", None).unwrap();
+        assert_eq!(s.statements_of("alice"), 0);
+    }
+
+    #[test]
+    fn sessions_whose_connections_closed_end_after_the_grace() {
+        let rt = runtime();
+        let _guard = rt.enter();
+        let (mut s, connections) = sessions(10, 10);
+        s.limits.grace = Duration::ZERO;
+        let open = connections.open_for_test();
+        let (token, _) = s.open_with_token("alice", Some(open)).unwrap();
+        // Connection 999 was never open: its session is orphaned at once.
+        s.find(Caller::Connection(999), Some(999)).unwrap();
+        assert_eq!(s.reap(), 1);
+        assert!(s.knows_token(&token));
+        connections.close_for_test(open);
+        assert_eq!(s.reap(), 1);
+        assert!(!s.knows_token(&token));
     }
 }

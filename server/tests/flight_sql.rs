@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use accelsql_engine::datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch};
 use accelsql_engine::datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use accelsql_engine::{Engine, EngineOptions, SchedulerConfig};
-use accelsql_server::{ServerHandle, ServerOptions, hash_entry, status_code};
+use accelsql_server::{ServerAuth, ServerHandle, ServerOptions, add_user, status_code};
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::sql::client::FlightSqlServiceClient;
@@ -35,22 +35,43 @@ fn engine(gpus: usize, max_lease_hold: Option<Duration>) -> Engine {
     engine
 }
 
+/// A server on loopback: with `users`, their users file; else its default, a random token.
 async fn start(engine: &Engine, users: Option<&Path>) -> ServerHandle {
     let options = ServerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
-        users: users.map(Path::to_path_buf),
+        auth: users.map_or(ServerAuth::Token(None), |u| {
+            ServerAuth::Users(u.to_path_buf())
+        }),
         ..ServerOptions::default()
     };
     ServerHandle::start(engine.clone(), options).await.unwrap()
 }
 
+/// A client of `server`, logged in with the server's token when it has one.
 async fn client(server: &ServerHandle) -> Client {
-    let channel = Channel::from_shared(server.url().to_string())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    FlightSqlServiceClient::new(channel)
+    connect(server.url().to_string(), "tester", server.token()).await
+}
+
+/// A client of the server at `url`, logged in as `user` with `token` when given.
+async fn connect(url: String, user: &str, token: Option<&str>) -> Client {
+    let channel = Channel::from_shared(url).unwrap().connect().await.unwrap();
+    let mut c = FlightSqlServiceClient::new(channel);
+    if let Some(token) = token {
+        c.handshake(user, token).await.unwrap();
+    }
+    c
+}
+
+/// `message` as a raw request carrying `c`'s bearer token (for calls made past the Flight SQL
+/// client, on its inner Flight client).
+fn authed<T>(c: &Client, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = c.token() {
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    }
+    request
 }
 
 /// The first endpoint's result of `info`.
@@ -226,19 +247,23 @@ fn errors_carry_the_engine_code_and_a_fitting_status() {
         // A malformed command and an unknown action are refused, not fatal.
         let mut raw = c.inner().clone();
         let bad = raw
-            .get_flight_info(arrow_flight::FlightDescriptor::new_cmd(
-                b"\x01\x02garbage".to_vec(),
+            .get_flight_info(authed(
+                &c,
+                arrow_flight::FlightDescriptor::new_cmd(b"\x01\x02garbage".to_vec()),
             ))
             .await
             .unwrap_err();
         assert_ne!(bad.code(), Code::Ok);
         let unknown = raw
-            .do_action(Action::new("NoSuchAction", Vec::<u8>::new()))
+            .do_action(authed(&c, Action::new("NoSuchAction", Vec::<u8>::new())))
             .await
             .unwrap_err();
         assert_eq!(unknown.code(), Code::InvalidArgument);
         let forged_ticket = raw
-            .do_get(arrow_flight::Ticket::new(b"not a ticket".to_vec()))
+            .do_get(authed(
+                &c,
+                arrow_flight::Ticket::new(b"not a ticket".to_vec()),
+            ))
             .await
             .unwrap_err();
         assert_ne!(forged_ticket.code(), Code::Ok);
@@ -321,11 +346,7 @@ fn authentication_refuses_wrong_passwords_and_foreign_tokens() {
     mt().block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let users = dir.path().join("users");
-        std::fs::write(
-            &users,
-            format!("{}\n", hash_entry("alice", "pw", 1000).unwrap()),
-        )
-        .unwrap();
+        add_user(&users, "alice", "pw", 1000).unwrap();
         let engine = engine(0, None);
         let server = start(&engine, Some(&users)).await;
         let mut c = client(&server).await;
@@ -445,7 +466,10 @@ fn cancel_flight_info_stops_a_running_statement() {
         let request = CancelFlightInfoRequest { info: Some(info) };
         let mut raw = a.inner().clone();
         let mut results = raw
-            .do_action(Action::new("CancelFlightInfo", request.encode_to_vec()))
+            .do_action(authed(
+                &a,
+                Action::new("CancelFlightInfo", request.encode_to_vec()),
+            ))
             .await
             .unwrap()
             .into_inner();
@@ -541,13 +565,13 @@ fn rss() -> u64 {
 }
 
 /// One client's mixed statements for `for_how_long`; returns how many ran.
-async fn mixed_load(server_url: String, seed: usize, for_how_long: Duration) -> usize {
-    let channel = Channel::from_shared(server_url)
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut c = FlightSqlServiceClient::new(channel);
+async fn mixed_load(
+    server_url: String,
+    token: Option<String>,
+    seed: usize,
+    for_how_long: Duration,
+) -> usize {
+    let mut c = connect(server_url, &format!("load{seed}"), token.as_deref()).await;
     let started = Instant::now();
     let mut n = 0usize;
     while started.elapsed() < for_how_long {
@@ -605,9 +629,14 @@ fn thirty_two_clients_of_mixed_statements_leak_nothing() {
         let server = start(&engine, None).await;
         let run = |secs: u64| {
             let url = server.url().to_string();
+            let token = server.token().map(str::to_string);
             async move {
                 let tasks: Vec<_> = (0..32)
-                    .map(|i| tokio::spawn(mixed_load(url.clone(), i, Duration::from_secs(secs))))
+                    .map(|i| {
+                        let load =
+                            mixed_load(url.clone(), token.clone(), i, Duration::from_secs(secs));
+                        tokio::spawn(load)
+                    })
                     .collect();
                 let mut total = 0;
                 for t in tasks {
@@ -660,6 +689,9 @@ fn tls_clients_connect_with_the_servers_certificate() {
             .await
             .unwrap();
         let mut c = FlightSqlServiceClient::new(channel);
+        c.handshake("tester", server.token().unwrap())
+            .await
+            .unwrap();
         assert_eq!(single_i64(&query(&mut c, "SELECT 8").await.unwrap()), 8);
         // A plain-text client gets no answer from a TLS server.
         let plain = Channel::from_shared(format!("http://{}", server.addr()))
@@ -735,7 +767,13 @@ fn malformed_requests_are_refused_and_never_stop_the_server() {
     use arrow_flight::{FlightData, FlightDescriptor, Ticket};
     mt().block_on(async {
         let engine = engine(1, None);
-        let server = start(&engine, None).await;
+        // Without authentication, so that the mutated requests reach the service itself.
+        let options = ServerOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            auth: ServerAuth::None,
+            ..ServerOptions::default()
+        };
+        let server = ServerHandle::start(engine.clone(), options).await.unwrap();
         let mut c = client(&server).await;
         let mut raw = c.inner().clone();
         let mut rng = Rng(0x5eed_1234_abcd_0001);

@@ -39,7 +39,16 @@ const ADBC: &str = "Flight SQL, ADBC (Python)";
 
 type Client = FlightSqlServiceClient<Channel>;
 
-async fn client(url: &str) -> Result<Client> {
+/// Where the suite's server is, and the token its clients log in with (the server's default
+/// authentication is on, as users run it).
+#[derive(Debug, Clone)]
+struct Endpoint {
+    url: String,
+    token: Option<String>,
+}
+
+async fn client(at: &Endpoint) -> Result<Client> {
+    let url = &at.url;
     // Windows as a bulk-transfer client sets them (tonic's default 64 KiB paces the stream by
     // window updates).
     let channel = Channel::from_shared(url.to_string())
@@ -50,7 +59,13 @@ async fn client(url: &str) -> Result<Client> {
         .connect()
         .await
         .map_err(|e| bench_err!("cannot connect to {url}: {e}"))?;
-    Ok(FlightSqlServiceClient::new(channel))
+    let mut c = FlightSqlServiceClient::new(channel);
+    if let Some(token) = &at.token {
+        c.handshake("bench", token)
+            .await
+            .map_err(|e| bench_err!("cannot log in to {url}: {e}"))?;
+    }
+    Ok(c)
 }
 
 /// Runs `sql` and fetches its whole result; returns the rows.
@@ -105,7 +120,7 @@ fn wide_cases(rows: u64) -> [(String, String, String); 2] {
 async fn wide_result(
     ctx: &Context,
     engine: &Engine,
-    url: &str,
+    at: &Endpoint,
     (case, setup, query): &(String, String, String),
     rows: u64,
     table: &mut Table,
@@ -130,7 +145,7 @@ async fn wide_result(
     }
     table.push(measured(case, IN_PROCESS, rows, &samples));
 
-    let mut c = client(url).await?;
+    let mut c = client(at).await?;
     fetch(&mut c, setup).await?;
     let mut samples = Vec::new();
     for i in 0..ctx.plan.total() {
@@ -151,9 +166,10 @@ async fn wide_result(
             let out = output_of(
                 std::process::Command::new(python)
                     .arg(scripts_dir().join("adbc_fetch.py"))
-                    .args([url, setup.as_str(), query])
+                    .args([at.url.as_str(), setup.as_str(), query])
                     .arg(ctx.plan.warmup.to_string())
-                    .arg(ctx.plan.runs.to_string()),
+                    .arg(ctx.plan.runs.to_string())
+                    .arg(at.token.as_deref().unwrap_or("")),
             );
             match out.and_then(|o| {
                 serde_json::from_str::<serde_json::Value>(o.trim()).map_err(|e| e.to_string())
@@ -188,10 +204,10 @@ async fn wide_result(
 }
 
 /// `SELECT 1` back to back from `k` clients for [`WINDOW`]: every statement's latency.
-async fn tiny_statements(url: &str, k: usize) -> Result<(Vec<Duration>, Duration)> {
+async fn tiny_statements(at: &Endpoint, k: usize) -> Result<(Vec<Duration>, Duration)> {
     let mut clients = Vec::with_capacity(k);
     for _ in 0..k {
-        clients.push(client(url).await?);
+        clients.push(client(at).await?);
     }
     let start = Instant::now();
     let deadline = start + WINDOW;
@@ -219,8 +235,8 @@ async fn tiny_statements(url: &str, k: usize) -> Result<(Vec<Duration>, Duration
 /// Two clients alternate GPU-required statements on one simulated GPU: the time from one
 /// statement's lease release to the next one's grant, seen as each statement's latency minus
 /// its own work, over [`HANDOFFS`] statements each.
-async fn handoffs(url: &str) -> Result<(Vec<f64>, Vec<f64>)> {
-    let mut solo = client(url).await?;
+async fn handoffs(at: &Endpoint) -> Result<(Vec<f64>, Vec<f64>)> {
+    let mut solo = client(at).await?;
     let mut alone = Vec::new();
     for _ in 0..HANDOFFS {
         let t = Instant::now();
@@ -230,9 +246,9 @@ async fn handoffs(url: &str) -> Result<(Vec<f64>, Vec<f64>)> {
     let mut contended = Vec::new();
     let tasks: Vec<_> = (0..2)
         .map(|_| {
-            let url = url.to_string();
+            let at = at.clone();
             tokio::spawn(async move {
-                let mut c = client(&url).await?;
+                let mut c = client(&at).await?;
                 let mut out = Vec::new();
                 for _ in 0..HANDOFFS {
                     let t = Instant::now();
@@ -279,14 +295,17 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
     )
     .await
     .map_err(|e| bench_err!("the server did not start: {e}"))?;
-    let url = server.url().to_string();
+    let at = Endpoint {
+        url: server.url().to_string(),
+        token: server.token().map(str::to_string),
+    };
     let progress = Progress::new("server", 3, "parts");
 
     progress.set_message("wide result");
     let rows = ctx.scaled(BASE_ROWS, 1000);
     for case in wide_cases(rows) {
         let mut wide = Table::new(format!("server: {}", case.0), "rows", Some(IN_PROCESS));
-        wide_result(ctx, &engine, &url, &case, rows, &mut wide).await?;
+        wide_result(ctx, &engine, &at, &case, rows, &mut wide).await?;
         wide.fill_ratios();
         for f in wide.figures.iter().filter(|f| f.engine == ADBC) {
             if let (Some(r), Some(ours)) = (wide.ratio_of(f), f.rate()) {
@@ -309,7 +328,7 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
     progress.set_message("tiny statements");
     let mut tiny = Table::new("server: SELECT 1 from K clients", "clients", None).without_rate();
     for k in CLIENTS {
-        let (latencies, elapsed) = tiny_statements(&url, k).await?;
+        let (latencies, elapsed) = tiny_statements(&at, k).await?;
         let n = latencies.len() as f64;
         tiny.push(
             measured(
@@ -326,7 +345,7 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
     progress.inc(1);
 
     progress.set_message("lease hand-off");
-    let (alone, contended) = handoffs(&url).await?;
+    let (alone, contended) = handoffs(&at).await?;
     let mut lease = Table::new(
         "server: GPU statement latency, 1 client vs 2 on 1 simulated GPU",
         "clients",

@@ -1,0 +1,277 @@
+//! Who may log in, and how fast: the server's authentication mode (users file, a token, or
+//! none), the rate limit on failed logins per user name and per address, and the small pool
+//! that password hashing runs on, so that a login storm cannot starve running statements.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+
+use crate::auth::{Users, constant_time_eq, parse_basic};
+use crate::error::{Result, ServerError};
+use crate::sessions::lock;
+use crate::unauthenticated_err;
+
+/// Failed logins a user name (or an address) may have in a burst before it must wait.
+const FAILURE_BURST: f64 = 5.0;
+/// How fast the allowance comes back: one failed login per this long.
+const REFILL_EVERY: Duration = Duration::from_secs(1);
+/// Past this many tracked names and addresses, fully refilled entries are forgotten.
+const MAX_TRACKED: usize = 10_000;
+
+/// How a server lets clients in.
+pub(crate) enum Gate {
+    /// Nobody logs in (`--no-auth`, loopback only): every connection is trusted.
+    Open,
+    /// Any user name with this token as the password (the default without a users file).
+    Token(String),
+    /// The users of a users file (reloaded on SIGHUP).
+    Users {
+        /// The users file.
+        path: PathBuf,
+        /// Its users as last loaded.
+        users: RwLock<Arc<Users>>,
+    },
+}
+
+/// One name's or address's allowance of failed logins (a token bucket).
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full() -> Self {
+        Self {
+            tokens: FAILURE_BURST,
+            at: Instant::now(),
+        }
+    }
+
+    fn refill(&mut self) {
+        let now = Instant::now();
+        let gained = now.duration_since(self.at).as_secs_f64() / REFILL_EVERY.as_secs_f64();
+        self.tokens = (self.tokens + gained).min(FAILURE_BURST);
+        self.at = now;
+    }
+
+    /// How long until one more failure is allowed (zero: now).
+    fn wait(&self) -> Duration {
+        if self.tokens >= 1.0 {
+            Duration::ZERO
+        } else {
+            REFILL_EVERY.mul_f64(1.0 - self.tokens)
+        }
+    }
+}
+
+/// The server's login checks.
+pub(crate) struct Login {
+    gate: Gate,
+    buckets: Mutex<HashMap<String, Bucket>>,
+    /// Password hashing runs only on this many blocking threads at once.
+    hashing: Semaphore,
+}
+
+impl Login {
+    pub(crate) fn new(gate: Gate) -> Self {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Self {
+            gate,
+            buckets: Mutex::default(),
+            hashing: Semaphore::new((threads / 4).clamp(1, 4)),
+        }
+    }
+
+    /// Whether clients must log in.
+    pub(crate) fn required(&self) -> bool {
+        !matches!(self.gate, Gate::Open)
+    }
+
+    /// Reloads the users file (SIGHUP); how many users it has now. On an error the users stay
+    /// as they were.
+    pub(crate) fn reload(&self) -> Result<Option<usize>> {
+        let Gate::Users { path, users } = &self.gate else {
+            return Ok(None);
+        };
+        let fresh = Users::load(path)?;
+        if fresh.is_empty() {
+            return Err(ServerError::Config {
+                message: format!("the users file {} has no users", path.display()),
+            });
+        }
+        let count = fresh.len();
+        *users.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
+        Ok(Some(count))
+    }
+
+    /// Checks a handshake's `authorization` header; the user name on success.
+    pub(crate) async fn check(&self, header: Option<&str>, peer: Option<IpAddr>) -> Result<String> {
+        let users = match &self.gate {
+            Gate::Open => {
+                // No login needed; a name given is kept for the log.
+                return Ok(header
+                    .and_then(|h| parse_basic(h).ok())
+                    .map_or_else(|| "-".into(), |(user, _)| user));
+            }
+            Gate::Token(_) => None,
+            Gate::Users { users, .. } => {
+                Some(Arc::clone(&users.read().unwrap_or_else(|e| e.into_inner())))
+            }
+        };
+        let Some(header) = header else {
+            return Err(unauthenticated_err!(
+                "this server needs a user and password (HTTP basic credentials on the \
+                 handshake; without a users file, any user with the server's token as password)"
+            ));
+        };
+        let (user, password) = parse_basic(header)?;
+        let keys = [
+            format!("user:{user}"),
+            format!("peer:{}", peer.map_or("?".into(), |p| p.to_string())),
+        ];
+        self.admit(&keys, &user, peer)?;
+        let ok = match (&self.gate, users) {
+            (Gate::Token(token), _) => constant_time_eq(password.as_bytes(), token.as_bytes()),
+            (_, Some(users)) => {
+                let _permit = self
+                    .hashing
+                    .acquire()
+                    .await
+                    .map_err(|_| ServerError::Internal {
+                        message: "the password hashing pool is closed".into(),
+                    })?;
+                let name = user.clone();
+                // Hashing takes a while: off the async threads, a few at a time.
+                tokio::task::spawn_blocking(move || users.verify(&name, &password))
+                    .await
+                    .unwrap_or(false)
+            }
+            (_, None) => false,
+        };
+        if ok {
+            return Ok(if user.is_empty() { "-".into() } else { user });
+        }
+        self.failed(&keys);
+        Err(unauthenticated_err!("wrong user or password"))
+    }
+
+    /// Refuses a login from a name or address out of failed-login allowance.
+    fn admit(&self, keys: &[String], user: &str, peer: Option<IpAddr>) -> Result<()> {
+        let mut buckets = lock(&self.buckets);
+        for key in keys {
+            if let Some(bucket) = buckets.get_mut(key) {
+                bucket.refill();
+                let wait = bucket.wait();
+                if !wait.is_zero() {
+                    let whose = if key.starts_with("user:") {
+                        format!("user {user:?}")
+                    } else {
+                        format!("address {}", peer.map_or("?".into(), |p| p.to_string()))
+                    };
+                    return Err(ServerError::LoginRateLimited {
+                        message: format!(
+                            "too many failed logins for {whose}: try again in {:.1} s",
+                            wait.as_secs_f64()
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts a failed login against every key.
+    fn failed(&self, keys: &[String]) {
+        let mut buckets = lock(&self.buckets);
+        if buckets.len() > MAX_TRACKED {
+            buckets.retain(|_, b| {
+                b.refill();
+                b.tokens < FAILURE_BURST
+            });
+        }
+        for key in keys {
+            let bucket = buckets.entry(key.clone()).or_insert_with(Bucket::full);
+            bucket.refill();
+            bucket.tokens = (bucket.tokens - 1.0).max(0.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine as _;
+
+    use super::*;
+
+    fn basic(user: &str, password: &str) -> String {
+        let encoded =
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        format!("Basic {encoded}")
+    }
+
+    #[tokio::test]
+    async fn the_token_is_the_password_for_any_user() {
+        let login = Login::new(Gate::Token("s3cret".into()));
+        assert!(login.required());
+        let peer = Some(IpAddr::from([127, 0, 0, 1]));
+        assert_eq!(
+            login
+                .check(Some(&basic("ann", "s3cret")), peer)
+                .await
+                .unwrap(),
+            "ann"
+        );
+        let e = login
+            .check(Some(&basic("ann", "s3cre")), peer)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), "28000");
+        let e = login.check(None, peer).await.unwrap_err();
+        assert_eq!(e.code(), "28000");
+    }
+
+    #[tokio::test]
+    async fn failed_logins_are_rate_limited_per_user_and_per_address() {
+        let login = Login::new(Gate::Token("t".into()));
+        let a = Some(IpAddr::from([127, 0, 0, 1]));
+        let b = Some(IpAddr::from([127, 0, 0, 2]));
+        for _ in 0..5 {
+            let e = login.check(Some(&basic("eve", "x")), a).await.unwrap_err();
+            assert_eq!(e.code(), "28000");
+        }
+        // The burst is spent: even the right password is refused without being checked.
+        let e = login.check(Some(&basic("eve", "t")), b).await.unwrap_err();
+        assert_eq!(e.code(), "28L01", "{e}");
+        assert!(e.to_string().contains("user \"eve\""), "{e}");
+        let e = login.check(Some(&basic("bob", "t")), a).await.unwrap_err();
+        assert_eq!(e.code(), "28L01", "{e}");
+        assert!(e.to_string().contains("address 127.0.0.1"), "{e}");
+        // Another user from another address is not held up.
+        assert_eq!(
+            login.check(Some(&basic("bob", "t")), b).await.unwrap(),
+            "bob"
+        );
+        // The allowance comes back.
+        tokio::time::sleep(REFILL_EVERY + Duration::from_millis(100)).await;
+        assert_eq!(
+            login.check(Some(&basic("eve", "t")), b).await.unwrap(),
+            "eve"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_open_server_lets_everyone_in() {
+        let login = Login::new(Gate::Open);
+        assert!(!login.required());
+        assert_eq!(login.check(None, None).await.unwrap(), "-");
+        assert_eq!(
+            login.check(Some(&basic("zed", "")), None).await.unwrap(),
+            "zed"
+        );
+    }
+}

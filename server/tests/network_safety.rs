@@ -1,0 +1,382 @@
+//! The server as a stranger on the network meets it (loopback only, every loop bounded): silent
+//! and half-sent connections are closed by the login deadline while logged-in clients work,
+//! sessions belong to tokens and end with their connections, logins are rate limited, users
+//! have caps, log lines cannot be forged, and unsafe configurations are refused at startup.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use accelsql_engine::datafusion::arrow::array::{AsArray, RecordBatch};
+use accelsql_engine::datafusion::arrow::datatypes::Int64Type;
+use accelsql_engine::{Engine, EngineOptions, SchedulerConfig};
+use accelsql_server::{
+    LogSink, Server, ServerAuth, ServerError, ServerHandle, ServerOptions, add_user, status_code,
+};
+use arrow_flight::error::FlightError;
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use futures::TryStreamExt;
+use tokio::io::AsyncReadExt;
+use tonic::Code;
+use tonic::transport::Channel;
+
+type Client = FlightSqlServiceClient<Channel>;
+
+fn engine() -> Engine {
+    Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+        ..EngineOptions::default()
+    })
+    .unwrap()
+}
+
+fn options() -> ServerOptions {
+    ServerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..ServerOptions::default()
+    }
+}
+
+async fn channel(server: &ServerHandle) -> Channel {
+    Channel::from_shared(server.url().to_string())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+async fn login(server: &ServerHandle, user: &str) -> Result<Client, FlightError> {
+    let mut c = FlightSqlServiceClient::new(channel(server).await);
+    c.handshake(user, server.token().unwrap()).await?;
+    Ok(c)
+}
+
+async fn query(c: &mut Client, sql: &str) -> Result<Vec<RecordBatch>, FlightError> {
+    let info = c.execute(sql.to_string(), None).await?;
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    c.do_get(ticket).await?.try_collect().await
+}
+
+async fn one(c: &mut Client, sql: &str) -> i64 {
+    let batches = query(c, sql).await.unwrap();
+    batches[0].column(0).as_primitive::<Int64Type>().value(0)
+}
+
+fn code_of(e: &FlightError) -> (Code, String) {
+    match e {
+        FlightError::Tonic(s) => (s.code(), status_code(s).unwrap_or_default()),
+        other => panic!("not a gRPC status: {other:?}"),
+    }
+}
+
+fn mt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// This process's open-file limit (soft), from /proc; 1024 when unknown.
+fn fd_limit() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(1024)
+}
+
+#[test]
+fn silent_connections_are_closed_by_the_deadline_while_a_logged_in_client_works() {
+    mt().block_on(async {
+        let server = ServerHandle::start(
+            engine(),
+            ServerOptions {
+                handshake_timeout: Duration::from_secs(1),
+                ..options()
+            },
+        )
+        .await
+        .unwrap();
+        let mut c = login(&server, "worker").await.unwrap();
+        // Each silent connection costs two descriptors here (both ends are in this process).
+        let n = 500.min(fd_limit().saturating_sub(300) / 2);
+        assert!(
+            n >= 100,
+            "too few file descriptors for this test: {}",
+            fd_limit()
+        );
+        let mut silent = Vec::with_capacity(n);
+        for _ in 0..n {
+            silent.push(tokio::net::TcpStream::connect(server.addr()).await.unwrap());
+        }
+        let started = Instant::now();
+        // The logged-in client keeps working meanwhile.
+        assert_eq!(one(&mut c, "SELECT 40 + 2").await, 42);
+        let mut closed = 0;
+        for mut s in silent {
+            let mut buf = [0u8; 64];
+            // Whatever the server sent (its HTTP/2 settings) is read, then the end.
+            let deadline = started + Duration::from_secs(15);
+            loop {
+                match tokio::time::timeout_at(deadline.into(), s.read(&mut buf)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => {
+                        closed += 1;
+                        break;
+                    }
+                    Ok(Ok(_)) => continue,
+                    Err(_) => break,
+                }
+            }
+        }
+        assert_eq!(closed, n, "every silent connection is closed by the server");
+        assert_eq!(one(&mut c, "SELECT 7").await, 7);
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn a_half_sent_message_without_a_login_is_cut_off_at_the_deadline() {
+    mt().block_on(async {
+        let server = ServerHandle::start(
+            engine(),
+            ServerOptions {
+                handshake_timeout: Duration::from_secs(1),
+                ..options()
+            },
+        )
+        .await
+        .unwrap();
+        let mut c = login(&server, "worker").await.unwrap();
+        // Basic credentials pass the header check (only the handshake takes them), so the
+        // 48 MiB body would be read; the server stops at its pre-login budget and closes the
+        // connection at the deadline.
+        let mut raw =
+            arrow_flight::flight_service_client::FlightServiceClient::new(channel(&server).await)
+                .max_encoding_message_size(64 << 20);
+        let mut request =
+            tonic::Request::new(arrow_flight::FlightDescriptor::new_cmd(vec![0u8; 48 << 20]));
+        request
+            .metadata_mut()
+            .insert("authorization", "Basic eDp5".parse().unwrap());
+        let started = Instant::now();
+        let attack = tokio::spawn(async move { raw.get_flight_info(request).await });
+        assert_eq!(one(&mut c, "SELECT 5").await, 5);
+        let outcome = tokio::time::timeout(Duration::from_secs(20), attack)
+            .await
+            .expect("the connection is closed at the deadline")
+            .unwrap();
+        assert!(outcome.is_err());
+        assert!(started.elapsed() < Duration::from_secs(20));
+        assert_eq!(one(&mut c, "SELECT 6").await, 6);
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn a_session_belongs_to_its_token_and_ends_with_its_connections() {
+    mt().block_on(async {
+        let server = ServerHandle::start(
+            engine(),
+            ServerOptions {
+                session_grace: Duration::from_millis(300),
+                ..options()
+            },
+        )
+        .await
+        .unwrap();
+        let mut a = login(&server, "ann").await.unwrap();
+        query(&mut a, "CREATE TABLE mine AS SELECT 1 AS x")
+            .await
+            .unwrap();
+        let token = a.token().unwrap().clone();
+        // Another connection without the token sees nothing of it.
+        let mut b = login(&server, "ann").await.unwrap();
+        assert!(query(&mut b, "SELECT x FROM mine").await.is_err());
+        // While a's connection lives, its token works on a second connection too.
+        let mut again = FlightSqlServiceClient::new(channel(&server).await);
+        again.set_token(token.clone());
+        assert_eq!(one(&mut again, "SELECT x FROM mine").await, 1);
+        drop(again);
+        drop(a);
+        // Once every connection of the session has closed, it ends after the grace (the reaper
+        // looks every second); its token is then refused.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let mut late = FlightSqlServiceClient::new(channel(&server).await);
+        late.set_token(token.clone());
+        let e = query(&mut late, "SELECT 1").await.unwrap_err();
+        assert_eq!(code_of(&e), (Code::Unauthenticated, "28000".into()));
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn without_authentication_each_connection_is_its_own_session() {
+    mt().block_on(async {
+        let server = ServerHandle::start(
+            engine(),
+            ServerOptions {
+                auth: ServerAuth::None,
+                ..options()
+            },
+        )
+        .await
+        .unwrap();
+        assert!(server.token().is_none());
+        let mut a = FlightSqlServiceClient::new(channel(&server).await);
+        query(&mut a, "CREATE TABLE mine AS SELECT 1 AS x")
+            .await
+            .unwrap();
+        assert_eq!(one(&mut a, "SELECT x FROM mine").await, 1);
+        for _ in 0..3 {
+            let mut b = FlightSqlServiceClient::new(channel(&server).await);
+            assert!(query(&mut b, "SELECT x FROM mine").await.is_err());
+        }
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn users_have_caps_on_sessions_and_statements() {
+    mt().block_on(async {
+        let server = ServerHandle::start(
+            engine(),
+            ServerOptions {
+                max_sessions_per_user: 2,
+                max_statements_per_user: 2,
+                ..options()
+            },
+        )
+        .await
+        .unwrap();
+        let mut a = login(&server, "ann").await.unwrap();
+        let _a2 = login(&server, "ann").await.unwrap();
+        let e = login(&server, "ann").await.unwrap_err();
+        assert!(e.to_string().contains("[53S01]"), "{e}");
+        // Another user is not held up.
+        let mut b = login(&server, "bob").await.unwrap();
+        // Two results waiting to be fetched are ann's limit.
+        let first = a.execute("SELECT 1".into(), None).await.unwrap();
+        let _second = a.execute("SELECT 2".into(), None).await.unwrap();
+        let e = a.execute("SELECT 3".into(), None).await.unwrap_err();
+        assert_eq!(
+            code_of(&e),
+            (Code::ResourceExhausted, "53S02".into()),
+            "{e}"
+        );
+        assert_eq!(one(&mut b, "SELECT 4").await, 4);
+        // Fetching one makes room.
+        let ticket = first.endpoint[0].ticket.clone().unwrap();
+        let _: Vec<RecordBatch> = a.do_get(ticket).await.unwrap().try_collect().await.unwrap();
+        a.execute("SELECT 5".into(), None).await.unwrap();
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn failed_logins_are_rate_limited() {
+    mt().block_on(async {
+        let server = ServerHandle::start(engine(), options()).await.unwrap();
+        for _ in 0..5 {
+            let mut c = FlightSqlServiceClient::new(channel(&server).await);
+            let e = c.handshake("eve", "guess").await.unwrap_err();
+            assert!(format!("{e}").contains("28000"), "{e}");
+        }
+        let mut c = FlightSqlServiceClient::new(channel(&server).await);
+        let e = c
+            .handshake("eve", server.token().unwrap())
+            .await
+            .unwrap_err();
+        assert!(format!("{e}").contains("28L01"), "{e}");
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn client_text_cannot_forge_log_lines() {
+    mt().block_on(async {
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink_lines = Arc::clone(&lines);
+        let sink: LogSink =
+            Arc::new(move |line: &str| sink_lines.lock().unwrap().push(line.into()));
+        let server = ServerHandle::start(
+            engine(),
+            ServerOptions {
+                log: Some(sink),
+                ..options()
+            },
+        )
+        .await
+        .unwrap();
+        let forged = "mallory\nsession=1 user=root";
+        let mut c = login(&server, forged).await.unwrap();
+        assert_eq!(one(&mut c, "SELECT 1").await, 1);
+        server.stop().await.unwrap();
+        let lines = lines.lock().unwrap();
+        assert!(!lines.is_empty());
+        for line in lines.iter() {
+            assert!(!line.contains('\n'), "{line:?}");
+            assert!(!line.starts_with("session=1 user=root"), "{line:?}");
+        }
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains(r#"user="mallory\nsession=1 user=root""#)),
+            "{lines:?}"
+        );
+    });
+}
+
+#[test]
+fn unsafe_configurations_are_refused_at_startup() {
+    mt().block_on(async {
+        let anywhere = "0.0.0.0:0".parse().unwrap();
+        // A token (or passwords) in clear text on a non-loopback address.
+        let e = Server::bind(
+            engine(),
+            ServerOptions {
+                listen: anywhere,
+                ..ServerOptions::default()
+            },
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.code(), ServerError::CONFIG, "{e}");
+        assert!(e.to_string().contains("--allow-cleartext-passwords"), "{e}");
+        // No authentication at all, off loopback.
+        let e = Server::bind(
+            engine(),
+            ServerOptions {
+                listen: anywhere,
+                auth: ServerAuth::None,
+                ..ServerOptions::default()
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("loopback"), "{e}");
+        // A users file others may read.
+        let dir = tempfile::tempdir().unwrap();
+        let users = dir.path().join("users");
+        add_user(&users, "alice", "pw", 1000).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&users, std::fs::Permissions::from_mode(0o640)).unwrap();
+            let e = Server::bind(
+                engine(),
+                ServerOptions {
+                    auth: ServerAuth::Users(users.clone()),
+                    ..options()
+                },
+            )
+            .await
+            .unwrap_err();
+            assert!(e.to_string().contains("chmod 600"), "{e}");
+        }
+    });
+}
