@@ -1,6 +1,7 @@
 //! Flight SQL clients taking turns on a running `accelsql serve`: K clients (arrow-rs's Flight SQL
 //! client, one session each) run the same statement M times at once; then one more connection
-//! reads `accelsql.udf_calls` (node-wide: every session's calls) to say where the calls ran. For the GPU verification kit
+//! reads `accelsql.udf_calls` (every session's calls when it logs in as the server's
+//! `--admin-user`; the user name is `flight_clients`) to say where the calls ran. For the GPU verification kit
 //! (`scripts/gpu-verify/on-device.sh`), where no Python ADBC driver can be installed.
 //!
 //! Run: `flight_clients --url grpc://127.0.0.1:50051 [--token T] [--clients K] [--statements M]

@@ -70,6 +70,10 @@ pub(crate) struct ServeArgs {
     /// The most statements one user may run, or hold unfetched results of, at once (53S02).
     #[arg(long, value_name = "N", default_value_t = 64)]
     max_statements_per_user: usize,
+    /// The user whose sessions (unrestricted) see every session's SQL and calls in
+    /// accelsql.gpu_leases and accelsql.udf_calls; others see their own only.
+    #[arg(long, value_name = "NAME")]
+    admin_user: Option<String>,
     /// The most connections at once; more are closed as soon as they are accepted.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     max_connections: usize,
@@ -194,6 +198,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         max_sessions: args.max_sessions,
         max_sessions_per_user: args.max_sessions_per_user,
         max_statements_per_user: args.max_statements_per_user,
+        admin_user: args.admin_user.clone(),
         max_connections: args.max_connections,
         handshake_timeout,
         log,

@@ -169,6 +169,25 @@ pub fn cells(
     Ok(out)
 }
 
+/// The rows of a result as text, cells joined by `|` (see [`cells`]).
+pub fn rows(
+    batches: &[datafusion::arrow::array::RecordBatch],
+) -> datafusion::error::Result<Vec<String>> {
+    Ok(cells(batches)?.into_iter().map(|r| r.join("|")).collect())
+}
+
+/// Runs `sql` in `session`: its rows as [`rows`] gives them, or its error with the SQL.
+pub async fn query_rows(
+    session: &crate::Session,
+    sql: &str,
+) -> std::result::Result<Vec<String>, String> {
+    let batches = session
+        .sql(sql)
+        .await
+        .map_err(|e| format!("{sql}\n{e}"))?;
+    rows(&batches).map_err(|e| format!("{sql}\n{e}"))
+}
+
 /// Registers every fixture UDF in `engine`.
 pub fn register_fixtures(engine: &Engine) -> Result<()> {
     for udf in fixtures()? {

@@ -6,7 +6,6 @@
 
 use std::time::{Duration, Instant};
 
-use accelsql_engine::datafusion::arrow::array::RecordBatch;
 use accelsql_engine::{Engine, EngineError, EngineOptions, SchedulerConfig, Session, testing};
 use futures::StreamExt;
 
@@ -21,19 +20,9 @@ fn engine(gpus: usize, statement_timeout: Option<Duration>) -> Engine {
     engine
 }
 
-fn flat(batches: &[RecordBatch]) -> Vec<String> {
-    testing::cells(batches)
-        .unwrap()
-        .into_iter()
-        .map(|r| r.join("|"))
-        .collect()
-}
 
 async fn run(s: &Session, sql: &str) -> Vec<String> {
-    match s.sql(sql).await {
-        Ok(b) => flat(&b),
-        Err(e) => panic!("{sql}\n{e}"),
-    }
+    testing::query_rows(s, sql).await.unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs `sql`, which must fail with the statement-timeout error; returns how long it took.

@@ -136,7 +136,8 @@ step benchmark 200 "$bin/gpu_builtins" --max-rows 10000000 --runs 3 --json "$out
 serve_clients() {
   local port=50561
   local first="$work/serve.out"
-  "$bin/accelsql" serve --listen "127.0.0.1:$port" -q > "$first" &
+  # flight_clients logs in as "flight_clients": as the admin, it reads every session's calls.
+  "$bin/accelsql" serve --listen "127.0.0.1:$port" --admin-user flight_clients -q > "$first" &
   local pid=$!
   trap 'kill "$pid" 2>/dev/null' EXIT TERM
   # The second line of its output is the token clients log in with.

@@ -26,8 +26,15 @@ use tokio::time::Sleep;
 use tonic::transport::server::{Connected, TlsConnectInfo};
 
 use crate::error::ServerError;
-use crate::results::LogSink;
-use crate::sessions::lock;
+
+/// Where connection events are logged (the server's log sink).
+type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Locks `m`, taking over a poisoned lock (every critical section here is a set insert or
+/// removal).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 const TOO_MANY_CONNECTIONS: &str = ServerError::TOO_MANY_CONNECTIONS;
 const HANDSHAKE_TIMEOUT: &str = ServerError::HANDSHAKE_TIMEOUT;

@@ -98,6 +98,9 @@ pub struct ServerOptions {
     pub max_sessions_per_user: usize,
     /// The most statements one user may run, or hold unfetched results of, at once (53S02).
     pub max_statements_per_user: usize,
+    /// The user whose (unrestricted) sessions see every session's SQL and calls in
+    /// `accelsql.gpu_leases` and `accelsql.udf_calls`; everyone else sees their own only.
+    pub admin_user: Option<String>,
     /// The most connections at once; one more is closed as soon as it is accepted (logged
     /// with 53C01).
     pub max_connections: usize,
@@ -126,6 +129,7 @@ impl Default for ServerOptions {
             max_sessions: 1024,
             max_sessions_per_user: 64,
             max_statements_per_user: 64,
+            admin_user: None,
             max_connections: 1024,
             handshake_timeout: Duration::from_secs(10),
             pre_auth_max_bytes: 1 << 20,
@@ -270,6 +274,7 @@ impl Server {
             limits,
             connections,
             options.max_statements_per_user,
+            options.admin_user.clone(),
             options.log.clone(),
         );
         Ok(Self {

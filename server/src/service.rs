@@ -78,11 +78,12 @@ impl AccelsqlFlightSql {
         limits: SessionLimits,
         connections: Arc<Connections>,
         max_statements_per_user: usize,
+        admin: Option<String>,
         log: Option<LogSink>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                sessions: Sessions::new(engine.clone(), limits, Arc::clone(&connections)),
+                sessions: Sessions::new(engine.clone(), limits, Arc::clone(&connections), admin),
                 engine,
                 login,
                 connections,

@@ -287,6 +287,9 @@ pub(crate) struct SessionLimits {
     pub(crate) max_per_user: usize,
 }
 
+/// Who may see every session's SQL and calls in system tables (`--admin-user`).
+pub(crate) type Admin = Option<String>;
+
 /// Every client session of a server.
 pub(crate) struct Sessions {
     engine: Engine,
@@ -294,6 +297,7 @@ pub(crate) struct Sessions {
     next_id: AtomicU64,
     limits: SessionLimits,
     connections: Arc<Connections>,
+    admin: Admin,
 }
 
 impl Sessions {
@@ -301,6 +305,7 @@ impl Sessions {
         engine: Engine,
         limits: SessionLimits,
         connections: Arc<Connections>,
+        admin: Admin,
     ) -> Self {
         Self {
             engine,
@@ -308,6 +313,7 @@ impl Sessions {
             next_id: AtomicU64::new(1),
             limits,
             connections,
+            admin,
         }
     }
 
@@ -331,11 +337,11 @@ impl Sessions {
             });
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        Ok(Arc::new(ClientSession::new(
-            id,
-            user.to_string(),
-            self.engine.session(),
-        )))
+        let session = self.engine.session();
+        // Only the admin sees other sessions' SQL and calls (and not when restricted).
+        let admin = user != "-" && self.admin.as_deref() == Some(user);
+        session.set_user(user, admin);
+        Ok(Arc::new(ClientSession::new(id, user.to_string(), session)))
     }
 
     /// A new session for `user`, under a fresh bearer token (returned with it).
@@ -359,6 +365,17 @@ impl Sessions {
         let key = caller.key();
         let mut sessions = lock(&self.sessions);
         if let Some(client) = sessions.get(&key) {
+            if client.session.is_killed() {
+                // Ended by KILL SESSION: its token goes with it.
+                let client = sessions.remove(&key);
+                drop(sessions);
+                if let Some(client) = client {
+                    client.cancel_all();
+                }
+                return Err(crate::unauthenticated_err!(
+                    "this session was ended by KILL SESSION: authenticate again (handshake)"
+                ));
+            }
             client.touch(conn);
             return Ok(Arc::clone(client));
         }
@@ -461,7 +478,7 @@ mod tests {
             max_per_user,
         };
         (
-            Sessions::new(engine, limits, Arc::clone(&connections)),
+            Sessions::new(engine, limits, Arc::clone(&connections), None),
             connections,
         )
     }

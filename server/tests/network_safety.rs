@@ -332,6 +332,89 @@ fn client_text_cannot_forge_log_lines() {
 }
 
 #[test]
+fn the_admin_sees_every_session_and_ends_one_with_kill_session() {
+    mt().block_on(async {
+        let engine = Engine::with_options(EngineOptions {
+            scheduler: SchedulerConfig::default().with_simulated_gpus(1),
+            ..EngineOptions::default()
+        })
+        .unwrap();
+        accelsql_engine::testing::register_fixtures(&engine).unwrap();
+        let server = ServerHandle::start(
+            engine,
+            ServerOptions {
+                admin_user: Some("root".into()),
+                ..options()
+            },
+        )
+        .await
+        .unwrap();
+        let mut ann = login(&server, "ann").await.unwrap();
+        query(&mut ann, "SET datafusion.execution.batch_size = 1")
+            .await
+            .unwrap();
+        let info = ann
+            .execute(
+                "SELECT slow_gpu(50) AS secret_4242 FROM generate_series(1, 400)".into(),
+                None,
+            )
+            .await
+            .unwrap();
+        let mut stream = ann
+            .do_get(info.endpoint[0].ticket.clone().unwrap())
+            .await
+            .unwrap();
+        futures::StreamExt::next(&mut stream)
+            .await
+            .unwrap()
+            .unwrap();
+        // Bob sees who holds the lease, not what it runs; root sees both.
+        let mut bob = login(&server, "bob").await.unwrap();
+        let seen = query(
+            &mut bob,
+            "SELECT count(*) FROM accelsql.gpu_leases WHERE state = 'holding' \
+             AND \"user\" = 'ann' AND statement NOT LIKE '%secret_4242%'",
+        )
+        .await
+        .unwrap();
+        assert_eq!(seen[0].column(0).as_primitive::<Int64Type>().value(0), 1);
+        let mut root = login(&server, "root").await.unwrap();
+        let holder = query(
+            &mut root,
+            "SELECT session FROM accelsql.gpu_leases WHERE state = 'holding' \
+             AND statement LIKE '%secret_4242%'",
+        )
+        .await
+        .unwrap();
+        let session = holder[0]
+            .column(0)
+            .as_primitive::<accelsql_engine::datafusion::arrow::datatypes::UInt64Type>()
+            .value(0);
+        // Bob may not end it; root may.
+        let e = query(&mut bob, &format!("KILL SESSION {session}"))
+            .await
+            .unwrap_err();
+        assert_eq!(code_of(&e).1, "42501", "{e}");
+        query(&mut root, &format!("KILL SESSION {session}"))
+            .await
+            .unwrap();
+        let e = loop {
+            match futures::StreamExt::next(&mut stream).await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => break e,
+                None => panic!("the statement should have been stopped"),
+            }
+        };
+        assert_eq!(code_of(&e).1, "57P01", "{e}");
+        // Ann's session is gone with its token; the GPU is free for bob.
+        let e = query(&mut ann, "SELECT 1").await.unwrap_err();
+        assert_eq!(code_of(&e), (Code::Unauthenticated, "28000".into()), "{e}");
+        assert_eq!(one(&mut bob, "SELECT slow_gpu(1)").await, 1);
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
 fn unsafe_configurations_are_refused_at_startup() {
     mt().block_on(async {
         let anywhere = "0.0.0.0:0".parse().unwrap();

@@ -29,6 +29,7 @@ use futures::TryStreamExt;
 use super::node_tables::{NodeTable, Rows, node_table};
 use crate::core::EngineState;
 use crate::core::error::{EngineError, Result};
+use crate::core::owners::{SessionIdentity, Viewer};
 
 /// Scans a per-node system table: each node number its input yields becomes that node's rows,
 /// produced by the engine of the process that runs it when it is that node.
@@ -39,6 +40,9 @@ pub(crate) struct NodeRowsExec {
     schema: SchemaRef,
     /// The engine that planned the scan (`udf_calls` shows its statements' calls).
     client: u64,
+    /// The session that reads it, where it was planned (`None` on a cluster's node, which
+    /// answers for the client in full).
+    viewer: Option<Viewer>,
     /// One partition per node, holding the node's number.
     nodes: Arc<dyn ExecutionPlan>,
     properties: Arc<PlanProperties>,
@@ -79,8 +83,16 @@ impl NodeRowsExec {
         projection: Option<Vec<usize>>,
         nodes: usize,
         client: u64,
+        viewer: Option<Viewer>,
     ) -> DfResult<Self> {
-        Self::over(table, engine, projection, client, node_numbers(nodes)?)
+        Self::over(
+            table,
+            engine,
+            projection,
+            client,
+            viewer,
+            node_numbers(nodes)?,
+        )
     }
 
     /// The scan of `table` whose node numbers come from `nodes`.
@@ -89,6 +101,7 @@ impl NodeRowsExec {
         engine: Arc<EngineState>,
         projection: Option<Vec<usize>>,
         client: u64,
+        viewer: Option<Viewer>,
         nodes: Arc<dyn ExecutionPlan>,
     ) -> DfResult<Self> {
         if nodes.schema().fields().len() != 1 {
@@ -115,6 +128,7 @@ impl NodeRowsExec {
             projection,
             schema,
             client,
+            viewer,
             nodes,
             properties: Arc::new(properties),
         })
@@ -127,8 +141,9 @@ fn rows_here(
     engine: &EngineState,
     projection: Option<&[usize]>,
     client: u64,
+    viewer: Option<Viewer>,
 ) -> DfResult<RecordBatch> {
-    let columns = (table.produce)(engine, Rows::Node { client })?;
+    let columns = (table.produce)(engine, Rows::Node { client }, viewer)?;
     let batch = RecordBatch::try_new((table.schema)(), columns)?;
     Ok(match projection {
         Some(columns) => batch.project(columns)?,
@@ -198,6 +213,7 @@ impl ExecutionPlan for NodeRowsExec {
             Arc::clone(&self.engine),
             self.projection.clone(),
             self.client,
+            self.viewer,
             nodes,
         )?))
     }
@@ -212,6 +228,7 @@ impl ExecutionPlan for NodeRowsExec {
         // missing rather than another's shown twice.
         let me = u32::try_from(self.engine.node.id).ok();
         let (table, engine, client) = (self.table, Arc::clone(&self.engine), self.client);
+        let viewer = self.viewer;
         let projection = self.projection.clone();
         let numbers = self.nodes.execute(partition, context)?;
         let rows = numbers.try_filter_map(move |batch| {
@@ -221,7 +238,7 @@ impl ExecutionPlan for NodeRowsExec {
                 .downcast_ref::<UInt32Array>()
                 .is_some_and(|n| n.iter().any(|k| k.is_some() && k == me));
             let rows = is_me
-                .then(|| rows_here(table, &engine, projection.as_deref(), client))
+                .then(|| rows_here(table, &engine, projection.as_deref(), client, viewer))
                 .transpose();
             futures::future::ready(rows)
         });
@@ -273,6 +290,7 @@ pub(crate) fn node_rows_exec(
         Arc::clone(engine),
         parts.projection,
         parts.client,
+        None,
         nodes,
     )?))
 }
@@ -303,18 +321,28 @@ impl TableProvider for NodeTableProvider {
 
     async fn scan(
         &self,
-        _state: &dyn CatalogSession,
+        state: &dyn CatalogSession,
         projection: Option<&Vec<usize>>,
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let engine = &self.engine;
+        // Who reads: a session sees its own statements' SQL and calls only, unless it may see
+        // every session's. A session without an identity (none of ours) sees its own: none.
+        let viewer = Some(state.config().get_extension::<SessionIdentity>().map_or(
+            Viewer {
+                session: 0,
+                sees_all: false,
+            },
+            |identity| identity.viewer(),
+        ));
         let nodes = Arc::new(NodeRowsExec::try_new(
             self.table,
             Arc::clone(engine),
             projection.cloned(),
             engine.distributor.as_ref().map_or(1, |_| engine.node.count),
             engine.id,
+            viewer,
         )?);
         if engine.distributor.is_none() {
             return Ok(nodes);
@@ -323,7 +351,7 @@ impl TableProvider for NodeTableProvider {
         let schema = (self.table.schema)();
         let own = RecordBatch::try_new(
             Arc::clone(&schema),
-            (self.table.produce)(engine, Rows::Client)?,
+            (self.table.produce)(engine, Rows::Client, viewer)?,
         )?;
         if own.num_rows() == 0 {
             return Ok(nodes);

@@ -12,9 +12,19 @@ use super::columns::{millis, schema, strings};
 use crate::core::EngineState;
 use crate::core::calls::UdfCallRecord;
 use crate::core::error::EngineError;
+use crate::core::owners::{StatementOwner, Viewer, statement_of_label};
 
-/// One row of `accelsql.gpu_leases`: state, lease id, statement, wait ms, hold ms.
-type LeaseRow = (String, Option<u64>, String, f64, Option<f64>);
+/// One row of `accelsql.gpu_leases`: state, lease id, statement, wait ms, hold ms, session,
+/// user.
+type LeaseRow = (
+    String,
+    Option<u64>,
+    String,
+    f64,
+    Option<f64>,
+    Option<u64>,
+    Option<String>,
+);
 
 /// A system table that answers for every node of a cluster: each node produces its own rows
 /// (see [`node_rows`](super::node_rows)), and a cluster's client adds those of its own process.
@@ -23,8 +33,9 @@ pub(crate) struct NodeTable {
     pub(crate) name: &'static str,
     /// Its columns, `node` first.
     pub(crate) schema: fn() -> SchemaRef,
-    /// The rows `Rows` names, as columns.
-    pub(crate) produce: fn(&EngineState, Rows) -> DfResult<Vec<ArrayRef>>,
+    /// The rows `Rows` names, as columns, as `viewer` may see them (`None`: a cluster node
+    /// answering for a client, which sees every row).
+    pub(crate) produce: fn(&EngineState, Rows, Option<Viewer>) -> DfResult<Vec<ArrayRef>>,
 }
 
 /// Whose rows a [`NodeTable`] produces.
@@ -96,7 +107,11 @@ fn gpu_devices_schema() -> SchemaRef {
     ])
 }
 
-fn gpu_devices_columns(engine: &EngineState, rows: Rows) -> DfResult<Vec<ArrayRef>> {
+fn gpu_devices_columns(
+    engine: &EngineState,
+    rows: Rows,
+    _viewer: Option<Viewer>,
+) -> DfResult<Vec<ArrayRef>> {
     // A cluster's devices are its nodes'; a client's own are not among them.
     let d = match rows {
         Rows::Node { .. } => engine
@@ -146,38 +161,71 @@ fn gpu_leases_schema() -> SchemaRef {
         ("statement", Utf8),
         ("wait_ms", Float64),
         ("hold_ms", Float64),
+        ("session", UInt64),
+        ("user", Utf8),
     ])
 }
 
-fn gpu_leases_columns(engine: &EngineState, rows: Rows) -> DfResult<Vec<ArrayRef>> {
+/// What `accelsql.gpu_leases` shows of the statement behind lease label `label`: its id and
+/// text to whom may see them (its text hidden from other sessions), its session and user.
+fn lease_statement(
+    engine: &EngineState,
+    label: &str,
+    viewer: Option<Viewer>,
+) -> (String, Option<u64>, Option<String>) {
+    let Some(id) = statement_of_label(label) else {
+        // Another kind of label (a cluster task's): no SQL in it.
+        return (label.to_string(), None, None);
+    };
+    match engine.owners.get(id) {
+        Some(owner) => {
+            let StatementOwner {
+                session,
+                user,
+                text,
+            } = owner.clone();
+            let shown = if viewer.is_none_or(|v| v.sees(&owner)) {
+                format!("{id} {text}").chars().take(80).collect()
+            } else {
+                id.to_string()
+            };
+            (shown, Some(session), user)
+        }
+        None => (id.to_string(), None, None),
+    }
+}
+
+fn gpu_leases_columns(
+    engine: &EngineState,
+    rows: Rows,
+    viewer: Option<Viewer>,
+) -> DfResult<Vec<ArrayRef>> {
     let snap = engine.queue.snapshot();
     let mut leases: Vec<LeaseRow> = Vec::new();
+    let mut push = |state: &str, id, label: &str, wait, hold| {
+        let (statement, session, user) = lease_statement(engine, label, viewer);
+        leases.push((state.into(), id, statement, wait, hold, session, user));
+    };
     for r in &snap.recent {
-        leases.push((
-            "released".into(),
+        push(
+            "released",
             Some(r.lease_id),
-            r.statement.clone(),
+            &r.statement,
             millis(r.waited),
             Some(millis(r.held)),
-        ));
+        );
     }
     if let Some(h) = &snap.holder {
-        leases.push((
-            "holding".into(),
+        push(
+            "holding",
             Some(h.lease_id),
-            h.statement.clone(),
+            &h.statement,
             millis(h.waited),
             Some(millis(h.held_for)),
-        ));
+        );
     }
     for w in &snap.waiting {
-        leases.push((
-            "waiting".into(),
-            None,
-            w.statement.clone(),
-            millis(w.waiting_for),
-            None,
-        ));
+        push("waiting", None, &w.statement, millis(w.waiting_for), None);
     }
     Ok(vec![
         node_column(engine, rows, leases.len()),
@@ -186,6 +234,8 @@ fn gpu_leases_columns(engine: &EngineState, rows: Rows) -> DfResult<Vec<ArrayRef
         strings(leases.iter().map(|r| Some(r.2.clone()))),
         Arc::new(leases.iter().map(|r| Some(r.3)).collect::<Float64Array>()),
         Arc::new(leases.iter().map(|r| r.4).collect::<Float64Array>()),
+        Arc::new(leases.iter().map(|r| r.5).collect::<UInt64Array>()),
+        strings(leases.iter().map(|r| r.6.clone())),
     ])
 }
 
@@ -209,12 +259,19 @@ fn udf_calls_schema() -> SchemaRef {
         ("gpu_batches", UInt64),
         ("cpu_fallback_batches", UInt64),
         ("fallback_reason", Utf8),
+        ("session", UInt64),
+        ("user", Utf8),
     ])
 }
 
-fn udf_calls_columns(engine: &EngineState, rows: Rows) -> DfResult<Vec<ArrayRef>> {
+fn udf_calls_columns(
+    engine: &EngineState,
+    rows: Rows,
+    viewer: Option<Viewer>,
+) -> DfResult<Vec<ArrayRef>> {
     // A node shows the calls it ran for the planning engine's statements; the planning
-    // process shows those it ran itself.
+    // process shows those it ran itself — to a session, only its own statements' calls
+    // (unless it may see every session's).
     let c: Vec<_> = engine
         .recent_calls()
         .into_iter()
@@ -223,7 +280,18 @@ fn udf_calls_columns(engine: &EngineState, rows: Rows) -> DfResult<Vec<ArrayRef>
             (Rows::Node { .. }, None) => r.node.is_some(),
             (Rows::Client, run) => run.is_none() && r.node.is_none(),
         })
+        .map(|r| {
+            let owner = engine.owners.get(r.statement_id);
+            (r, owner)
+        })
+        .filter(|(_, owner)| match (viewer, owner) {
+            (None, _) => true,
+            (Some(v), Some(owner)) => v.sees(owner),
+            (Some(v), None) => v.sees_all,
+        })
         .collect();
+    let owners: Vec<Option<StatementOwner>> = c.iter().map(|(_, o)| o.clone()).collect();
+    let c: Vec<UdfCallRecord> = c.into_iter().map(|(r, _)| r).collect();
     let list = |v: &[u32]| {
         v.iter()
             .map(ToString::to_string)
@@ -259,5 +327,16 @@ fn udf_calls_columns(engine: &EngineState, rows: Rows) -> DfResult<Vec<ArrayRef>
         u64s(&|r| r.gpu_batches),
         u64s(&|r| r.cpu_fallback_batches),
         strings(c.iter().map(|r| r.fallback_reason.clone())),
+        Arc::new(
+            owners
+                .iter()
+                .map(|o| o.as_ref().map(|o| o.session))
+                .collect::<UInt64Array>(),
+        ),
+        strings(
+            owners
+                .iter()
+                .map(|o| o.as_ref().and_then(|o| o.user.clone())),
+        ),
     ])
 }

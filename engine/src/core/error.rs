@@ -165,6 +165,29 @@ pub enum EngineError {
         limit: std::time::Duration,
     },
 
+    /// The statement's session was ended by `KILL SESSION` (its statements stopped, their
+    /// leases and workers freed); the session takes no more statements.
+    #[error(
+        "[{}] session {session} was ended by KILL SESSION: its statements were stopped and it \
+         takes no more; open a new session",
+        Self::SESSION_KILLED
+    )]
+    SessionKilled {
+        /// The session's number.
+        session: u64,
+    },
+
+    /// `KILL SESSION n` named a session that does not exist (or has ended).
+    #[error(
+        "[{}] no session {session}: it never existed or has ended (see accelsql.gpu_leases for \
+         sessions that hold or wait for the GPUs)",
+        Self::UNKNOWN_SESSION
+    )]
+    UnknownSession {
+        /// The number given.
+        session: u64,
+    },
+
     /// The GPU lease, device inventory or device locks failed.
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
@@ -225,6 +248,10 @@ impl EngineError {
     pub const LEASE_HELD_TOO_LONG: &'static str = "57G03";
     /// Code of [`EngineError::StatementTimeout`] (not 57014, which is a user's cancel).
     pub const STATEMENT_TIMEOUT: &'static str = "57T01";
+    /// Code of [`EngineError::SessionKilled`] (SQLSTATE `admin_shutdown`).
+    pub const SESSION_KILLED: &'static str = "57P01";
+    /// Code of [`EngineError::UnknownSession`] (SQLSTATE `undefined_object`).
+    pub const UNKNOWN_SESSION: &'static str = "42704";
     /// Code of other I/O failures DataFusion reports (SQLSTATE `io_error`).
     pub const IO_ERROR: &'static str = "58030";
 
@@ -246,6 +273,8 @@ impl EngineError {
             Self::NotAllowedRestricted { .. } => Self::NOT_ALLOWED_RESTRICTED,
             Self::LeaseHeldTooLong { .. } => Self::LEASE_HELD_TOO_LONG,
             Self::StatementTimeout { .. } => Self::STATEMENT_TIMEOUT,
+            Self::SessionKilled { .. } => Self::SESSION_KILLED,
+            Self::UnknownSession { .. } => Self::UNKNOWN_SESSION,
             Self::Scheduler(e) => e.code(),
             Self::Runtime(e) => e.code(),
             Self::Relayed { code, .. } => code,

@@ -14,6 +14,7 @@ pub(crate) mod error;
 pub(crate) mod names;
 pub(crate) mod node_leases;
 pub(crate) mod options;
+pub(crate) mod owners;
 pub(crate) mod state;
 
 pub(crate) use state::EngineState;

@@ -44,6 +44,10 @@ pub(crate) struct EngineState {
     /// Whether sessions resolve unknown table names as files ([`EngineOptions::url_tables`]).
     pub(crate) url_tables: bool,
     recent_calls: Mutex<VecDeque<UdfCallRecord>>,
+    /// The session, user and text of recent statements (what system tables may show whom).
+    pub(crate) owners: super::owners::StatementOwners,
+    /// The sessions alive now (`KILL SESSION`).
+    pub(crate) sessions: super::owners::LiveSessions,
     /// The node leases of the statements whose tasks run here (a cluster's executor), by the
     /// statement's key: every task of a statement on this node shares one lease.
     pub(crate) node_leases: NodeLeases,
@@ -83,6 +87,8 @@ impl EngineState {
             restricted: options.restricted,
             node_leases: NodeLeases::default(),
             recent_calls: Mutex::new(VecDeque::new()),
+            owners: Default::default(),
+            sessions: Default::default(),
         })
     }
 

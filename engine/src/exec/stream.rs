@@ -24,6 +24,7 @@ use crate::core::EngineState;
 use crate::core::calls::{Placement, PlacementDecision, UdfCallRecord};
 use crate::core::error::EngineError;
 use crate::core::options::OptionalGpuWhenBusy;
+use crate::core::owners::{KillSwitch, lease_label};
 use crate::plan::statement::StatementScope;
 use crate::udf::call::PlacedCall;
 use crate::udf::script::udf::finish_workers;
@@ -35,6 +36,8 @@ enum Limit {
     LeaseHold(Duration),
     /// `accelsql.statement_timeout`: the statement ran too long (57T01).
     Statement(Duration),
+    /// `KILL SESSION`: the statement's session (numbered so) was ended (57P01).
+    Killed(u64),
 }
 
 impl Limit {
@@ -42,7 +45,16 @@ impl Limit {
         match self {
             Self::LeaseHold(limit) => EngineError::LeaseHeldTooLong { limit },
             Self::Statement(limit) => EngineError::StatementTimeout { limit },
+            Self::Killed(session) => EngineError::SessionKilled { session },
         }
+    }
+}
+
+/// Completes when `kill` (if any) ends the session; never without one.
+async fn killed(kill: Option<Arc<KillSwitch>>) {
+    match kill {
+        Some(kill) => kill.killed().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -73,6 +85,7 @@ fn run_off_thread(
     scope: Arc<StatementScope>,
     max_hold: Option<Duration>,
     statement_deadline: Option<(Instant, Duration)>,
+    kill: Option<Arc<KillSwitch>>,
 ) -> SendableRecordBatchStream {
     let mut builder = RecordBatchReceiverStreamBuilder::new(inner.schema(), 2);
     let tx = builder.tx();
@@ -85,34 +98,50 @@ fn run_off_thread(
     let statement = statement_deadline.map(|(at, limit)| (at, Limit::Statement(limit)));
     let deadline = earliest([hold, statement]);
     // A UDF that blocks inside the plan (a script's run) keeps the task below from seeing its
-    // deadline: a watchdog kills the statement's workers at the statement's deadline, so that
-    // the run returns and the task reports the timeout.
-    let watchdog = statement_deadline.map(|(at, _)| Watchdog::start(at, Arc::clone(&scope)));
+    // deadline or its session's end: a watchdog kills the statement's workers then, so that the
+    // run returns and the task reports why.
+    let watchdog = (statement_deadline.is_some() || kill.is_some()).then(|| {
+        Watchdog::start(
+            statement_deadline.map(|(at, _)| at),
+            kill.clone(),
+            Arc::clone(&scope),
+        )
+    });
+    let session = scope.session;
     builder.spawn(async move {
         let mut inner = inner;
         let mut lease = lease;
-        let timed_out = |e| match (&watchdog, statement_deadline) {
-            (Some(w), Some((_, limit))) if w.fired() => {
+        let timed_out = |e| match (watchdog.as_ref().map(Watchdog::fired), statement_deadline) {
+            (Some(Some(Fired::Deadline)), Some((_, limit))) => {
                 EngineError::StatementTimeout { limit }.into_datafusion()
+            }
+            (Some(Some(Fired::Killed)), _) => {
+                EngineError::SessionKilled { session }.into_datafusion()
             }
             _ => e,
         };
         // Stops the plan and gives the GPUs back before the consumer hears why: once a failed
-        // statement's error is seen, it holds nothing. A timed-out statement's workers are
-        // killed too, so that a run blocked in a script ends.
+        // statement's error is seen, it holds nothing. A timed-out or killed statement's
+        // workers are killed too, so that a run blocked in a script ends.
         let stop = |limit: Limit| {
-            if matches!(limit, Limit::Statement(_)) {
+            if matches!(limit, Limit::Statement(_) | Limit::Killed(_)) {
                 scope.processes.kill_all();
             }
             limit.error().into_datafusion()
         };
         loop {
-            let next = match deadline {
-                None => inner.next().await,
-                Some((at, limit)) => match tokio::time::timeout_at(at, inner.next()).await {
-                    Ok(next) => next,
-                    Err(_) => Some(Err(stop(limit))),
-                },
+            let next = tokio::select! {
+                biased;
+                () = killed(kill.clone()) => Some(Err(stop(Limit::Killed(session)))),
+                next = async {
+                    match deadline {
+                        None => inner.next().await,
+                        Some((at, limit)) => match tokio::time::timeout_at(at, inner.next()).await {
+                            Ok(next) => next,
+                            Err(_) => Some(Err(stop(limit))),
+                        },
+                    }
+                } => next,
             };
             let batch = match next {
                 None => break,
@@ -125,18 +154,30 @@ fn run_off_thread(
                     return Ok(());
                 }
             };
-            let sent = match deadline {
-                None => tx.send(Ok(batch)).await.is_ok(),
-                Some((at, limit)) => match tokio::time::timeout_at(at, tx.send(Ok(batch))).await {
-                    Ok(sent) => sent.is_ok(),
-                    Err(_) => {
-                        let e = stop(limit);
-                        drop(inner);
-                        drop(lease.take());
-                        let _ = tx.send(Err(e)).await;
-                        return Ok(());
+            let sent = tokio::select! {
+                biased;
+                () = killed(kill.clone()) => Err(Limit::Killed(session)),
+                sent = async {
+                    match deadline {
+                        None => Ok(tx.send(Ok(batch)).await.is_ok()),
+                        Some((at, limit)) => {
+                            match tokio::time::timeout_at(at, tx.send(Ok(batch))).await {
+                                Ok(sent) => Ok(sent.is_ok()),
+                                Err(_) => Err(limit),
+                            }
+                        }
                     }
-                },
+                } => sent,
+            };
+            let sent = match sent {
+                Ok(sent) => sent,
+                Err(limit) => {
+                    let e = stop(limit);
+                    drop(inner);
+                    drop(lease.take());
+                    let _ = tx.send(Err(e)).await;
+                    return Ok(());
+                }
             };
             if !sent {
                 return Ok(()); // the consumer is gone
@@ -155,27 +196,54 @@ fn run_off_thread(
     builder.build()
 }
 
-/// Kills a statement's workers at its deadline (see [`run_off_thread`]); stopped when dropped.
+/// What made a [`Watchdog`] kill a statement's workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fired {
+    /// The statement's deadline passed.
+    Deadline,
+    /// Its session was ended.
+    Killed,
+}
+
+/// Kills a statement's workers at its deadline or when its session is ended (see
+/// [`run_off_thread`]); stopped when dropped.
 struct Watchdog {
     task: tokio::task::JoinHandle<()>,
-    fired: Arc<std::sync::atomic::AtomicBool>,
+    fired: Arc<std::sync::atomic::AtomicU8>,
 }
 
 impl Watchdog {
-    fn start(at: Instant, scope: Arc<StatementScope>) -> Self {
-        let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    fn start(
+        at: Option<Instant>,
+        kill: Option<Arc<KillSwitch>>,
+        scope: Arc<StatementScope>,
+    ) -> Self {
+        let fired = Arc::new(std::sync::atomic::AtomicU8::new(0));
         let flag = Arc::clone(&fired);
         let task = tokio::spawn(async move {
-            tokio::time::sleep_until(at).await;
-            flag.store(true, std::sync::atomic::Ordering::Release);
+            let deadline = async {
+                match at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let why = tokio::select! {
+                () = deadline => 1,
+                () = killed(kill) => 2,
+            };
+            flag.store(why, std::sync::atomic::Ordering::Release);
             scope.processes.kill_all();
         });
         Self { task, fired }
     }
 
-    /// Whether the deadline passed (and the workers were killed).
-    fn fired(&self) -> bool {
-        self.fired.load(std::sync::atomic::Ordering::Acquire)
+    /// Whether it fired (and the workers were killed), and why.
+    fn fired(&self) -> Option<Fired> {
+        match self.fired.load(std::sync::atomic::Ordering::Acquire) {
+            1 => Some(Fired::Deadline),
+            2 => Some(Fired::Killed),
+            _ => None,
+        }
     }
 }
 
@@ -191,6 +259,8 @@ enum State {
         lease: BoxFuture<'static, accelsql_gpu_scheduler::Result<Lease>>,
         /// Fires at the statement's deadline (`accelsql.statement_timeout`), if it has one.
         timer: Option<Pin<Box<tokio::time::Sleep>>>,
+        /// Completes when the session is ended (`KILL SESSION`).
+        killed: BoxFuture<'static, ()>,
         plan: Arc<dyn ExecutionPlan>,
         task: Arc<TaskContext>,
     },
@@ -212,6 +282,8 @@ pub(crate) struct StatementStream {
     report_calls: bool,
     /// When the statement must be done (`accelsql.statement_timeout`), and the limit.
     deadline: Option<(Instant, Duration)>,
+    /// Ends the statement when its session is ended (`KILL SESSION`).
+    kill: Option<Arc<KillSwitch>>,
 }
 
 impl StatementStream {
@@ -225,20 +297,22 @@ impl StatementStream {
         task: Arc<TaskContext>,
         wait_timeout: Option<Duration>,
         statement_timeout: Option<Duration>,
+        kill: Option<Arc<KillSwitch>>,
     ) -> DfResult<Self> {
         let deadline = statement_timeout.map(|limit| (Instant::now() + limit, limit));
         let schema = plan.schema();
         let queue = engine.queue.clone();
         let max_hold = engine.max_lease_hold;
-        let label: String = format!("{} {}", scope.id, scope.text)
-            .chars()
-            .take(80)
-            .collect();
+        // The statement's id and session, not its text: the label reaches other sessions (their
+        // lease-wait errors) and other processes (device lock files); `accelsql.gpu_leases`
+        // shows the text to whom may see it.
+        let label = lease_label(scope.id, scope.session);
         let state = if scope.must_wait_for_lease() {
             let request = LeaseRequest::new(label).timeout_opt(wait_timeout);
             State::Waiting {
                 lease: async move { queue.acquire(request).await }.boxed(),
                 timer: deadline.map(|(at, _)| Box::pin(tokio::time::sleep_until(at))),
+                killed: killed(kill.clone()).boxed(),
                 plan,
                 task,
             }
@@ -270,6 +344,7 @@ impl StatementStream {
                     Arc::clone(&scope),
                     max_hold,
                     deadline,
+                    kill.clone(),
                 ),
             }
         } else {
@@ -280,6 +355,7 @@ impl StatementStream {
                     Arc::clone(&scope),
                     None,
                     deadline,
+                    kill.clone(),
                 ),
             }
         };
@@ -291,6 +367,7 @@ impl StatementStream {
             recorded: false,
             report_calls: false,
             deadline,
+            kill,
         })
     }
 
@@ -432,9 +509,18 @@ impl Stream for StatementStream {
                 State::Waiting {
                     lease,
                     timer,
+                    killed,
                     plan,
                     task,
                 } => {
+                    if killed.poll_unpin(cx).is_ready() {
+                        // Dropping the wait takes the statement out of the queue.
+                        this.finish();
+                        return Poll::Ready(Some(Err(EngineError::SessionKilled {
+                            session: this.scope.session,
+                        }
+                        .into_datafusion())));
+                    }
                     if let Some(timer) = timer
                         && timer.poll_unpin(cx).is_ready()
                         && let Some((_, limit)) = this.deadline
@@ -481,6 +567,7 @@ impl Stream for StatementStream {
                                     Arc::clone(&this.scope),
                                     this.engine.max_lease_hold,
                                     this.deadline,
+                                    this.kill.clone(),
                                 ),
                             }
                         }

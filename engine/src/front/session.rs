@@ -42,6 +42,7 @@ use crate::catalog::files::enable_url_tables;
 use crate::core::error::{EngineError, Result};
 use crate::core::names::exasol_name;
 use crate::core::options::{AccelsqlOptions, IdentifierCase};
+use crate::core::owners::{SessionIdentity, StatementOwner};
 use crate::exec::planner::AccelQueryPlanner;
 use crate::exec::stream::StatementStream;
 use crate::plan::emits_rule::EmitsRule;
@@ -65,6 +66,8 @@ pub struct Session {
     restricted: Arc<AtomicBool>,
     /// The id of the statement this session started last (0: none yet).
     last_statement: std::sync::atomic::AtomicU64,
+    /// Its number, user and right to see other sessions' SQL (also a config extension).
+    identity: Arc<SessionIdentity>,
 }
 
 impl std::fmt::Debug for Session {
@@ -96,13 +99,19 @@ impl Session {
             }
             config = distributor.configure_session(config);
         }
+        let restricted = Arc::new(AtomicBool::new(shared.restricted));
+        let identity = Arc::new(SessionIdentity::new(
+            shared.next_session_id(),
+            Arc::clone(&restricted),
+        ));
+        shared.sessions.add(&identity);
+        let config = config.with_extension(Arc::clone(&identity));
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
             .with_query_planner(Arc::new(AccelQueryPlanner))
             .build();
         let mut ctx = SessionContext::new_with_state(state);
-        let restricted = Arc::new(AtomicBool::new(shared.restricted));
         if shared.url_tables {
             ctx = enable_url_tables(ctx, Arc::clone(&restricted));
         }
@@ -123,7 +132,7 @@ impl Session {
         {
             log::error!("system tables unavailable in this session: {e}");
         }
-        let scripts = SessionScripts::new(shared.next_session_id(), node.count);
+        let scripts = SessionScripts::new(identity.id, node.count);
         scripts.set_builtins(function_names(&ctx));
         Self {
             engine,
@@ -131,7 +140,56 @@ impl Session {
             scripts,
             restricted,
             last_statement: std::sync::atomic::AtomicU64::new(0),
+            identity,
         }
+    }
+
+    /// This session's number: unique in its engine, shown as `session` in
+    /// `accelsql.gpu_leases` and `accelsql.udf_calls`.
+    pub fn id(&self) -> u64 {
+        self.identity.id
+    }
+
+    /// Names the user this session runs for (a server's login), shown beside its statements in
+    /// system tables, and says whether it may see other sessions' SQL text and calls there
+    /// (`sees_others`: a server's admin; a restricted session never does). A session the
+    /// embedding program opens sees everything until this is called.
+    pub fn set_user(&self, user: impl Into<String>, sees_others: bool) {
+        self.identity.set_user(Some(user.into()), sees_others);
+    }
+
+    /// The user [`Session::set_user`] named.
+    pub fn user(&self) -> Option<String> {
+        self.identity.user()
+    }
+
+    /// Whether this session was ended by `KILL SESSION` (it then takes no more statements:
+    /// 57P01).
+    pub fn is_killed(&self) -> bool {
+        self.identity.kill.is_killed()
+    }
+
+    /// `KILL SESSION id`: ends session `id` of this engine — its running and waiting
+    /// statements stop (their leases and workers freed, error 57P01) and it takes no more. A
+    /// session may end itself; ending another needs a session that may see every session (the
+    /// embedding program's, or a server's admin) and is not restricted (42501).
+    fn kill_session(&self, id: u64) -> Result<()> {
+        if id != self.identity.id && !self.identity.viewer().sees_all {
+            return Err(EngineError::NotAllowedRestricted {
+                what: format!(
+                    "KILL SESSION {id}: only the embedding program's sessions or a server's \
+                     admin (serve --admin-user) may end another session"
+                ),
+            });
+        }
+        let target = self
+            .engine
+            .state()
+            .sessions
+            .get(id)
+            .ok_or(EngineError::UnknownSession { session: id })?;
+        target.kill.kill();
+        Ok(())
     }
 
     /// The id of the statement this session started last, as `accelsql.udf_calls` and
@@ -283,6 +341,11 @@ impl Session {
         text: &str,
         params: &[ScalarValue],
     ) -> Result<SendableRecordBatchStream> {
+        if self.identity.kill.is_killed() {
+            return Err(EngineError::SessionKilled {
+                session: self.identity.id,
+            });
+        }
         let pieces = split_statements(text);
         if pieces.is_empty() {
             return Err(EngineError::Sql(DataFusionError::Plan(
@@ -413,6 +476,10 @@ impl Session {
             ExasolStatement::Transaction => {}
             // Exasol's form of `SET accelsql.statement_timeout` (0: no bound), checked as it is
             // (a restricted session may only lower it).
+            ExasolStatement::KillSession(id) => {
+                self.kill_session(id)?;
+                return empty_stream();
+            }
             ExasolStatement::QueryTimeout(seconds) => {
                 let value = match seconds {
                     0 => String::new(),
@@ -632,7 +699,16 @@ impl Session {
             .as_ref()
             .and_then(|d| d.devices_per_node())
             .unwrap_or(engine.devices.len());
-        let mut scope = StatementScope::new(id, rewritten.label.clone(), devices_present);
+        engine.owners.record(
+            id,
+            StatementOwner {
+                session: self.identity.id,
+                user: self.identity.user(),
+                text: rewritten.label.clone(),
+            },
+        );
+        let mut scope = StatementScope::new(id, devices_present);
+        scope.session = self.identity.id;
         scope.node_id = engine.node.id;
         scope.client = engine.id;
         scope.run_timeout = own.udf_timeout()?;
@@ -707,6 +783,7 @@ impl Session {
             task,
             wait_timeout,
             own.statement_timeout()?,
+            Some(Arc::clone(&self.identity.kill)),
         )?;
         if is_analyze {
             stream = stream.with_call_report();

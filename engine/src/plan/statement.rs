@@ -42,7 +42,8 @@ impl From<PlacementFailure> for EngineError {
 #[derive(Debug)]
 pub(crate) struct StatementScope {
     pub(crate) id: u64,
-    pub(crate) text: String,
+    /// The number of the session that runs it.
+    pub(crate) session: u64,
     pub(crate) devices_present: usize,
     pub(crate) node_id: usize,
     /// The engine that plans the statement (`EngineInner::id`), which its calls carry.
@@ -69,10 +70,10 @@ pub(crate) struct StatementScope {
 }
 
 impl StatementScope {
-    pub(crate) fn new(id: u64, text: String, devices_present: usize) -> Self {
+    pub(crate) fn new(id: u64, devices_present: usize) -> Self {
         Self {
             id,
-            text,
+            session: 0,
             devices_present,
             node_id: 0,
             client: 0,

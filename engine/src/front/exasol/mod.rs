@@ -39,7 +39,8 @@ pub(crate) async fn run_statement(
         ExasolStatement::OpenSchema(_)
         | ExasolStatement::CloseSchema
         | ExasolStatement::Transaction
-        | ExasolStatement::QueryTimeout(_) => {}
+        | ExasolStatement::QueryTimeout(_)
+        | ExasolStatement::KillSession(_) => {}
     }
     empty_stream()
 }

@@ -1,7 +1,7 @@
 //! Exasol statements that DataFusion's parser does not know, recognised from their tokens:
 //! `OPEN SCHEMA`, `CLOSE SCHEMA`, `COMMIT`, `ROLLBACK`, `CREATE [OR REPLACE] CONNECTION`,
-//! `DROP CONNECTION`, `IMPORT … FROM SCRIPT`, `EXPORT … INTO SCRIPT` and
-//! `ALTER SESSION SET QUERY_TIMEOUT = <seconds>`.
+//! `DROP CONNECTION`, `IMPORT … FROM SCRIPT`, `EXPORT … INTO SCRIPT`,
+//! `ALTER SESSION SET QUERY_TIMEOUT = <seconds>` and `KILL SESSION <id>`.
 
 use datafusion::error::DataFusionError;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
@@ -45,6 +45,8 @@ pub(crate) enum ExasolStatement {
     Export(ScriptTransfer),
     /// `ALTER SESSION SET QUERY_TIMEOUT = <seconds>`: the session's statement timeout (0: none).
     QueryTimeout(u64),
+    /// `KILL SESSION <id>`: ends another session (or this one).
+    KillSession(u64),
 }
 
 /// The parts of `IMPORT … FROM SCRIPT` / `EXPORT … INTO SCRIPT`.
@@ -200,6 +202,15 @@ pub(crate) fn parse_exasol_statement(text: &str) -> Result<Option<ExasolStatemen
                     text,
                 )
             });
+    }
+    if word(0, "KILL") && word(1, "SESSION") {
+        let id = match &toks[2..] {
+            [Tok::Other(n)] => n.parse::<u64>().ok(),
+            _ => None,
+        };
+        return id
+            .map(|id| Some(ExasolStatement::KillSession(id)))
+            .ok_or_else(|| syntax("expected KILL SESSION <session number>", text));
     }
     if word(0, "IMPORT") && toks.iter().any(|t| t.is("SCRIPT")) {
         return parse_import(&toks, text).map(|t| Some(ExasolStatement::Import(t)));
@@ -500,6 +511,17 @@ mod tests {
             let e = parse_exasol_statement(bad).unwrap_err();
             assert!(
                 e.to_string().contains("QUERY_TIMEOUT = <whole seconds"),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(
+            parsed("kill session 12;"),
+            Some(ExasolStatement::KillSession(12))
+        );
+        for bad in ["KILL SESSION", "KILL SESSION x", "KILL SESSION 1 2"] {
+            let e = parse_exasol_statement(bad).unwrap_err();
+            assert!(
+                e.to_string().contains("KILL SESSION <session number>"),
                 "{bad}: {e}"
             );
         }
