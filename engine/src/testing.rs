@@ -181,11 +181,19 @@ pub async fn query_rows(
     session: &crate::Session,
     sql: &str,
 ) -> std::result::Result<Vec<String>, String> {
-    let batches = session
-        .sql(sql)
-        .await
-        .map_err(|e| format!("{sql}\n{e}"))?;
+    let batches = session.sql(sql).await.map_err(|e| format!("{sql}\n{e}"))?;
     rows(&batches).map_err(|e| format!("{sql}\n{e}"))
+}
+
+/// An engine with `gpus` simulated GPUs and every fixture UDF (what most engine tests start
+/// from).
+pub fn fixture_engine(gpus: usize) -> Result<Engine> {
+    let engine = Engine::with_options(crate::EngineOptions {
+        scheduler: crate::SchedulerConfig::default().with_simulated_gpus(gpus),
+        ..crate::EngineOptions::default()
+    })?;
+    register_fixtures(&engine)?;
+    Ok(engine)
 }
 
 /// Registers every fixture UDF in `engine`.

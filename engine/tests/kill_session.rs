@@ -5,22 +5,17 @@
 
 use std::time::{Duration, Instant};
 
-use accelsql_engine::{Engine, EngineError, EngineOptions, SchedulerConfig, Session, testing};
+use accelsql_engine::{Engine, EngineError, Session, testing};
 use futures::StreamExt;
 
 fn engine() -> Engine {
-    let engine = Engine::with_options(EngineOptions {
-        scheduler: SchedulerConfig::default().with_simulated_gpus(1),
-        ..EngineOptions::default()
-    })
-    .unwrap();
-    testing::register_fixtures(&engine).unwrap();
-    engine
+    testing::fixture_engine(1).unwrap()
 }
 
-
 async fn run(s: &Session, sql: &str) -> Vec<String> {
-    testing::query_rows(s, sql).await.unwrap_or_else(|e| panic!("{e}"))
+    testing::query_rows(s, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Reads `stream` to its end; the error it ends with, if any.

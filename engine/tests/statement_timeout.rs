@@ -20,9 +20,10 @@ fn engine(gpus: usize, statement_timeout: Option<Duration>) -> Engine {
     engine
 }
 
-
 async fn run(s: &Session, sql: &str) -> Vec<String> {
-    testing::query_rows(s, sql).await.unwrap_or_else(|e| panic!("{e}"))
+    testing::query_rows(s, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs `sql`, which must fail with the statement-timeout error; returns how long it took.
@@ -45,6 +46,16 @@ async fn leases_not_released(s: &Session) -> Vec<String> {
     .await
 }
 
+/// The session's `accelsql.statement_timeout` as `information_schema.df_settings` shows it.
+async fn statement_timeout(s: &Session) -> Vec<String> {
+    run(
+        s,
+        "SELECT value FROM information_schema.df_settings \
+         WHERE name = 'accelsql.statement_timeout'",
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runaway_query_is_stopped_and_the_session_goes_on() {
     let s = engine(0, None).session();
@@ -54,25 +65,9 @@ async fn a_runaway_query_is_stopped_and_the_session_goes_on() {
     assert_eq!(run(&s, "SELECT 1 + 1").await, ["2"]);
     // Exasol's form; 0 lifts the bound.
     run(&s, "ALTER SESSION SET QUERY_TIMEOUT = 0").await;
-    assert_eq!(
-        run(
-            &s,
-            "SELECT value FROM information_schema.df_settings \
-             WHERE name = 'accelsql.statement_timeout'"
-        )
-        .await,
-        [""]
-    );
+    assert_eq!(statement_timeout(&s).await, [""]);
     run(&s, "ALTER SESSION SET QUERY_TIMEOUT = 1").await;
-    assert_eq!(
-        run(
-            &s,
-            "SELECT value FROM information_schema.df_settings \
-             WHERE name = 'accelsql.statement_timeout'"
-        )
-        .await,
-        ["1s"]
-    );
+    assert_eq!(statement_timeout(&s).await, ["1s"]);
     // A bound of 0 is not a bound: it is refused, naming the way to lift one.
     let e = s
         .sql("SET accelsql.statement_timeout = '0s'")

@@ -4,21 +4,16 @@
 //! restricted.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
 
-use accelsql_engine::{Engine, EngineOptions, SchedulerConfig, Session, testing};
+use accelsql_engine::{Engine, Session, testing};
 
 fn engine() -> Engine {
-    let engine = Engine::with_options(EngineOptions {
-        scheduler: SchedulerConfig::default().with_simulated_gpus(1),
-        ..EngineOptions::default()
-    })
-    .unwrap();
-    testing::register_fixtures(&engine).unwrap();
-    engine
+    testing::fixture_engine(1).unwrap()
 }
 
-
 async fn run(s: &Session, sql: &str) -> Vec<String> {
-    testing::query_rows(s, sql).await.unwrap_or_else(|e| panic!("{e}"))
+    testing::query_rows(s, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 const SECRET: &str = "SELECT gpu_probe_required(x) FROM (VALUES (4242)) t(x)";

@@ -37,6 +37,11 @@ fn options() -> ServerOptions {
     }
 }
 
+/// A server on loopback over [`engine`], with `options` (on top of [`options`]).
+async fn serve(options: ServerOptions) -> ServerHandle {
+    ServerHandle::start(engine(), options).await.unwrap()
+}
+
 async fn channel(server: &ServerHandle) -> Channel {
     Channel::from_shared(server.url().to_string())
         .unwrap()
@@ -93,15 +98,11 @@ fn fd_limit() -> usize {
 #[test]
 fn silent_connections_are_closed_by_the_deadline_while_a_logged_in_client_works() {
     mt().block_on(async {
-        let server = ServerHandle::start(
-            engine(),
-            ServerOptions {
-                handshake_timeout: Duration::from_secs(1),
-                ..options()
-            },
-        )
-        .await
-        .unwrap();
+        let server = serve(ServerOptions {
+            handshake_timeout: Duration::from_secs(1),
+            ..options()
+        })
+        .await;
         let mut c = login(&server, "worker").await.unwrap();
         // Each silent connection costs two descriptors here (both ends are in this process).
         let n = 500.min(fd_limit().saturating_sub(300) / 2);
@@ -142,15 +143,11 @@ fn silent_connections_are_closed_by_the_deadline_while_a_logged_in_client_works(
 #[test]
 fn a_half_sent_message_without_a_login_is_cut_off_at_the_deadline() {
     mt().block_on(async {
-        let server = ServerHandle::start(
-            engine(),
-            ServerOptions {
-                handshake_timeout: Duration::from_secs(1),
-                ..options()
-            },
-        )
-        .await
-        .unwrap();
+        let server = serve(ServerOptions {
+            handshake_timeout: Duration::from_secs(1),
+            ..options()
+        })
+        .await;
         let mut c = login(&server, "worker").await.unwrap();
         // Basic credentials pass the header check (only the handshake takes them), so the
         // 48 MiB body would be read; the server stops at its pre-login budget and closes the
@@ -180,15 +177,11 @@ fn a_half_sent_message_without_a_login_is_cut_off_at_the_deadline() {
 #[test]
 fn a_session_belongs_to_its_token_and_ends_with_its_connections() {
     mt().block_on(async {
-        let server = ServerHandle::start(
-            engine(),
-            ServerOptions {
-                session_grace: Duration::from_millis(300),
-                ..options()
-            },
-        )
-        .await
-        .unwrap();
+        let server = serve(ServerOptions {
+            session_grace: Duration::from_millis(300),
+            ..options()
+        })
+        .await;
         let mut a = login(&server, "ann").await.unwrap();
         query(&mut a, "CREATE TABLE mine AS SELECT 1 AS x")
             .await
@@ -217,15 +210,11 @@ fn a_session_belongs_to_its_token_and_ends_with_its_connections() {
 #[test]
 fn without_authentication_each_connection_is_its_own_session() {
     mt().block_on(async {
-        let server = ServerHandle::start(
-            engine(),
-            ServerOptions {
-                auth: ServerAuth::None,
-                ..options()
-            },
-        )
-        .await
-        .unwrap();
+        let server = serve(ServerOptions {
+            auth: ServerAuth::None,
+            ..options()
+        })
+        .await;
         assert!(server.token().is_none());
         let mut a = FlightSqlServiceClient::new(channel(&server).await);
         query(&mut a, "CREATE TABLE mine AS SELECT 1 AS x")
@@ -243,16 +232,12 @@ fn without_authentication_each_connection_is_its_own_session() {
 #[test]
 fn users_have_caps_on_sessions_and_statements() {
     mt().block_on(async {
-        let server = ServerHandle::start(
-            engine(),
-            ServerOptions {
-                max_sessions_per_user: 2,
-                max_statements_per_user: 2,
-                ..options()
-            },
-        )
-        .await
-        .unwrap();
+        let server = serve(ServerOptions {
+            max_sessions_per_user: 2,
+            max_statements_per_user: 2,
+            ..options()
+        })
+        .await;
         let mut a = login(&server, "ann").await.unwrap();
         let _a2 = login(&server, "ann").await.unwrap();
         let e = login(&server, "ann").await.unwrap_err();
@@ -280,7 +265,7 @@ fn users_have_caps_on_sessions_and_statements() {
 #[test]
 fn failed_logins_are_rate_limited() {
     mt().block_on(async {
-        let server = ServerHandle::start(engine(), options()).await.unwrap();
+        let server = serve(options()).await;
         for _ in 0..5 {
             let mut c = FlightSqlServiceClient::new(channel(&server).await);
             let e = c.handshake("eve", "guess").await.unwrap_err();
@@ -303,15 +288,11 @@ fn client_text_cannot_forge_log_lines() {
         let sink_lines = Arc::clone(&lines);
         let sink: LogSink =
             Arc::new(move |line: &str| sink_lines.lock().unwrap().push(line.into()));
-        let server = ServerHandle::start(
-            engine(),
-            ServerOptions {
-                log: Some(sink),
-                ..options()
-            },
-        )
-        .await
-        .unwrap();
+        let server = serve(ServerOptions {
+            log: Some(sink),
+            ..options()
+        })
+        .await;
         let forged = "mallory\nsession=1 user=root";
         let mut c = login(&server, forged).await.unwrap();
         assert_eq!(one(&mut c, "SELECT 1").await, 1);
