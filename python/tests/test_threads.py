@@ -115,9 +115,13 @@ def test_ctrl_c_cancels_a_waiting_statement():
         slow_gpu_udf(waiter, spans, seconds=0.0)
         busy = threading.Thread(target=holder.execute, args=("SELECT slow(1)",))
         busy.start()
-        # The holder has the lease by then (0.3 s was too short once on a loaded 2-core CI
-        # machine); the waiter queues behind it.
-        time.sleep(0.8)
+        # Wait until the holder has the lease (a fixed sleep was too short twice on a loaded
+        # 2-core CI machine): only then does the waiter queue behind it.
+        deadline = time.monotonic() + 10
+        holding = "SELECT count(*) FROM accelsql.gpu_leases WHERE state = 'holding'"
+        while waiter.execute(holding).fetchval() != 1:
+            assert time.monotonic() < deadline, "the holder never took the lease"
+            time.sleep(0.02)
         timer = threading.Timer(0.3, _thread.interrupt_main)
         started = time.monotonic()
         timer.start()
