@@ -251,6 +251,17 @@ async fn fifty_sessions_with_gpu_calls_are_serialized() {
     concurrent_sessions_never_overlap(50).await;
 }
 
+/// The waiter's last call: the holder's call, recorded when its stream ends, may be recorded
+/// after it.
+fn last_probe(engine: &Engine) -> accelsql_engine::UdfCallRecord {
+    engine
+        .recent_calls()
+        .into_iter()
+        .rev()
+        .find(|c| c.decision.udf == "gpu_probe_optional")
+        .expect("a gpu_probe_optional call")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_wait_unless_set_to_cpu() {
     let engine = engine(1);
@@ -290,8 +301,7 @@ async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_wait_unless
         started.elapsed() < Duration::from_millis(1500),
         "it did not wait for the 2 s holder"
     );
-    let calls = engine.recent_calls();
-    let last = calls.last().unwrap();
+    let last = last_probe(&engine);
     assert_eq!(last.decision.placement, Placement::Cpu);
     assert!(
         last.decision.reason.contains("lease was busy") && last.decision.reason.contains("'cpu'"),
@@ -305,8 +315,7 @@ async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_wait_unless
         .await
         .unwrap();
     assert_eq!(column(&b, 0), ["<invalid>"]);
-    let calls = engine.recent_calls();
-    let last = calls.last().unwrap();
+    let last = last_probe(&engine);
     assert_eq!(last.decision.placement, Placement::Cpu);
     assert!(
         last.decision.reason.contains("timed out"),
@@ -322,8 +331,7 @@ async fn the_wait_timeout_setting_bounds_the_wait_and_optional_calls_wait_unless
         "it waited for the 2 s holder"
     );
     assert_eq!(column(&b, 0), ["0"]);
-    let calls = engine.recent_calls();
-    let last = calls.last().unwrap();
+    let last = last_probe(&engine);
     assert_eq!(last.decision.placement, Placement::Gpu);
     assert!(
         last.decision.reason.contains("waited for the GPU lease"),
