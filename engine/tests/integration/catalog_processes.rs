@@ -46,11 +46,16 @@ async fn two_processes_creating_scripts_at_once_lose_none() {
     }
     let dir = tempfile::tempdir().unwrap();
     let me = std::env::current_exe().unwrap();
+    // The test's name as the harness knows it: its path within the test crate.
+    let child_test = match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::child_creates_scripts"),
+        None => "child_creates_scripts".to_string(),
+    };
     let children: Vec<_> = ["a", "b"]
         .iter()
         .map(|name| {
             Command::new(&me)
-                .args(["--exact", "child_creates_scripts", "--test-threads", "1"])
+                .args(["--exact", &child_test, "--test-threads", "1"])
                 .env("ACCELSQL_CATALOG_CHILD", name)
                 .env("ACCELSQL_CATALOG_DIR", dir.path())
                 .spawn()
