@@ -58,6 +58,17 @@ pub(crate) struct ServeArgs {
     /// SESSION SET QUERY_TIMEOUT`); restricted sessions may not raise it. 0: no bound.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600.0)]
     statement_timeout: f64,
+    /// The engine's memory pool, shared by every session (e.g. 8GiB): sorts, joins and
+    /// aggregations spill under DATA_DIR/tmp when it is full, and a statement that still does
+    /// not fit fails with 53200 while the others go on. Default: half the machine's memory.
+    #[arg(long, value_name = "SIZE")]
+    memory_limit: Option<String>,
+    /// Every session's memory budget within the pool (e.g. 1GiB; 0: none of its own). Values,
+    /// result batches, prepared statements and bound parameters count against it; sessions may
+    /// lower it (SET accelsql.memory_limit), restricted ones may not raise it. Default: an eighth
+    /// of the pool.
+    #[arg(long, value_name = "SIZE")]
+    session_memory_limit: Option<String>,
     /// End a client's session after it has been idle this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     session_idle_timeout: u64,
@@ -147,6 +158,13 @@ fn positive_seconds(flag: &str, value: f64) -> Result<Duration, CliError> {
     }
 }
 
+/// A size flag's bytes (`8GiB`, `512MB`, a byte count).
+fn size_flag(flag: &str, text: &str) -> Result<usize, CliError> {
+    accelsql_engine::gpu_scheduler::units::parse_bytes(text)
+        .map(|b| usize::try_from(b).unwrap_or(usize::MAX))
+        .map_err(|e| CliError::Terminal(format!("{flag}: {e}")))
+}
+
 async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     let max_lease_hold = positive_seconds("--max-lease-hold", args.max_lease_hold)?;
     let handshake_timeout = positive_seconds("--handshake-timeout", args.handshake_timeout)?;
@@ -157,6 +175,21 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
             args.statement_timeout
         )));
     }
+    let memory_limit = match &args.memory_limit {
+        Some(text) => match size_flag("--memory-limit", text)? {
+            0 => {
+                return Err(CliError::Terminal(
+                    "--memory-limit must be more than 0 bytes".into(),
+                ));
+            }
+            n => n,
+        },
+        None => accelsql_engine::default_memory_limit(),
+    };
+    let session_memory_limit = match &args.session_memory_limit {
+        Some(text) => Some(size_flag("--session-memory-limit", text)?).filter(|n| *n > 0),
+        None => Some(memory_limit / 8),
+    };
     let mut scheduler = SchedulerConfig::from_env()?;
     if let Some(n) = args.simulated_gpus {
         scheduler = scheduler.with_simulated_gpus(n);
@@ -169,6 +202,8 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         max_lease_hold: Some(max_lease_hold),
         statement_timeout: Some(Duration::from_secs_f64(args.statement_timeout))
             .filter(|t| !t.is_zero()),
+        memory_limit: Some(memory_limit),
+        session_memory_limit,
         ..EngineOptions::default()
     };
     if let (Some(address), Some(nodes)) = (&args.cluster, args.nodes) {

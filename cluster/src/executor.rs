@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use ballista_core::config::TaskSchedulingPolicy;
+use ballista_core::extension::SessionConfigExt;
 use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
 
 use crate::codec::ClusterCodec;
@@ -132,6 +133,12 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
             engine.clone(),
         ))),
         override_execution_engine: Some(Arc::new(LeasingEngine::new(engine.clone()))),
+        // accelsql's settings (`accelsql.memory_limit`, …) arrive with each task: the task's
+        // configuration must know them to take them.
+        override_config_producer: Some(Arc::new(|| {
+            datafusion::prelude::SessionConfig::new_with_ballista()
+                .with_option_extension(accelsql_engine::AccelsqlOptions::default())
+        })),
         ..ExecutorProcessConfig::default()
     };
     log::info!(

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use accelsql_engine::SchedulerConfig as DeviceConfig;
 use ballista_core::config::TaskSchedulingPolicy;
+use ballista_core::extension::SessionConfigExt;
 use ballista_scheduler::cluster::{BallistaCluster, ClusterStateEvent};
 use ballista_scheduler::config::{SchedulerConfig, TaskDistributionPolicy};
 use ballista_scheduler::scheduler_process::{create_scheduler, start_grpc_service_with_listener};
@@ -103,6 +104,12 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandl
         task_max_failures: 1,
         stage_max_failures: 1,
         override_physical_codec: Some(Arc::new(ClusterCodec::for_scheduler(engine))),
+        // A job's accelsql settings (`accelsql.memory_limit`, …) reach its tasks only if the
+        // scheduler's session configuration knows them.
+        override_config_producer: Some(Arc::new(|| {
+            datafusion::prelude::SessionConfig::new_with_ballista()
+                .with_option_extension(accelsql_engine::AccelsqlOptions::default())
+        })),
         override_session_builder: Some(Arc::new(move |config| {
             Ok(SessionStateBuilder::new_from_existing(state.clone())
                 .with_config(config)

@@ -877,7 +877,7 @@ impl FlightSqlService for AccelsqlFlightSql {
         if query.query.trim().is_empty() {
             return Err(bad_request_err!("no SQL statement given").into());
         }
-        let handle = client.prepare(query.query);
+        let handle = client.prepare(query.query)?;
         // The result's schema is known when the statement runs (a script's DDL, say, has
         // none to plan): clients read it from the FlightInfo and the stream.
         Ok(ActionCreatePreparedStatementResult {

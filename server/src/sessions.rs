@@ -12,11 +12,15 @@ use std::time::{Duration, Instant};
 
 use accelsql_engine::datafusion::common::ScalarValue;
 use accelsql_engine::datafusion::execution::SendableRecordBatchStream;
+use accelsql_engine::datafusion::execution::memory_pool::MemoryReservation;
 use accelsql_engine::{Engine, Session};
 
 use crate::conn::Connections;
 use crate::error::{Result, ServerError};
 use crate::unknown_handle_err;
+
+/// What a prepared statement costs beyond its text (its handle and entry), in bytes.
+const PREPARED_OVERHEAD: usize = 256;
 
 /// How long an executed statement's result waits for its DoGet before it is dropped.
 pub(crate) const UNCLAIMED_RESULT_TTL: Duration = Duration::from_secs(120);
@@ -27,12 +31,16 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A prepared statement: its text and the parameter rows bound to it (DoPut).
+/// A prepared statement: its text and the parameter rows bound to it (DoPut), both counted
+/// against the session's memory budget while it is open.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Prepared {
     pub(crate) sql: String,
     /// One entry per bound row; empty: no parameters.
     pub(crate) params: Vec<Vec<ScalarValue>>,
+    /// The session memory its text and its parameter rows hold.
+    _text_memory: Option<Arc<MemoryReservation>>,
+    _params_memory: Option<Arc<MemoryReservation>>,
 }
 
 /// An executed statement whose result the client has not fetched yet. Its stream has not been
@@ -141,17 +149,23 @@ impl ClientSession {
         self.new_handle("d")
     }
 
-    /// Keeps a prepared statement; returns its handle.
-    pub(crate) fn prepare(&self, sql: String) -> String {
+    /// Keeps a prepared statement; returns its handle. Its text counts against the session's
+    /// memory budget until it is closed (53200 when it does not fit).
+    pub(crate) fn prepare(&self, sql: String) -> Result<String> {
+        let memory = self
+            .session
+            .reserve_memory("a prepared statement", sql.len() + PREPARED_OVERHEAD)?;
         let handle = self.new_handle("p");
         lock(&self.prepared).insert(
             handle.clone(),
             Prepared {
                 sql,
                 params: Vec::new(),
+                _text_memory: Some(Arc::new(memory)),
+                _params_memory: None,
             },
         );
-        handle
+        Ok(handle)
     }
 
     /// The prepared statement `handle`.
@@ -162,13 +176,24 @@ impl ClientSession {
             .ok_or_else(|| no_prepared(handle))
     }
 
-    /// Binds parameter rows to the prepared statement `handle`.
+    /// Binds parameter rows to the prepared statement `handle`, in place of those bound before;
+    /// they count against the session's memory budget (53200 when they do not fit, and the
+    /// statement is left with none bound).
     pub(crate) fn bind(&self, handle: &str, params: Vec<Vec<ScalarValue>>) -> Result<()> {
         let mut prepared = lock(&self.prepared);
         let entry = prepared
             .get_mut(handle)
             .ok_or_else(|| no_prepared(handle))?;
+        entry.params = Vec::new();
+        entry._params_memory = None;
+        let bytes = params
+            .iter()
+            .flatten()
+            .map(ScalarValue::size)
+            .sum::<usize>();
+        let memory = self.session.reserve_memory("bound parameters", bytes)?;
         entry.params = params;
+        entry._params_memory = Some(Arc::new(memory));
         Ok(())
     }
 
@@ -503,7 +528,7 @@ mod tests {
         let e = s.find(Caller::Token("forged"), None).err().unwrap();
         assert_eq!(e.code(), "28000");
         // A handle of one session is unknown in another.
-        let handle = client_a.prepare("SELECT 1".into());
+        let handle = client_a.prepare("SELECT 1".into()).unwrap();
         assert!(client_a.prepared(&handle).is_ok());
         let other = s.find(Caller::Token(&b), None).unwrap();
         assert_eq!(other.prepared(&handle).unwrap_err().code(), "26000");

@@ -263,6 +263,62 @@ fn users_have_caps_on_sessions_and_statements() {
 }
 
 #[test]
+fn a_session_past_its_memory_budget_gets_53200_and_the_server_goes_on() {
+    mt().block_on(async {
+        let engine = Engine::with_options(EngineOptions {
+            scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+            restricted: true,
+            session_memory_limit: Some(8 << 20),
+            ..EngineOptions::default()
+        })
+        .unwrap();
+        let server = ServerHandle::start(engine, options()).await.unwrap();
+        let mut a = login(&server, "ann").await.unwrap();
+        let mut b = login(&server, "bob").await.unwrap();
+        // A 3 GB string is refused before it is built.
+        let started = Instant::now();
+        let e = query(&mut a, "SELECT length(repeat('x', 3000000000))")
+            .await
+            .unwrap_err();
+        assert_eq!(
+            code_of(&e),
+            (Code::ResourceExhausted, "53200".into()),
+            "{e}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+        // A restricted session cannot raise its budget.
+        let e = query(&mut a, "SET accelsql.memory_limit = '1GiB'")
+            .await
+            .unwrap_err();
+        assert_eq!(code_of(&e).1, "42501", "{e}");
+        // Prepared statements hold their text against the budget: 1 MiB each, 8 MiB in all.
+        let text = format!("SELECT '{}' AS big", "x".repeat(1 << 20));
+        let mut held = Vec::new();
+        let refused = loop {
+            match a.prepare(text.clone(), None).await {
+                Ok(p) => held.push(p),
+                Err(e) => break e,
+            }
+            assert!(held.len() <= 8, "nine 1 MiB statements fit an 8 MiB budget");
+        };
+        assert_eq!(code_of(&refused).1, "53200", "{refused}");
+        assert!(held.len() >= 4, "only {} fit", held.len());
+        // Closing them gives the memory back.
+        for p in held {
+            p.close().await.unwrap();
+        }
+        a.prepare(text, None).await.unwrap();
+        // Both sessions go on.
+        assert_eq!(one(&mut a, "SELECT 41 + 1").await, 42);
+        assert_eq!(
+            one(&mut b, "SELECT CAST(length(repeat('x', 1000)) AS BIGINT)").await,
+            1000
+        );
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
 fn failed_logins_are_rate_limited() {
     mt().block_on(async {
         let server = serve(options()).await;

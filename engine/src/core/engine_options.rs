@@ -41,6 +41,16 @@ pub struct EngineOptions {
     /// freed. A session may change it, but a restricted one only lower it. `None` (the
     /// default): no bound.
     pub statement_timeout: Option<Duration>,
+    /// The engine's memory pool in bytes, shared by all its sessions: operators that can spill
+    /// (sorts, aggregations, joins) spill under `data_dir/tmp` when it is full, and one that
+    /// cannot fails with 53200. `None` (the default): half the machine's memory (or of its
+    /// cgroup's limit), see [`default_memory_limit`](crate::default_memory_limit).
+    pub memory_limit: Option<usize>,
+    /// Every session's memory budget to start with (`accelsql.memory_limit`), within the
+    /// engine's pool: a statement whose reservations pass it fails with 53200. A session may
+    /// change it, but a restricted one only lower it. `None` (the default): no budget of its
+    /// own.
+    pub session_memory_limit: Option<usize>,
     /// Which node of a cluster this engine is (`iproc()`, `exa.meta.node_id`) and how many there
     /// are (`nproc()`, `exa.meta.node_count`); one node of one by default.
     pub node: NodeIdentity,
@@ -92,6 +102,8 @@ impl Default for EngineOptions {
             restricted: false,
             max_lease_hold: None,
             statement_timeout: None,
+            memory_limit: None,
+            session_memory_limit: None,
             node: NodeIdentity::default(),
             distributor: None,
         }

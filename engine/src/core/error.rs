@@ -252,6 +252,9 @@ impl EngineError {
     pub const SESSION_KILLED: &'static str = "57P01";
     /// Code of [`EngineError::UnknownSession`] (SQLSTATE `undefined_object`).
     pub const UNKNOWN_SESSION: &'static str = "42704";
+    /// Code of a statement that does not fit its session's memory budget or the engine's
+    /// memory pool (SQLSTATE `out_of_memory`): DataFusion's "Resources exhausted".
+    pub const OUT_OF_MEMORY: &'static str = "53200";
     /// Code of other I/O failures DataFusion reports (SQLSTATE `io_error`).
     pub const IO_ERROR: &'static str = "58030";
 
@@ -325,7 +328,7 @@ impl EngineError {
             ("Error during planning: ", "42000"),
             ("Schema error: ", "42000"),
             ("This feature is not implemented: ", "0A000"),
-            ("Resources exhausted: ", "53000"),
+            ("Resources exhausted: ", EngineError::OUT_OF_MEMORY),
             ("Invalid or Unsupported Configuration: ", "22023"),
             ("IO error: ", EngineError::IO_ERROR),
         ];
@@ -409,7 +412,7 @@ fn sql_code(e: &DataFusionError) -> &'static str {
         }
         DataFusionError::NotImplemented(_) => "0A000",
         DataFusionError::Configuration(_) => "22023",
-        DataFusionError::ResourcesExhausted(_) => "53000",
+        DataFusionError::ResourcesExhausted(_) => EngineError::OUT_OF_MEMORY,
         DataFusionError::Execution(_) | DataFusionError::ArrowError(..) => "22000",
         // A bad value for a DataFusion setting (`SET datafusion.execution.batch_size = 'x'`)
         // comes as a parse failure wrapped in context, whatever its root: an invalid value.

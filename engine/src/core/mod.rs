@@ -11,6 +11,7 @@ pub(crate) mod calls;
 pub(crate) mod distribute;
 pub(crate) mod engine_options;
 pub(crate) mod error;
+pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod node_leases;
 pub(crate) mod options;

@@ -63,6 +63,9 @@ pub struct AccelsqlOptions {
     /// lease included) to its last row, e.g. '5min'; empty: no bound. Exasol's
     /// `ALTER SESSION SET QUERY_TIMEOUT = <seconds>` sets it (0: no bound).
     pub statement_timeout: String,
+    /// The session's memory budget within the engine's pool, e.g. '2GiB' or '512MB'; empty: no
+    /// budget of its own. A statement whose reservations pass it fails with 53200.
+    pub memory_limit: String,
     /// What a GPU-placed optional call does when the lease is busy: `wait` (default) or `cpu`.
     pub optional_gpu_when_busy: OptionalGpuWhenBusy,
     /// Whether `CREATE SCHEMA s` also makes `s` the current schema, as in Exasol (default true).
@@ -77,6 +80,7 @@ impl Default for AccelsqlOptions {
             gpu_wait_timeout: String::new(),
             udf_timeout: String::new(),
             statement_timeout: String::new(),
+            memory_limit: String::new(),
             optional_gpu_when_busy: OptionalGpuWhenBusy::default(),
             create_schema_opens: true,
             identifier_case: IdentifierCase::default(),
@@ -85,7 +89,7 @@ impl Default for AccelsqlOptions {
 }
 
 /// The settings: name, description.
-const SETTINGS: [(&str, &str); 6] = [
+const SETTINGS: [(&str, &str); 7] = [
     (
         "gpu_wait_timeout",
         "Longest wait for the node's GPU lease, e.g. '30s' or '5min'; empty: the engine's default",
@@ -98,6 +102,11 @@ const SETTINGS: [(&str, &str); 6] = [
         "statement_timeout",
         "Longest time a statement may run, lease wait included, before it is stopped (57T01), \
          e.g. '5min'; empty: no bound (Exasol: ALTER SESSION SET QUERY_TIMEOUT = <seconds>)",
+    ),
+    (
+        "memory_limit",
+        "The session's memory budget within the engine's pool, e.g. '2GiB'; a statement past \
+         it fails with 53200 (operators that can spill do so first); empty: no budget of its own",
     ),
     (
         "optional_gpu_when_busy",
@@ -146,6 +155,7 @@ impl ExtensionOptions for AccelsqlOptions {
                     "gpu_wait_timeout" => self.gpu_wait_timeout.clone(),
                     "udf_timeout" => self.udf_timeout.clone(),
                     "statement_timeout" => self.statement_timeout.clone(),
+                    "memory_limit" => self.memory_limit.clone(),
                     "optional_gpu_when_busy" => self.optional_gpu_when_busy.as_str().to_string(),
                     "create_schema_opens" => self.create_schema_opens.to_string(),
                     "identifier_case" => self.identifier_case.as_str().to_string(),
@@ -159,14 +169,23 @@ impl ExtensionOptions for AccelsqlOptions {
 
 impl AccelsqlOptions {
     /// The settings a session of an engine whose default statement timeout is
-    /// `statement_timeout` starts with.
-    pub(crate) fn for_session(statement_timeout: Option<Duration>) -> Self {
+    /// `statement_timeout` and default session memory budget `memory_limit` starts with.
+    pub(crate) fn for_session(
+        statement_timeout: Option<Duration>,
+        memory_limit: Option<usize>,
+    ) -> Self {
         Self {
             statement_timeout: statement_timeout
                 .map(|d| format!("{}ms", d.as_millis().max(1)))
                 .unwrap_or_default(),
+            memory_limit: memory_limit.map(|b| b.to_string()).unwrap_or_default(),
             ..Self::default()
         }
+    }
+
+    /// The session's memory budget in bytes, if one is set.
+    pub fn memory_limit(&self) -> Result<Option<usize>> {
+        parse_size("accelsql.memory_limit", &self.memory_limit)
     }
 
     /// The lease wait bound, if one is set.
@@ -207,6 +226,17 @@ impl AccelsqlOptions {
                     });
                 }
                 self.statement_timeout = value.to_string();
+            }
+            "memory_limit" => {
+                if parse_size("accelsql.memory_limit", value)? == Some(0) {
+                    return Err(EngineError::InvalidSetting {
+                        name: "accelsql.memory_limit".into(),
+                        message: "a memory budget must be more than 0 bytes; '' (empty) means \
+                                  no budget of its own"
+                            .into(),
+                    });
+                }
+                self.memory_limit = value.to_string();
             }
             "optional_gpu_when_busy" => {
                 self.optional_gpu_when_busy = choose(
@@ -249,6 +279,7 @@ impl AccelsqlOptions {
             "gpu_wait_timeout" => self.gpu_wait_timeout = default.gpu_wait_timeout,
             "udf_timeout" => self.udf_timeout = default.udf_timeout,
             "statement_timeout" => self.statement_timeout = default.statement_timeout,
+            "memory_limit" => self.memory_limit = default.memory_limit,
             "optional_gpu_when_busy" => {
                 self.optional_gpu_when_busy = default.optional_gpu_when_busy
             }
@@ -284,6 +315,20 @@ fn no_such_setting(key: &str) -> EngineError {
             SETTINGS.map(|(n, _)| format!("accelsql.{n}")).join(", ")
         ),
     }
+}
+
+/// The bytes a size setting's text gives (`''`: none), or 22E03.
+pub(crate) fn parse_size(name: &str, text: &str) -> Result<Option<usize>> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    accelsql_gpu_scheduler::units::parse_bytes(text)
+        .map(|b| Some(usize::try_from(b).unwrap_or(usize::MAX)))
+        .map_err(|e| EngineError::InvalidSetting {
+            name: name.into(),
+            message: strip_code(&e.to_string()).to_string(),
+        })
 }
 
 /// The bound a timeout setting's text gives (`''`: none), or 22E03.

@@ -31,6 +31,10 @@ pub(crate) struct EngineState {
     pub(crate) max_lease_hold: Option<Duration>,
     /// [`EngineOptions::statement_timeout`].
     pub(crate) statement_timeout: Option<Duration>,
+    /// [`EngineOptions::session_memory_limit`].
+    pub(crate) session_memory_limit: Option<usize>,
+    /// The memory pool and spill folder every session's runtime shares.
+    pub(crate) runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
     /// [`EngineOptions::node`].
     pub(crate) node: NodeIdentity,
     /// [`EngineOptions::distributor`].
@@ -67,6 +71,12 @@ impl EngineState {
             .map(DeviceLockDir::open)
             .transpose()?;
         let queue = LeaseQueue::with_options(devices.clone(), locks, None);
+        let runtime = super::memory::engine_runtime(
+            options
+                .memory_limit
+                .unwrap_or_else(super::memory::default_memory_limit),
+            options.data_dir.as_deref(),
+        )?;
         Ok(Self {
             id: std::hash::BuildHasher::hash_one(
                 &std::collections::hash_map::RandomState::new(),
@@ -78,6 +88,8 @@ impl EngineState {
             default_wait_timeout: config.lease_wait_timeout,
             max_lease_hold: options.max_lease_hold,
             statement_timeout: options.statement_timeout,
+            session_memory_limit: options.session_memory_limit,
+            runtime,
             node: options.node,
             distributor: options.distributor.clone(),
             next_statement: AtomicU64::new(1),

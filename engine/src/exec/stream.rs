@@ -11,6 +11,7 @@ use accelsql_gpu_scheduler::{Lease, LeaseRequest};
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::{ExecutionPlan, execute_stream};
@@ -284,6 +285,9 @@ pub(crate) struct StatementStream {
     deadline: Option<(Instant, Duration)>,
     /// Ends the statement when its session is ended (`KILL SESSION`).
     kill: Option<Arc<KillSwitch>>,
+    /// The result batch handed out last, counted against the session's memory budget until the
+    /// next is asked for (a batch past the budget fails the statement with 53200).
+    result_memory: MemoryReservation,
 }
 
 impl StatementStream {
@@ -301,6 +305,8 @@ impl StatementStream {
     ) -> DfResult<Self> {
         let deadline = statement_timeout.map(|limit| (Instant::now() + limit, limit));
         let schema = plan.schema();
+        let result_memory =
+            MemoryConsumer::new("the statement's result batch").register(task.memory_pool());
         let queue = engine.queue.clone();
         let max_hold = engine.max_lease_hold;
         // The statement's id and session, not its text: the label reaches other sessions (their
@@ -368,6 +374,7 @@ impl StatementStream {
             report_calls: false,
             deadline,
             kill,
+            result_memory,
         })
     }
 
@@ -403,6 +410,7 @@ impl StatementStream {
 
     fn finish(&mut self) -> Vec<UdfCallRecord> {
         self.state = State::Done;
+        self.result_memory.free();
         if self.recorded {
             return Vec::new();
         }
@@ -592,7 +600,16 @@ impl Stream for StatementStream {
                             this.finish();
                             Poll::Ready(Some(Err(e)))
                         }
-                        other => other,
+                        Poll::Ready(Some(Ok(batch))) => {
+                            if let Err(e) =
+                                this.result_memory.try_resize(batch.get_array_memory_size())
+                            {
+                                this.finish();
+                                return Poll::Ready(Some(Err(e)));
+                            }
+                            Poll::Ready(Some(Ok(batch)))
+                        }
+                        Poll::Pending => Poll::Pending,
                     };
                 }
                 State::Done => return Poll::Ready(None),

@@ -8,8 +8,8 @@
 //! - file access: `CREATE EXTERNAL TABLE`, `COPY … TO`, a file, folder or glob named where a
 //!   table goes, `CREATE FUNCTION`;
 //! - settings, except those in [`FREE_SETTINGS`] (how results look, the time zone, the
-//!   identifier case) and the timeouts (GPU wait, UDF run, statement), which may only be
-//!   lowered (an empty value or a longer bound would lift a limit). `RESET` of a timeout is
+//!   identifier case) and the bounds (GPU wait, UDF run and statement timeouts, the memory
+//!   budget), which may only be lowered (an empty value or a longer bound would lift a limit). `RESET` of a timeout is
 //!   refused for the same reason.
 //!
 //! The checks look at the planned statement, so `EXPLAIN ANALYZE COPY …` and `PREPARE p AS
@@ -61,6 +61,7 @@ const LIMIT_SETTINGS: &[&str] = &[
     "accelsql.gpu_wait_timeout",
     "accelsql.udf_timeout",
     "accelsql.statement_timeout",
+    "accelsql.memory_limit",
 ];
 
 /// Refuses `plan` (and every plan inside it: EXPLAIN's, PREPARE's, sub-queries') if it does
@@ -110,6 +111,19 @@ pub(crate) fn check_setting(name: &str, value: Option<&str>, own: &AccelsqlOptio
                  value instead"
             ));
         };
+        if name == "accelsql.memory_limit" {
+            let wanted = crate::core::options::parse_size(&name, value.trim())?;
+            return match (wanted, own.memory_limit()?) {
+                (Some(wanted), Some(current)) if wanted <= current => Ok(()),
+                (Some(_), None) => Ok(()),
+                (_, current) => Err(restricted_err!(
+                    "SET {name} = '{}' would raise its bound ({} now); a restricted session may \
+                     only lower it",
+                    value.trim(),
+                    current.map_or_else(|| "none".to_string(), |b| format!("{b} bytes"))
+                )),
+            };
+        }
         let current = match name.as_str() {
             "accelsql.gpu_wait_timeout" => own.gpu_wait_timeout()?,
             "accelsql.statement_timeout" => own.statement_timeout()?,

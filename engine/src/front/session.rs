@@ -14,6 +14,7 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::FunctionRegistry;
 use datafusion::execution::RecordBatchStream;
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{AggregateUDF, LogicalPlan, ScalarUDF};
 use datafusion::physical_plan::execute_stream;
@@ -40,6 +41,7 @@ use super::scripts::languages::SessionScripts;
 use super::splitter::split_statements;
 use crate::catalog::files::enable_url_tables;
 use crate::core::error::{EngineError, Result};
+use crate::core::memory::{SessionPool, session_runtime};
 use crate::core::names::exasol_name;
 use crate::core::options::{AccelsqlOptions, IdentifierCase};
 use crate::core::owners::{SessionIdentity, StatementOwner};
@@ -50,6 +52,7 @@ use crate::plan::placement::PlacementRule;
 use crate::plan::statement::StatementScope;
 use crate::udf::node_functions::node_functions;
 use crate::udf::script::udf::ScriptUdf;
+use crate::udf::sized::bound_growing_functions;
 use crate::udf::{
     AccelAggregateUdf, AccelScalarUdf, EmitsAggregate, EmitsScalar, InputType, Output, ScalarUdf,
     SetUdf, as_accel_udf, emits_of, emits_of_aggregate,
@@ -68,6 +71,8 @@ pub struct Session {
     last_statement: std::sync::atomic::AtomicU64,
     /// Its number, user and right to see other sessions' SQL (also a config extension).
     identity: Arc<SessionIdentity>,
+    /// Its memory budget within the engine's pool (`accelsql.memory_limit`).
+    memory: Arc<SessionPool>,
 }
 
 impl std::fmt::Debug for Session {
@@ -90,6 +95,7 @@ impl Session {
         let mut config = SessionConfig::new()
             .with_option_extension(AccelsqlOptions::for_session(
                 engine.state().statement_timeout,
+                engine.state().session_memory_limit,
             ))
             .with_information_schema(true);
         let shared = engine.state();
@@ -106,8 +112,14 @@ impl Session {
         ));
         shared.sessions.add(&identity);
         let config = config.with_extension(Arc::clone(&identity));
+        let memory = Arc::new(SessionPool::new(
+            Arc::clone(&shared.runtime.memory_pool),
+            identity.id,
+        ));
+        memory.set_budget(shared.session_memory_limit);
         let state = SessionStateBuilder::new()
             .with_config(config)
+            .with_runtime_env(session_runtime(&shared.runtime, Arc::clone(&memory)))
             .with_default_features()
             .with_query_planner(Arc::new(AccelQueryPlanner))
             .build();
@@ -116,6 +128,7 @@ impl Session {
             ctx = enable_url_tables(ctx, Arc::clone(&restricted));
         }
         ctx.add_analyzer_rule(Arc::new(EmitsRule));
+        bound_growing_functions(&ctx, &memory);
         let node = shared.node;
         for f in node_functions(node.id as i64, node.count as i64) {
             ctx.register_udf(f);
@@ -141,7 +154,31 @@ impl Session {
             restricted,
             last_statement: std::sync::atomic::AtomicU64::new(0),
             identity,
+            memory,
         }
+    }
+
+    /// This session's memory: its budget (`accelsql.memory_limit`, `None`: only the engine's
+    /// pool bounds it) and what its statements hold now.
+    pub fn memory(&self) -> &SessionPool {
+        &self.memory
+    }
+
+    /// Reserves `bytes` of this session's memory budget for `what` (a server's prepared
+    /// statement, an ingest buffer), held until the reservation is dropped; 53200 when it does
+    /// not fit the session's budget or the engine's pool.
+    pub fn reserve_memory(&self, what: &str, bytes: usize) -> Result<MemoryReservation> {
+        if let Some(own) = self
+            .ctx
+            .state()
+            .config()
+            .options()
+            .extensions
+            .get::<AccelsqlOptions>()
+        {
+            self.memory.set_budget(own.memory_limit()?);
+        }
+        Ok(self.memory.reserve(what, bytes)?)
     }
 
     /// This session's number: unique in its engine, shown as `session` in
@@ -638,7 +675,10 @@ impl Session {
         Some(match options.extensions.get_mut::<AccelsqlOptions>() {
             Some(own) => own.reset_to(
                 &key,
-                &AccelsqlOptions::for_session(self.engine.state().statement_timeout),
+                &AccelsqlOptions::for_session(
+                    self.engine.state().statement_timeout,
+                    self.engine.state().session_memory_limit,
+                ),
             ),
             None => Ok(()),
         })
@@ -762,6 +802,7 @@ impl Session {
             _ => {}
         }
         let wait_timeout = own.gpu_wait_timeout()?.or(engine.default_wait_timeout);
+        self.memory.set_budget(own.memory_limit()?);
         let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
         // Writes (INSERT into this session's tables, COPY TO) change this process's state:
         // they run here; queries go to the distributor, if any.

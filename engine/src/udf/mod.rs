@@ -20,6 +20,7 @@ pub(crate) mod registry;
 mod scalar;
 pub(crate) mod script;
 mod set;
+pub(crate) mod sized;
 
 pub use self::aggregate::aggregate_runs_only_in_this_process;
 pub(crate) use self::aggregate::{AccelAggregateUdf, as_accel_aggregate};

@@ -8,6 +8,7 @@ mod catalog_processes;
 mod exasol;
 mod files;
 mod kill_session;
+mod memory;
 mod placement;
 mod restricted;
 mod scripts;

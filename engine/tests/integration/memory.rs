@@ -1,0 +1,169 @@
+//! Memory budgets (`EngineOptions::memory_limit`, `accelsql.memory_limit`): a value or a result
+//! too large for the session's budget fails with 53200 before it is built, sorts spill under the
+//! data directory instead of failing, the engine's pool bounds all sessions together, and a
+//! restricted session may only lower its budget. The session goes on after each failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
+
+use std::time::{Duration, Instant};
+
+use accelsql_engine::{Engine, EngineError, EngineOptions, SchedulerConfig, Session, testing};
+
+fn engine(memory_limit: Option<usize>, data_dir: Option<&std::path::Path>) -> Engine {
+    Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+        memory_limit,
+        data_dir: data_dir.map(|d| d.to_path_buf()),
+        ..EngineOptions::default()
+    })
+    .unwrap()
+}
+
+async fn run(s: &Session, sql: &str) -> Vec<String> {
+    testing::query_rows(s, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Runs `sql`, which must fail with 53200 within a few seconds; returns the message.
+async fn out_of_memory(s: &Session, sql: &str) -> String {
+    let started = Instant::now();
+    let e = s.sql(sql).await.expect_err(sql);
+    assert_eq!(e.code(), EngineError::OUT_OF_MEMORY, "{sql}: {e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{sql} took {:?} to fail: it built its output first",
+        started.elapsed()
+    );
+    e.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_value_fails_before_it_is_built_and_the_session_goes_on() {
+    let s = engine(None, None).session();
+    run(&s, "SET accelsql.memory_limit = '64MiB'").await;
+    // 3 GB from a 1-character string: refused at once, naming the budget.
+    let message = out_of_memory(&s, "SELECT length(repeat('x', 3000000000))").await;
+    assert!(message.contains("repeat()"), "{message}");
+    assert!(message.contains("accelsql.memory_limit"), "{message}");
+    out_of_memory(&s, "SELECT length(lpad('x', 800000000, 'ab'))").await;
+    out_of_memory(
+        &s,
+        "SELECT length(rpad(v, 200000000)) FROM (VALUES ('a'), ('b')) t(v)",
+    )
+    .await;
+    // Per row: a column of counts that together pass the budget.
+    out_of_memory(
+        &s,
+        "SELECT sum(length(repeat('xyz', 100000 + value))) FROM generate_series(1, 1000)",
+    )
+    .await;
+    // Values that fit are built, and nothing stays reserved.
+    assert_eq!(
+        run(&s, "SELECT length(repeat('ab', 1000000))").await,
+        ["2000000"]
+    );
+    assert_eq!(s.memory().used(), 0);
+    assert_eq!(s.memory().budget(), Some(64 << 20));
+    // Without a budget of its own the session is bounded by the engine's pool.
+    run(&s, "RESET accelsql.memory_limit").await;
+    assert_eq!(run(&s, "SELECT length(repeat('ab', 10))").await, ["20"]);
+    assert_eq!(s.memory().budget(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_pool_bounds_every_session() {
+    let engine = engine(Some(32 << 20), None);
+    let (a, b) = (engine.session(), engine.session());
+    let message = out_of_memory(&a, "SELECT length(repeat('x', 100000000))").await;
+    assert!(message.contains("repeat()"), "{message}");
+    assert_eq!(
+        run(&b, "SELECT length(repeat('x', 1000000))").await,
+        ["1000000"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_batch_past_the_budget_fails_with_53200() {
+    let s = engine(None, None).session();
+    run(&s, "SET accelsql.memory_limit = '1MiB'").await;
+    // Each 8192-row batch of ~500-byte strings is ~4 MB: past the budget.
+    let message = out_of_memory(
+        &s,
+        "SELECT concat(repeat('x', 500), v) FROM generate_series(1, 20000) t(v)",
+    )
+    .await;
+    assert!(message.contains("result batch"), "{message}");
+    // Small results are fine, batch after batch.
+    assert_eq!(
+        run(&s, "SELECT count(*) FROM generate_series(1, 100000)").await,
+        ["100000"]
+    );
+    assert_eq!(s.memory().used(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sort_larger_than_the_pool_spills_under_the_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(Some(24 << 20), Some(dir.path()));
+    let s = engine.session();
+    run(&s, "SET datafusion.execution.target_partitions = 1").await;
+    // Sorting 4M rows of two 8-byte columns (64 MB) within a 24 MiB pool: it spills.
+    let sql = "SELECT sum(r * v) FROM (SELECT v, row_number() OVER (ORDER BY v DESC) AS r \
+               FROM (SELECT value % 1000003 AS v FROM generate_series(1, 4000000)))";
+    let explained = run(&s, &format!("EXPLAIN ANALYZE {sql}")).await.join("\n");
+    let spilled = explained
+        .split("spill_count=")
+        .skip(1)
+        .filter_map(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum::<u64>();
+    assert!(spilled > 0, "no spill in:\n{explained}");
+    assert!(dir.path().join("tmp").is_dir());
+    // The answer is the one an unbounded engine gives.
+    let bounded = run(&s, sql).await;
+    let unbounded = run(&engine_unbounded_session(), sql).await;
+    assert_eq!(bounded, unbounded);
+}
+
+fn engine_unbounded_session() -> Session {
+    engine(None, None).session()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restricted_session_may_only_lower_its_budget() {
+    let engine = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+        session_memory_limit: Some(256 << 20),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let s = engine.session();
+    let shown = "SELECT value FROM information_schema.df_settings \
+                 WHERE name = 'accelsql.memory_limit'";
+    assert_eq!(run(&s, shown).await, [(256u64 << 20).to_string()]);
+    s.restrict();
+    run(&s, "SET accelsql.memory_limit = '128MiB'").await;
+    for raise in [
+        "SET accelsql.memory_limit = '1GiB'",
+        "SET accelsql.memory_limit = ''",
+        "RESET accelsql.memory_limit",
+        "SET datafusion.runtime.memory_limit = '100G'",
+    ] {
+        let e = s.sql(raise).await.unwrap_err();
+        assert_eq!(e.code(), "42501", "{raise}: {e}");
+    }
+    assert_eq!(run(&s, shown).await, ["128MiB"]);
+    // Nonsense is refused whoever asks.
+    let open = engine.session();
+    for bad in ["'lots'", "'0'", "'-1GB'"] {
+        let e = open
+            .sql(&format!("SET accelsql.memory_limit = {bad}"))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), "22E03", "{bad}: {e}");
+    }
+}
