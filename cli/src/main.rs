@@ -41,7 +41,7 @@ enum Command {
     #[command(subcommand)]
     Gpu(gpu::GpuCommand),
     /// Serve SQL to many clients over Arrow Flight SQL (ADBC, `accelsql.connect("grpc://…")`, any Flight SQL client).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Run a cluster on Apache DataFusion Ballista: a scheduler, executors (one accelsql node
     /// each), or a local cluster of both for trying it out.
     #[command(subcommand)]
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Some(Command::Gpu(command)) => gpu::run(command),
-        Some(Command::Serve(args)) => serve::run(args),
+        Some(Command::Serve(args)) => serve::run(*args),
         Some(Command::Cluster(command)) => cluster::run(command),
         None => shell::run(&cli.shell),
     };
