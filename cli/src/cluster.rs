@@ -61,6 +61,10 @@ pub(crate) enum ClusterCommand {
         /// Where shuffle files go (a temporary directory by default).
         #[arg(long, value_name = "DIR")]
         work_dir: Option<PathBuf>,
+        /// The longest one of a statement's tasks may hold this node's GPU lease, in seconds;
+        /// past it the task fails with 57G03 and the lease goes to the next in line.
+        #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+        max_lease_hold: f64,
     },
     /// Start a scheduler and N executors on 127.0.0.1 as child processes. The first line of
     /// output is `scheduler: HOST:PORT`; runs until interrupted, then stops every process it
@@ -119,7 +123,14 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
                 vcores,
                 bind_host,
                 work_dir,
+                max_lease_hold,
             } => {
+                if !(max_lease_hold.is_finite() && max_lease_hold > 0.0) {
+                    return Err(CliError::Terminal(format!(
+                        "--max-lease-hold must be a positive number of seconds, not \
+                         {max_lease_hold}"
+                    )));
+                }
                 let mut devices = SchedulerConfig::from_env()?;
                 if let Some(n) = simulated_gpus {
                     devices = devices.with_simulated_gpus(n);
@@ -127,8 +138,9 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
                 if let Some(list) = gpus {
                     devices = devices.with_visible_devices(list);
                 }
-                let mut options =
-                    ExecutorOptions::new(scheduler, NodeOptions::new(node_id, nodes, devices));
+                let mut node = NodeOptions::new(node_id, nodes, devices);
+                node.max_lease_hold = Some(std::time::Duration::from_secs_f64(max_lease_hold));
+                let mut options = ExecutorOptions::new(scheduler, node);
                 options.vcores = vcores;
                 options.bind_host = bind_host;
                 options.work_dir = work_dir;

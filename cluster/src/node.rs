@@ -26,6 +26,9 @@ pub struct NodeOptions {
     pub devices: SchedulerConfig,
     /// Registers the embedding application's UDFs on the node's engine.
     pub configure: Option<ConfigureEngine>,
+    /// The longest one of a statement's tasks may hold the node's GPU lease; past it the task
+    /// fails with 57G03 and the lease goes to the next in line. `None`: no limit.
+    pub max_lease_hold: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for NodeOptions {
@@ -35,6 +38,7 @@ impl std::fmt::Debug for NodeOptions {
             .field("count", &self.count)
             .field("devices", &self.devices)
             .field("configure", &self.configure.is_some())
+            .field("max_lease_hold", &self.max_lease_hold)
             .finish()
     }
 }
@@ -48,6 +52,7 @@ impl NodeOptions {
             count,
             devices,
             configure: None,
+            max_lease_hold: None,
         }
     }
 
@@ -66,6 +71,7 @@ impl NodeOptions {
                 id: self.id,
                 count: self.count,
             },
+            max_lease_hold: self.max_lease_hold,
             ..EngineOptions::default()
         })?;
         if let Some(configure) = &self.configure {

@@ -4,8 +4,9 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
-use accelsql_engine::{Engine, EngineError};
+use accelsql_engine::{AccelsqlOptions, Engine, EngineError};
 use ballista_core::JobId;
 use ballista_core::serde::protobuf::{
     RuntimeStatsReport, ShuffleWritePartition, TaskColumnStats, WindowStateReport,
@@ -56,12 +57,20 @@ impl ExecutionEngine for LeasingEngine {
             work_dir,
             config,
         )?;
+        // The statement's timeout travels with its settings: a task past it stops here too,
+        // freeing the node's lease and workers, whether or not the client is still there.
+        let timeout = config
+            .options()
+            .extensions
+            .get::<AccelsqlOptions>()
+            .and_then(|own| own.statement_timeout().ok().flatten());
         Ok(Arc::new(LeasedStage {
             inner,
             statement,
             plan,
             engine: self.engine.clone(),
             label,
+            timeout,
         }))
     }
 }
@@ -87,6 +96,8 @@ struct LeasedStage {
     plan: Arc<dyn ExecutionPlan>,
     engine: Engine,
     label: String,
+    /// The statement's timeout (`accelsql.statement_timeout`), bounding this task from its start.
+    timeout: Option<Duration>,
 }
 
 impl fmt::Debug for LeasedStage {
@@ -108,18 +119,39 @@ impl QueryStageExecutor for LeasedStage {
         task_id: usize,
         context: Arc<TaskContext>,
     ) -> Result<Vec<ShuffleWritePartition>> {
-        let lease = self
-            .engine
-            .lease_for_plan(&self.plan, &self.statement, self.label.clone())
-            .await
-            .map_err(|e| coded(e.into_datafusion()))?;
-        let done = self.inner.execute_query_stage(task_id, context).await;
-        // Before the scheduler hears of the task's end, so the client that reads
-        // `accelsql.udf_calls` after its statement finds its calls there.
-        self.engine
-            .record_task_calls(&self.plan, &self.statement, &lease);
-        drop(lease);
-        done.map_err(coded)
+        let run = async {
+            let lease = self
+                .engine
+                .lease_for_plan(&self.plan, &self.statement, self.label.clone())
+                .await
+                .map_err(|e| coded(e.into_datafusion()))?;
+            let work = self.inner.execute_query_stage(task_id, context);
+            let done = match self.engine.max_lease_hold() {
+                // A task that holds the GPUs longer than the node allows gives them up (57G03).
+                Some(limit) if lease.holds_devices() => {
+                    tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+                        Err(EngineError::LeaseHeldTooLong { limit }.into_datafusion())
+                    })
+                }
+                _ => work.await,
+            };
+            // Before the scheduler hears of the task's end, so the client that reads
+            // `accelsql.udf_calls` after its statement finds its calls there.
+            self.engine
+                .record_task_calls(&self.plan, &self.statement, &lease);
+            drop(lease);
+            done.map_err(coded)
+        };
+        match self.timeout {
+            // Dropping the task's future drops its plan (its script workers are killed) and
+            // its lease.
+            Some(limit) => tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
+                Err(coded(
+                    EngineError::StatementTimeout { limit }.into_datafusion(),
+                ))
+            }),
+            None => run.await,
+        }
     }
 
     fn collect_plan_metrics(&self) -> Vec<MetricsSet> {

@@ -109,7 +109,7 @@ impl Drop for TestCluster {
 }
 
 async fn start_cluster() -> TestCluster {
-    start_cluster_with(&[2; NODES]).await
+    start_cluster_with(&[2; NODES], None).await
 }
 
 /// A cluster whose node k has `gpus[k]` simulated GPUs.
@@ -129,7 +129,10 @@ impl log::Log for ErrorLog {
 }
 static ERROR_LOG: ErrorLog = ErrorLog;
 
-async fn start_cluster_with(gpus: &[usize; NODES]) -> TestCluster {
+async fn start_cluster_with(
+    gpus: &[usize; NODES],
+    max_lease_hold: Option<Duration>,
+) -> TestCluster {
     let _ = log::set_logger(&ERROR_LOG);
     log::set_max_level(log::LevelFilter::Error);
     let scheduler = start_scheduler(SchedulerOptions {
@@ -152,6 +155,7 @@ async fn start_cluster_with(gpus: &[usize; NODES]) -> TestCluster {
             e.register_scalar_udf(gpu_where())
         });
         options.configure = Some(configure);
+        options.max_lease_hold = max_lease_hold;
         let mut executor = ExecutorOptions::new(address.clone(), options);
         executor.vcores = 2;
         executors.push(tokio::spawn(async move {
@@ -510,7 +514,7 @@ async fn a_required_gpu_call_runs_on_each_nodes_own_leased_devices() {
 
     // A node without GPUs fails a required call with 22069, naming itself.
     drop(cluster);
-    let cluster = start_cluster_with(&[2, 0, 2]).await;
+    let cluster = start_cluster_with(&[2, 0, 2], None).await;
     let engine = client(&cluster).await;
     let e = engine.session().sql(&sql).await.unwrap_err();
     assert_eq!(e.code(), "22069", "{e}");
@@ -584,6 +588,76 @@ async fn two_clients_gpu_statements_take_turns_on_each_node() {
                 );
             }
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_statement_timeout_stops_the_nodes_tasks_and_frees_their_leases() {
+    let cluster = start_cluster().await;
+    let s = client(&cluster).await.session();
+    let dir = parquet_dir().await;
+    create_hang(&s).await;
+    s.sql("SET accelsql.statement_timeout = '2s'")
+        .await
+        .unwrap();
+    stopped_with(&s, &dir, "57T01").await;
+}
+
+/// A node's `--max-lease-hold` stops a task that holds its GPUs too long (57G03).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_nodes_max_lease_hold_stops_a_task_holding_its_gpus() {
+    let cluster = start_cluster_with(&[2; NODES], Some(Duration::from_secs(2))).await;
+    let s = client(&cluster).await.session();
+    let dir = parquet_dir().await;
+    create_hang(&s).await;
+    stopped_with(&s, &dir, "57G03").await;
+}
+
+/// `hang(x)`: a GPU script that sleeps a minute.
+async fn create_hang(s: &accelsql_engine::Session) {
+    s.sql(
+        "CREATE PYTHON3 SCALAR SCRIPT hang(x BIGINT) RETURNS BIGINT AS\n\
+         %perInstanceRequiredAcceleratorDevices GpuNvidia;\n\
+         import time\n\
+         def run(ctx):\n    time.sleep(60)\n    return ctx.x\n/",
+    )
+    .await
+    .unwrap();
+}
+
+/// Runs `hang` over the files of `dir`, which must fail with `code` within seconds; then every
+/// node's lease must be free well before the scripts' minute: the nodes stopped their tasks.
+async fn stopped_with(s: &accelsql_engine::Session, dir: &tempfile::TempDir, code: &str) {
+    let started = std::time::Instant::now();
+    let e = s
+        .sql(&format!(
+            "SELECT sum(hang(x)) FROM '{}/'",
+            dir.path().display()
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), code, "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    s.sql("RESET accelsql.statement_timeout").await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let held = rows(
+            &s.sql("SELECT count(*) FROM accelsql.gpu_leases WHERE state = 'holding'")
+                .await
+                .unwrap(),
+        );
+        if held == [["0"]] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a node still holds its lease: {held:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -187,6 +187,13 @@ pub struct NodeLease {
     waited: Option<Duration>,
 }
 
+impl NodeLease {
+    /// Whether the task holds a share of the node's GPUs (its plan has a GPU-placed call).
+    pub fn holds_devices(&self) -> bool {
+        self._shared.is_some()
+    }
+}
+
 /// A cluster node's side of placed calls: its engine's state and UDFs, which the calls that
 /// arrive with a task's plan run on. [`Engine`](crate::Engine)'s methods of the same names
 /// (`decode_placed_udf`, `lease_for_plan`, …) are the public face of these, and say more.

@@ -101,6 +101,12 @@ impl Engine {
         &self.inner.state.devices
     }
 
+    /// The longest a statement may hold the node's GPU lease
+    /// ([`EngineOptions::max_lease_hold`](crate::EngineOptions::max_lease_hold)).
+    pub fn max_lease_hold(&self) -> Option<std::time::Duration> {
+        self.inner.state.max_lease_hold
+    }
+
     /// The node lease queue (for introspection).
     pub fn lease_queue(&self) -> &LeaseQueue {
         &self.inner.state.queue

@@ -19,8 +19,6 @@
 //! [`Session::restrict`]: crate::Session::restrict
 //! [`EngineOptions::restricted`]: crate::EngineOptions::restricted
 
-use std::time::Duration;
-
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, Statement};
 
@@ -111,34 +109,20 @@ pub(crate) fn check_setting(name: &str, value: Option<&str>, own: &AccelsqlOptio
                  value instead"
             ));
         };
-        if name == "accelsql.memory_limit" {
-            let wanted = crate::core::options::parse_size(&name, value.trim())?;
-            return match (wanted, own.memory_limit()?) {
-                (Some(wanted), Some(current)) if wanted <= current => Ok(()),
-                (Some(_), None) => Ok(()),
-                (_, current) => Err(restricted_err!(
-                    "SET {name} = '{}' would raise its bound ({} now); a restricted session may \
-                     only lower it",
-                    value.trim(),
-                    current.map_or_else(|| "none".to_string(), |b| format!("{b} bytes"))
-                )),
+        let value = value.trim();
+        return if name == "accelsql.memory_limit" {
+            let wanted = crate::core::options::parse_size(&name, value)?;
+            only_lower(&name, value, wanted, own.memory_limit()?, |b| {
+                format!("{b} bytes")
+            })
+        } else {
+            let current = match name.as_str() {
+                "accelsql.gpu_wait_timeout" => own.gpu_wait_timeout()?,
+                "accelsql.statement_timeout" => own.statement_timeout()?,
+                _ => own.udf_timeout()?,
             };
-        }
-        let current = match name.as_str() {
-            "accelsql.gpu_wait_timeout" => own.gpu_wait_timeout()?,
-            "accelsql.statement_timeout" => own.statement_timeout()?,
-            _ => own.udf_timeout()?,
-        };
-        let wanted = crate::core::options::parse_timeout(&name, value.trim())?;
-        return match (wanted, current) {
-            (Some(wanted), Some(current)) if wanted <= current => Ok(()),
-            (Some(_), None) => Ok(()),
-            (_, current) => Err(restricted_err!(
-                "SET {name} = '{}' would raise its bound ({} now); a restricted session may \
-                 only lower it",
-                value.trim(),
-                show(current)
-            )),
+            let wanted = crate::core::options::parse_timeout(&name, value)?;
+            only_lower(&name, value, wanted, current, |d| format!("{d:?}"))
         };
     }
     Err(restricted_err!(
@@ -149,9 +133,24 @@ pub(crate) fn check_setting(name: &str, value: Option<&str>, own: &AccelsqlOptio
     ))
 }
 
-/// A bound as a user reads it.
-fn show(bound: Option<Duration>) -> String {
-    bound.map_or_else(|| "none".to_string(), |d| format!("{d:?}"))
+/// Ok when `wanted` (the bound `SET name = value` asks for; `None`: none) is no higher than
+/// `current` (`None`: none); 42501 naming the current bound (as `show` prints it) otherwise.
+fn only_lower<T: PartialOrd>(
+    name: &str,
+    value: &str,
+    wanted: Option<T>,
+    current: Option<T>,
+    show: impl Fn(T) -> String,
+) -> Result<()> {
+    match (wanted, current) {
+        (Some(wanted), Some(current)) if wanted <= current => Ok(()),
+        (Some(_), None) => Ok(()),
+        (_, current) => Err(restricted_err!(
+            "SET {name} = '{value}' would raise its bound ({} now); a restricted session may \
+             only lower it",
+            current.map_or_else(|| "none".to_string(), show)
+        )),
+    }
 }
 
 #[cfg(test)]
