@@ -24,6 +24,7 @@ use accelsql_udf_runtime::AcceleratorRequest;
 use crate::core::EngineState;
 use crate::core::calls::{Placement, PlacementDecision, UdfCallRecord};
 use crate::core::error::EngineError;
+use crate::core::memory::SessionPool;
 use crate::core::options::OptionalGpuWhenBusy;
 use crate::core::owners::{KillSwitch, lease_label};
 use crate::plan::statement::StatementScope;
@@ -287,7 +288,7 @@ pub(crate) struct StatementStream {
     kill: Option<Arc<KillSwitch>>,
     /// The result batch handed out last, counted against the session's memory budget until the
     /// next is asked for (a batch past the budget fails the statement with 53200).
-    result_memory: MemoryReservation,
+    result_memory: Option<MemoryReservation>,
 }
 
 impl StatementStream {
@@ -305,8 +306,15 @@ impl StatementStream {
     ) -> DfResult<Self> {
         let deadline = statement_timeout.map(|limit| (Instant::now() + limit, limit));
         let schema = plan.schema();
-        let result_memory =
-            MemoryConsumer::new("the statement's result batch").register(task.memory_pool());
+        // Counted against the session's budget; a session that set DataFusion's own runtime
+        // (`SET datafusion.runtime.memory_limit`) keeps DataFusion's rules.
+        let result_memory = task
+            .memory_pool()
+            .downcast_ref::<SessionPool>()
+            .is_some()
+            .then(|| {
+                MemoryConsumer::new("the statement's result batch").register(task.memory_pool())
+            });
         let queue = engine.queue.clone();
         let max_hold = engine.max_lease_hold;
         // The statement's id and session, not its text: the label reaches other sessions (their
@@ -410,7 +418,9 @@ impl StatementStream {
 
     fn finish(&mut self) -> Vec<UdfCallRecord> {
         self.state = State::Done;
-        self.result_memory.free();
+        if let Some(r) = &mut self.result_memory {
+            r.free();
+        }
         if self.recorded {
             return Vec::new();
         }
@@ -601,8 +611,10 @@ impl Stream for StatementStream {
                             Poll::Ready(Some(Err(e)))
                         }
                         Poll::Ready(Some(Ok(batch))) => {
-                            if let Err(e) =
-                                this.result_memory.try_resize(batch.get_array_memory_size())
+                            if let Some(Err(e)) = this
+                                .result_memory
+                                .as_mut()
+                                .map(|r| r.try_resize(batch.get_array_memory_size()))
                             {
                                 this.finish();
                                 return Poll::Ready(Some(Err(e)));

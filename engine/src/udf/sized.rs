@@ -116,6 +116,15 @@ impl ScalarUDFImpl for SizedOutput {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let bytes = output_bytes(self.growth, &args.args, args.number_rows)?;
+        // Past what one i32-offset string array holds, DataFusion's `repeat` refuses before it
+        // allocates, with its own error: let it say so.
+        let small_offsets = args
+            .args
+            .first()
+            .is_some_and(|a| a.data_type() != DataType::LargeUtf8);
+        if self.growth == Growth::Repeat && small_offsets && bytes > i32::MAX as usize {
+            return self.inner.invoke_with_args(args);
+        }
         let what = format!("{}()", self.name());
         // The statement's session budget travels with its plan: a cluster's executor, whose
         // pool is its own, holds the call to it too.
