@@ -8,12 +8,46 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use accelsql_cluster::{
-    ExecutorOptions, LocalCluster, LocalClusterOptions, NodeOptions, READY_PREFIX, SchedulerOptions,
+    ClusterAuth, ExecutorOptions, LocalCluster, LocalClusterOptions, NodeOptions, READY_PREFIX,
+    SchedulerOptions,
 };
 use accelsql_engine::SchedulerConfig;
 use clap::Subcommand;
 
 use crate::error::CliError;
+
+/// How a cluster process (or a client of the cluster) proves itself and checks its peers.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct ClusterAuthArgs {
+    /// The cluster's secret (`accelsql cluster secret --out FILE` makes one; owner-only): every
+    /// connection between the cluster's processes and clients is mutual TLS from it. Without
+    /// it (or --tls-*) the processes listen on loopback only.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) secret_file: Option<PathBuf>,
+    /// Mutual TLS with your own certificates instead: this process's certificate (PEM, valid
+    /// for server and client authentication, naming the host peers connect to).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_key", "tls_ca"], conflicts_with = "secret_file")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert (owner-only).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// The authority whose certificates this process accepts from its peers.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub(crate) tls_ca: Option<PathBuf>,
+}
+
+impl ClusterAuthArgs {
+    /// The authentication these options ask for.
+    pub(crate) fn auth(&self) -> Result<ClusterAuth, CliError> {
+        ClusterAuth::from_options(
+            self.secret_file.as_deref(),
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_ca.as_deref(),
+        )
+        .map_err(cluster_err)
+    }
+}
 
 /// The subcommands of `accelsql cluster`.
 #[derive(Debug, Subcommand)]
@@ -21,9 +55,14 @@ pub(crate) enum ClusterCommand {
     /// Start a scheduler. Its first line of output is `scheduler: HOST:PORT`; SIGINT/SIGTERM
     /// stops it.
     Scheduler {
-        /// Address and port to listen on (port 0: any free port).
+        /// Address and port to listen on (port 0: any free port). Without --secret-file (or
+        /// --tls-*), loopback only.
         #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:50050")]
         listen: SocketAddr,
+        /// The cluster's node count: executors claiming another count, or a node number
+        /// outside it, are refused (by default the first executor to register sets it).
+        #[arg(long, value_name = "N")]
+        nodes: Option<usize>,
         /// Print `executors registered: N` once N executors have registered.
         #[arg(long, value_name = "N")]
         wait_for_executors: Option<usize>,
@@ -31,6 +70,8 @@ pub(crate) enum ClusterCommand {
         /// that were running (error 58C02 to their clients).
         #[arg(long, value_name = "SECONDS", default_value_t = 15)]
         executor_timeout: u64,
+        #[command(flatten)]
+        auth: ClusterAuthArgs,
     },
     /// Start an executor: node K of N, with its own devices and GPU lease queue. Runs until
     /// the scheduler stops it or SIGINT/SIGTERM.
@@ -38,12 +79,13 @@ pub(crate) enum ClusterCommand {
         /// The scheduler, HOST:PORT.
         #[arg(long, value_name = "HOST:PORT")]
         scheduler: String,
-        /// This node's number, 0..N (`iproc()`).
+        /// This node's number, 0..N (`iproc()`); the scheduler refuses a number another running
+        /// executor holds.
         #[arg(long, value_name = "K", default_value_t = 0)]
         node_id: usize,
-        /// The number of nodes (`nproc()`).
-        #[arg(long, value_name = "N", default_value_t = 1)]
-        nodes: usize,
+        /// The number of nodes (`nproc()`); by default the scheduler's.
+        #[arg(long, value_name = "N")]
+        nodes: Option<usize>,
         /// The node's GPUs, listed as CUDA_VISIBLE_DEVICES lists them (indices or UUIDs; the
         /// default is CUDA_VISIBLE_DEVICES, else every GPU NVML sees). Executors sharing a
         /// machine should get different GPUs (or share ACCELSQL_DEVICE_LOCK_DIR).
@@ -65,10 +107,13 @@ pub(crate) enum ClusterCommand {
         /// past it the task fails with 57G03 and the lease goes to the next in line.
         #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
         max_lease_hold: f64,
+        #[command(flatten)]
+        auth: ClusterAuthArgs,
     },
-    /// Start a scheduler and N executors on 127.0.0.1 as child processes. The first line of
-    /// output is `scheduler: HOST:PORT`; runs until interrupted, then stops every process it
-    /// started.
+    /// Start a scheduler and N executors on 127.0.0.1 as child processes, with a secret of
+    /// their own. The first line of output is `scheduler: HOST:PORT`, the second
+    /// `secret-file: PATH` (clients pass it as --secret-file); runs until interrupted, then
+    /// stops every process it started and removes the secret.
     Local {
         /// How many executors (nodes).
         #[arg(long, value_name = "N", default_value_t = 3)]
@@ -79,6 +124,12 @@ pub(crate) enum ClusterCommand {
         /// Tasks each executor runs at once (0: one per core).
         #[arg(long, value_name = "N", default_value_t = 0)]
         vcores: usize,
+    },
+    /// Write a new cluster secret (owner-only, 0600) for --secret-file; refuses to overwrite.
+    Secret {
+        /// The file to create.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
     },
 }
 
@@ -103,6 +154,15 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
     {
         return local(executors, simulated_gpus_per_executor, vcores);
     }
+    if let ClusterCommand::Secret { out } = &command {
+        ClusterAuth::write_secret_file(out).map_err(cluster_err)?;
+        eprintln!(
+            "accelsql cluster: wrote a new secret to {} (owner-only); give it to every process \
+             of the cluster and its clients as --secret-file",
+            out.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -111,9 +171,20 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
         match command {
             ClusterCommand::Scheduler {
                 listen,
+                nodes,
                 wait_for_executors,
                 executor_timeout,
-            } => scheduler(listen, wait_for_executors, executor_timeout).await,
+                auth,
+            } => {
+                let options = SchedulerOptions {
+                    listen,
+                    nodes,
+                    executor_timeout: Duration::from_secs(executor_timeout.max(1)),
+                    auth: auth.auth()?,
+                    ..SchedulerOptions::default()
+                };
+                scheduler(options, wait_for_executors).await
+            }
             ClusterCommand::Executor {
                 scheduler,
                 node_id,
@@ -124,6 +195,7 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
                 bind_host,
                 work_dir,
                 max_lease_hold,
+                auth,
             } => {
                 if !(max_lease_hold.is_finite() && max_lease_hold > 0.0) {
                     return Err(CliError::Terminal(format!(
@@ -138,37 +210,34 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
                 if let Some(list) = gpus {
                     devices = devices.with_visible_devices(list);
                 }
-                let mut node = NodeOptions::new(node_id, nodes, devices);
+                // 0: the scheduler says.
+                let mut node = NodeOptions::new(node_id, nodes.unwrap_or(0), devices);
                 node.max_lease_hold = Some(std::time::Duration::from_secs_f64(max_lease_hold));
                 let mut options = ExecutorOptions::new(scheduler, node);
                 options.vcores = vcores;
                 options.bind_host = bind_host;
                 options.work_dir = work_dir;
+                options.auth = auth.auth()?;
                 accelsql_cluster::run_executor(options)
                     .await
                     .map_err(cluster_err)?;
                 Ok(ExitCode::SUCCESS)
             }
-            ClusterCommand::Local { .. } => Ok(ExitCode::SUCCESS),
+            ClusterCommand::Local { .. } | ClusterCommand::Secret { .. } => Ok(ExitCode::SUCCESS),
         }
     })
 }
 
 async fn scheduler(
-    listen: SocketAddr,
+    mut options: SchedulerOptions,
     wait: Option<usize>,
-    executor_timeout: u64,
 ) -> Result<ExitCode, CliError> {
     let events: accelsql_cluster::EventSink =
         std::sync::Arc::new(|line: &str| eprintln!("accelsql cluster scheduler: {line}"));
-    let handle = accelsql_cluster::start_scheduler(SchedulerOptions {
-        listen,
-        events: Some(events),
-        executor_timeout: Duration::from_secs(executor_timeout.max(1)),
-        configure: None,
-    })
-    .await
-    .map_err(cluster_err)?;
+    options.events = Some(events);
+    let handle = accelsql_cluster::start_scheduler(options)
+        .await
+        .map_err(cluster_err)?;
     // The first line of output: scripts and `cluster local` wait for it.
     say(&format!("scheduler: {}", handle.address()))?;
     let ready = async {
@@ -207,9 +276,14 @@ fn local(
     options.vcores = vcores;
     let mut cluster = LocalCluster::start(&options).map_err(cluster_err)?;
     say(&format!("scheduler: {}", cluster.scheduler()))?;
+    let secret = cluster
+        .secret_file()
+        .map(|f| f.display().to_string())
+        .unwrap_or_default();
+    say(&format!("secret-file: {secret}"))?;
     eprintln!(
         "accelsql cluster: {executors} executor(s) registered; connect with \
-         `accelsql --cluster {} --nodes {executors}`; SIGINT/SIGTERM stops every process",
+         `accelsql --cluster {} --secret-file {secret}`; SIGINT/SIGTERM stops every process",
         cluster.scheduler()
     );
     // Wait for a signal; a process that stops on its own ends the whole cluster.

@@ -102,7 +102,7 @@ mod tests {
     }
 
     #[test]
-    fn cluster_options_parse_and_cluster_needs_nodes() {
+    fn cluster_options_parse_and_the_node_count_is_optional() {
         let cli = Cli::try_parse_from([
             "accelsql",
             "cluster",
@@ -126,7 +126,7 @@ mod tests {
         else {
             panic!("not an executor command");
         };
-        assert_eq!((node_id, nodes, gpus.as_deref()), (2, 3, Some("1,0")));
+        assert_eq!((node_id, nodes, gpus.as_deref()), (2, Some(3), Some("1,0")));
         let cli = Cli::try_parse_from([
             "accelsql",
             "--cluster",
@@ -141,7 +141,37 @@ mod tests {
             (cli.shell.cluster.as_deref(), cli.shell.nodes),
             (Some("h:1"), Some(3))
         );
-        assert!(Cli::try_parse_from(["accelsql", "--cluster", "h:1", "-c", "SELECT 1"]).is_err());
+        // The node count comes from the scheduler; a secret file goes with --cluster.
+        let cli = Cli::try_parse_from([
+            "accelsql",
+            "--cluster",
+            "h:1",
+            "--secret-file",
+            "s",
+            "-c",
+            "SELECT 1",
+        ])
+        .unwrap();
+        assert_eq!(cli.shell.nodes, None);
+        assert!(cli.shell.cluster_auth.secret_file.is_some());
+        // Certificates come as all three files, and not with a secret.
+        assert!(Cli::try_parse_from(["accelsql", "--cluster", "h:1", "--tls-cert", "c"]).is_err());
+        assert!(
+            Cli::try_parse_from([
+                "accelsql",
+                "--cluster",
+                "h:1",
+                "--secret-file",
+                "s",
+                "--tls-cert",
+                "c",
+                "--tls-key",
+                "k",
+                "--tls-ca",
+                "a"
+            ])
+            .is_err()
+        );
     }
 
     #[test]

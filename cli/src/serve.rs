@@ -99,12 +99,25 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     restricted: bool,
     /// Run every client's queries on the cluster whose scheduler is at HOST:PORT
-    /// (`accelsql cluster local` prints it); needs --nodes.
-    #[arg(long, value_name = "HOST:PORT", requires = "nodes")]
+    /// (`accelsql cluster local` prints it).
+    #[arg(long, value_name = "HOST:PORT")]
     cluster: Option<String>,
-    /// The number of executors (nodes) of --cluster.
+    /// The number of executors (nodes) of --cluster (by default the scheduler's).
     #[arg(long, value_name = "N", requires = "cluster")]
     nodes: Option<usize>,
+    /// The secret of --cluster (its processes' --secret-file).
+    #[arg(long, value_name = "FILE", requires = "cluster")]
+    cluster_secret_file: Option<PathBuf>,
+    /// Mutual TLS with --cluster from your own certificates: this server's certificate (see
+    /// `accelsql cluster executor --help`).
+    #[arg(long, value_name = "FILE", requires_all = ["cluster", "cluster_tls_key", "cluster_tls_ca"])]
+    cluster_tls_cert: Option<PathBuf>,
+    /// The key of --cluster-tls-cert.
+    #[arg(long, value_name = "FILE", requires = "cluster_tls_cert")]
+    cluster_tls_key: Option<PathBuf>,
+    /// The authority of --cluster's certificates.
+    #[arg(long, value_name = "FILE", requires = "cluster_tls_cert")]
+    cluster_tls_ca: Option<PathBuf>,
     /// Do not log one line per statement on standard error.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -206,8 +219,15 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         session_memory_limit,
         ..EngineOptions::default()
     };
-    if let (Some(address), Some(nodes)) = (&args.cluster, args.nodes) {
-        options = accelsql_cluster::ClusterClient::connect(address, nodes)
+    if let Some(address) = &args.cluster {
+        let auth = accelsql_cluster::ClusterAuth::from_options(
+            args.cluster_secret_file.as_deref(),
+            args.cluster_tls_cert.as_deref(),
+            args.cluster_tls_key.as_deref(),
+            args.cluster_tls_ca.as_deref(),
+        )
+        .map_err(|e| CliError::Cluster(Box::new(e)))?;
+        options = accelsql_cluster::ClusterClient::connect(address, auth, args.nodes)
             .await
             .map_err(|e| CliError::Cluster(Box::new(e)))?
             .engine_options(options);

@@ -61,14 +61,15 @@ fn a_local_cluster_runs_queries_survives_a_lost_executor_and_stops_every_process
     let mut cluster = LocalCluster::start(&local).unwrap();
     let pids: Vec<u32> = (0..3).map(|k| cluster.executor_pid(k).unwrap()).collect();
     let address = cluster.scheduler().to_string();
+    let secret = cluster.secret_file().unwrap().display().to_string();
 
     // The shell, as a user runs it.
     let out = Command::new(BIN)
         .args([
             "--cluster",
             &address,
-            "--nodes",
-            "3",
+            "--secret-file",
+            &secret,
             "--format",
             "csv",
             "-c",
@@ -95,7 +96,9 @@ fn a_local_cluster_runs_queries_survives_a_lost_executor_and_stops_every_process
 
     // A long query loses node 2 half-way: a coded error, in bounded time.
     let engine = runtime.block_on(async {
-        let client = ClusterClient::connect(&address, 3).await.unwrap();
+        let client = ClusterClient::connect(&address, cluster.auth().unwrap(), None)
+            .await
+            .unwrap();
         Engine::with_options(client.engine_options(options())).unwrap()
     });
     let session = engine.session();
@@ -209,7 +212,9 @@ fn scripts_run_in_the_executors_processes_and_their_workers_die_with_a_killed_ex
     let executors: Vec<u32> = (0..3).map(|k| cluster.executor_pid(k).unwrap()).collect();
     let address = cluster.scheduler().to_string();
     let engine = runtime.block_on(async {
-        let client = ClusterClient::connect(&address, 3).await.unwrap();
+        let client = ClusterClient::connect(&address, cluster.auth().unwrap(), None)
+            .await
+            .unwrap();
         Engine::with_options(client.engine_options(options())).unwrap()
     });
     let session = engine.session();
@@ -275,4 +280,148 @@ fn scripts_run_in_the_executors_processes_and_their_workers_die_with_a_killed_ex
             .collect::<Vec<_>>()
     );
     drop(cluster);
+}
+
+/// Runs `accelsql cluster executor` with `args` against `scheduler`; it must end by itself
+/// within 20 seconds, unsuccessfully: its standard error.
+fn refused_executor(scheduler: &str, args: &[&str]) -> String {
+    let start = Instant::now();
+    let mut child = Command::new(BIN)
+        .args([
+            "cluster",
+            "executor",
+            "--scheduler",
+            scheduler,
+            "--vcores",
+            "1",
+        ])
+        .args(["--simulated-gpus", "0"])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let ended = eventually(Duration::from_secs(20), || {
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    if !ended {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        ended,
+        "the refused executor {args:?} did not stop by itself"
+    );
+    assert!(!out.status.success(), "{args:?}");
+    assert!(start.elapsed() < Duration::from_secs(20));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn cluster_local_makes_a_secret_and_refuses_executors_without_it() {
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+
+    // `cluster secret`: owner-only, never overwritten.
+    let dir = tempfile::tempdir().unwrap();
+    let mine = dir.path().join("secret");
+    let out = Command::new(BIN)
+        .args(["cluster", "secret", "--out"])
+        .arg(&mine)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mode = std::fs::metadata(&mine).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let again = Command::new(BIN)
+        .args(["cluster", "secret", "--out"])
+        .arg(&mine)
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+
+    let mut local = Command::new(BIN)
+        .args([
+            "cluster",
+            "local",
+            "--executors",
+            "1",
+            "--simulated-gpus-per-executor",
+            "0",
+        ])
+        .args(["--vcores", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = local.id();
+    let mut lines = std::io::BufReader::new(local.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let second = lines.next().unwrap().unwrap();
+    let scheduler = first.strip_prefix("scheduler: ").expect(&first).to_string();
+    let secret = second
+        .strip_prefix("secret-file: ")
+        .expect(&second)
+        .to_string();
+    let mode = std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    // A client with the secret runs queries; the node count comes from the scheduler.
+    let out = Command::new(BIN)
+        .args([
+            "--cluster",
+            &scheduler,
+            "--secret-file",
+            &secret,
+            "--format",
+            "csv",
+        ])
+        .args(["-c", "SELECT nproc() AS n"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "n\n1");
+    // Without it: a coded refusal.
+    let out = Command::new(BIN)
+        .args(["--cluster", &scheduler, "-c", "SELECT 1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("[28K01]"), "{err}");
+
+    // Executors nobody should have started: no secret, another cluster's, a node that is
+    // held. Each stops by itself, saying why.
+    let err = refused_executor(&scheduler, &["--node-id", "0"]);
+    assert!(err.contains("[28K01]"), "{err}");
+    let wrong = mine.display().to_string();
+    let err = refused_executor(&scheduler, &["--node-id", "0", "--secret-file", &wrong]);
+    assert!(err.contains("[28K01]"), "{err}");
+    let err = refused_executor(&scheduler, &["--node-id", "0", "--secret-file", &secret]);
+    assert!(
+        err.contains("[08K04]") && err.contains("node 0 is held"),
+        "{err}"
+    );
+    // Off loopback without a secret: refused before it starts.
+    let err = refused_executor(&scheduler, &["--bind-host", "0.0.0.0"]);
+    assert!(err.contains("[F0000]"), "{err}");
+
+    // SIGTERM stops the cluster and removes its secret.
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    assert!(eventually(Duration::from_secs(10), || matches!(
+        local.try_wait(),
+        Ok(Some(_))
+    )));
+    assert!(!std::path::Path::new(&secret).exists());
 }

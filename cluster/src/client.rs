@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use accelsql_engine::{EngineError, EngineOptions, NodeIdentity, PlanDistributor};
 use ballista_core::config::BALLISTA_SCHEDULER_MAX_PARTITIONS_PER_TASK;
@@ -35,21 +34,20 @@ use datafusion_proto::physical_plan::{AsExecutionPlan, PhysicalExtensionCodec};
 use datafusion_proto::protobuf::PhysicalPlanNode;
 use futures::{StreamExt, TryStreamExt};
 
+use crate::Result;
 use crate::codec::{ClusterCodec, Decoder};
 use crate::error::config_err;
-use crate::{ClusterError, Result};
-
-/// How long [`ClusterClient::connect`] waits for the scheduler to accept a connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::info::cluster_nodes;
+use crate::security::ClusterAuth;
 
 /// A cluster a session runs its queries on: the scheduler's address and the node count.
 ///
 /// ```no_run
 /// # async fn f() -> accelsql_cluster::Result<()> {
-/// use accelsql_cluster::ClusterClient;
+/// use accelsql_cluster::{ClusterAuth, ClusterClient};
 /// use accelsql_engine::{Engine, EngineOptions};
 ///
-/// let cluster = ClusterClient::connect("127.0.0.1:50050", 3).await?;
+/// let cluster = ClusterClient::connect("127.0.0.1:50050", ClusterAuth::none(), None).await?;
 /// let engine = Engine::with_options(cluster.engine_options(EngineOptions::default()))?;
 /// let rows = engine.session().sql("SELECT iproc(), count(*) FROM 'data/' GROUP BY iproc()").await?;
 /// # Ok(()) }
@@ -57,6 +55,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct ClusterClient {
     address: String,
+    auth: ClusterAuth,
     nodes: usize,
     partitions_per_node: usize,
     devices_per_node: usize,
@@ -67,6 +66,7 @@ impl fmt::Debug for ClusterClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClusterClient")
             .field("address", &self.address)
+            .field("auth", &self.auth)
             .field("nodes", &self.nodes)
             .field("partitions_per_node", &self.partitions_per_node)
             .finish()
@@ -74,25 +74,36 @@ impl fmt::Debug for ClusterClient {
 }
 
 impl ClusterClient {
-    /// A client of the scheduler at `address` (`HOST:PORT`) of a cluster of `nodes` executors;
-    /// fails with 08001 if the scheduler does not accept a connection within 5 seconds.
-    pub async fn connect(address: &str, nodes: usize) -> Result<Self> {
-        if nodes == 0 {
+    /// A client of the scheduler at `address` (`HOST:PORT`), authenticated by `auth` (a
+    /// cluster secret or certificates; [`ClusterAuth::none`] for a loopback cluster without
+    /// one). The node count comes from the scheduler; `nodes` is only needed when no executor
+    /// has registered yet, and must agree with the scheduler's otherwise (22E03).
+    ///
+    /// Fails with 08001 if the scheduler does not answer within 5 seconds, and with 28K01 if
+    /// it refuses this client's credentials (a missing or wrong secret).
+    pub async fn connect(address: &str, auth: ClusterAuth, nodes: Option<usize>) -> Result<Self> {
+        if nodes == Some(0) {
             return config_err!("a cluster has at least one node");
         }
-        let unreachable = |message: String| ClusterError::SchedulerUnreachable {
-            address: address.to_string(),
-            message,
-        };
-        match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(address)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(unreachable(e.to_string())),
-            Err(_) => {
-                return Err(unreachable(format!("no answer within {CONNECT_TIMEOUT:?}")));
+        let nodes = match (cluster_nodes(address, &auth).await?, nodes) {
+            (Some(known), Some(given)) if known != given => {
+                return config_err!(
+                    "the cluster at {address} has {known} node(s), not {given} (--nodes can be \
+                     left out: the scheduler knows)"
+                );
             }
-        }
+            (Some(known), _) => known,
+            (None, Some(given)) => given,
+            (None, None) => {
+                return config_err!(
+                    "the scheduler at {address} does not know the cluster's size yet (no \
+                     executor has registered, and it was started without --nodes): give --nodes N"
+                );
+            }
+        };
         Ok(Self {
             address: address.to_string(),
+            auth,
             nodes,
             partitions_per_node: 1,
             devices_per_node: 1,
@@ -163,6 +174,7 @@ impl PlanDistributor for ClusterClient {
             plan,
             self.address.clone(),
             Arc::clone(&self.codec),
+            self.auth.clone(),
         )))
     }
 
@@ -333,16 +345,19 @@ fn relay_error(e: &datafusion::error::DataFusionError) -> Option<EngineError> {
 pub struct ClusterQueryExec {
     plan: Arc<dyn ExecutionPlan>,
     scheduler: String,
+    auth: ClusterAuth,
     codec: Arc<dyn PhysicalExtensionCodec>,
     properties: Arc<PlanProperties>,
 }
 
 impl ClusterQueryExec {
-    /// Runs `plan` on the cluster whose scheduler is at `scheduler`, encoding it with `codec`.
+    /// Runs `plan` on the cluster whose scheduler is at `scheduler`, encoding it with `codec`,
+    /// connecting to the scheduler and executors with `auth`.
     pub fn new(
         plan: Arc<dyn ExecutionPlan>,
         scheduler: String,
         codec: Arc<dyn PhysicalExtensionCodec>,
+        auth: ClusterAuth,
     ) -> Self {
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(plan.schema()),
@@ -353,6 +368,7 @@ impl ClusterQueryExec {
         Self {
             plan,
             scheduler,
+            auth,
             codec,
             properties,
         }
@@ -434,6 +450,11 @@ impl ExecutionPlan for ClusterQueryExec {
             .clone()
             .upgrade_for_ballista()
             .set_usize(BALLISTA_SCHEDULER_MAX_PARTITIONS_PER_TASK, 1);
+        // The scheduler and the executors serving results take only the cluster's certificate.
+        let config = match self.auth.endpoint_override() {
+            Some(secure) => config.with_ballista_override_create_grpc_client_endpoint(secure),
+            None => config,
+        };
         let ballista = config.ballista_config();
         let url = format!("http://{}", self.scheduler);
         let plan = Arc::clone(&self.plan);

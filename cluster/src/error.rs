@@ -36,6 +36,30 @@ pub enum ClusterError {
         message: String,
     },
 
+    /// A cluster's security cannot be used as configured: no secret off loopback, a secret or
+    /// key file others can read, unreadable or bad TLS files.
+    #[error("[{}] {message}", Self::INSECURE)]
+    Insecure {
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+
+    /// A peer refused this process's credentials, or this process refused the peer's: a
+    /// missing or wrong cluster secret, a certificate of another authority.
+    #[error("[{}] {message}", Self::AUTHENTICATION)]
+    Authentication {
+        /// Who refused whom, and the TLS failure.
+        message: String,
+    },
+
+    /// The scheduler refused an executor: its node number is held by another running
+    /// executor, or is outside the cluster's node count.
+    #[error("[{}] {message}", Self::NODE_REFUSED)]
+    NodeRefused {
+        /// The scheduler's reason.
+        message: String,
+    },
+
     /// Ballista reported the failure.
     #[error("[{}] Ballista: {message}", Self::PROCESS)]
     Ballista {
@@ -55,12 +79,22 @@ impl ClusterError {
     pub const CONFIG: &'static str = "22E03";
     /// A cluster process failed.
     pub const PROCESS: &'static str = "58K01";
+    /// The cluster's security cannot be used as configured.
+    pub const INSECURE: &'static str = "F0000";
+    /// A missing or wrong cluster secret or certificate (SQLSTATE class 28: invalid
+    /// authorization).
+    pub const AUTHENTICATION: &'static str = "28K01";
+    /// The scheduler refused an executor's node number.
+    pub const NODE_REFUSED: &'static str = "08K04";
 
     /// The accelsql code of this error.
     pub fn code(&self) -> &str {
         match self {
             Self::SchedulerUnreachable { .. } => Self::UNREACHABLE,
             Self::Config { .. } => Self::CONFIG,
+            Self::Insecure { .. } => Self::INSECURE,
+            Self::Authentication { .. } => Self::AUTHENTICATION,
+            Self::NodeRefused { .. } => Self::NODE_REFUSED,
             Self::Process { .. } | Self::Ballista { .. } => Self::PROCESS,
             Self::Engine(e) => e.code(),
         }

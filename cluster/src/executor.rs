@@ -3,13 +3,21 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use arrow_flight::flight_service_server::FlightServiceServer;
 use ballista_core::config::TaskSchedulingPolicy;
+use ballista_core::error::BallistaError;
 use ballista_core::extension::SessionConfigExt;
+use ballista_core::utils::create_grpc_server;
+use ballista_executor::ArrowFlightServerProvider;
 use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
+use ballista_executor::flight_service::BallistaFlightService;
+use tonic::transport::ServerTlsConfig;
 
 use crate::codec::ClusterCodec;
 use crate::error::config_err;
+use crate::info::cluster_nodes;
 use crate::node::{NodeOptions, function_registry};
+use crate::security::ClusterAuth;
 use crate::stage::LeasingEngine;
 use crate::{ClusterError, Result};
 
@@ -30,6 +38,9 @@ pub struct ExecutorOptions {
     pub vcores: usize,
     /// Where shuffle files go (a fresh temporary directory when `None`).
     pub work_dir: Option<PathBuf>,
+    /// How it proves itself to the scheduler and the other executors, and checks them; without
+    /// it the executor listens on loopback only.
+    pub auth: ClusterAuth,
 }
 
 impl ExecutorOptions {
@@ -43,6 +54,7 @@ impl ExecutorOptions {
             grpc_port: 0,
             vcores: 0,
             work_dir: None,
+            auth: ClusterAuth::none(),
         }
     }
 }
@@ -62,8 +74,14 @@ fn free_port(host: &str) -> Result<u16> {
 }
 
 /// Runs an executor until the scheduler stops it, it is interrupted (SIGINT/SIGTERM), or it
-/// fails; registers with the scheduler first (an unreachable scheduler is an error).
-pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
+/// fails; registers with the scheduler first. An unreachable scheduler (08001), refused
+/// credentials (28K01) or a node number the scheduler refuses (08K04) end it within seconds.
+///
+/// A node count of 0 in `options.node` asks the scheduler for the cluster's.
+pub async fn run_executor(mut options: ExecutorOptions) -> Result<()> {
+    options
+        .auth
+        .check_listen(&options.bind_host, "the executor")?;
     let Some((host, port)) = options.scheduler.rsplit_once(':') else {
         return config_err!(
             "the scheduler address {} is not HOST:PORT",
@@ -76,6 +94,19 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
             options.scheduler
         );
     };
+    // The first call: a wrong secret or an unknown cluster size is found and named here.
+    let known = cluster_nodes(&options.scheduler, &options.auth).await?;
+    match (known, options.node.count) {
+        (None, 0) => {
+            return config_err!(
+                "the scheduler at {} does not know the cluster's size yet: give this first \
+                 executor --nodes N (or the scheduler --nodes N)",
+                options.scheduler
+            );
+        }
+        (Some(n), 0) => options.node.count = n,
+        _ => {}
+    }
     let engine = options.node.engine()?;
     let registry = Arc::new(function_registry(&engine));
     let port = match options.port {
@@ -133,12 +164,27 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
             engine.clone(),
         ))),
         override_execution_engine: Some(Arc::new(LeasingEngine::new(engine.clone()))),
+        // The task port and the Flight port require the cluster's certificate; the
+        // executor's own connections (to the scheduler, to other executors' Flight ports)
+        // present it.
+        grpc_server_tls: options.auth.server_tls(),
+        override_arrow_flight_service: options.auth.server_tls().map(secure_flight_service),
+        override_create_grpc_client_endpoint: options.auth.endpoint_override(),
         // accelsql's settings (`accelsql.memory_limit`, …) arrive with each task: the task's
         // configuration must know them to take them.
-        override_config_producer: Some(Arc::new(|| {
-            datafusion::prelude::SessionConfig::new_with_ballista()
-                .with_option_extension(accelsql_engine::AccelsqlOptions::default())
-        })),
+        override_config_producer: Some({
+            let secure = options.auth.endpoint_override();
+            Arc::new(move || {
+                let config = datafusion::prelude::SessionConfig::new_with_ballista()
+                    .with_option_extension(accelsql_engine::AccelsqlOptions::default());
+                // A task's shuffle reads fetch from other executors with the certificate.
+                match &secure {
+                    Some(secure) => config
+                        .with_ballista_override_create_grpc_client_endpoint(Arc::clone(secure)),
+                    None => config,
+                }
+            })
+        }),
         ..ExecutorProcessConfig::default()
     };
     log::info!(
@@ -153,7 +199,41 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
     if own_work_dir {
         let _ = std::fs::remove_dir_all(&work_dir);
     }
-    result.map_err(|e| ClusterError::Process {
-        message: format!("executor of node {}: {e}", options.node.id),
+    result.map_err(|e| {
+        let text = e.to_string();
+        // The scheduler's refusal carries its code; keep it.
+        let refusal = format!("[{}]", ClusterError::NODE_REFUSED);
+        match text.find(&refusal) {
+            Some(at) => ClusterError::NodeRefused {
+                message: format!(
+                    "executor of node {}: the scheduler refused it: {}",
+                    options.node.id,
+                    text[at + refusal.len()..].trim().trim_end_matches('"')
+                ),
+            },
+            None => ClusterError::Process {
+                message: format!("executor of node {}: {text}", options.node.id),
+            },
+        }
+    })
+}
+
+/// The executor's Flight service (shuffle and result data) behind TLS that requires the
+/// cluster's certificate from every client.
+fn secure_flight_service(tls: ServerTlsConfig) -> Arc<ArrowFlightServerProvider> {
+    Arc::new(move |work_dir, address, mut shutdown, grpc| {
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let defaults = ExecutorProcessConfig::default();
+            let service = FlightServiceServer::new(BallistaFlightService::new(work_dir))
+                .max_decoding_message_size(defaults.grpc_max_decoding_message_size as usize)
+                .max_encoding_message_size(defaults.grpc_max_encoding_message_size as usize);
+            create_grpc_server(&grpc)
+                .tls_config(tls)?
+                .add_service(service)
+                .serve_with_shutdown(address, shutdown.recv())
+                .await
+                .map_err(BallistaError::TonicError)
+        })
     })
 }

@@ -17,9 +17,12 @@ mod client;
 mod codec;
 mod error;
 mod executor;
+mod guard;
+mod info;
 mod local;
 mod node;
 mod scheduler;
+mod security;
 mod stage;
 
 pub use client::{ClusterClient, ClusterQueryExec, NODE_LOST};
@@ -28,3 +31,4 @@ pub use executor::{ExecutorOptions, run_executor};
 pub use local::{LocalCluster, LocalClusterOptions, READY_PREFIX};
 pub use node::{ConfigureEngine, NodeOptions};
 pub use scheduler::{EventSink, SchedulerHandle, SchedulerOptions, start_scheduler};
+pub use security::ClusterAuth;

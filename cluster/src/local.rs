@@ -9,6 +9,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::error::{config_err, process_err};
+use crate::security::{ClusterAuth, private_dir};
 use crate::{ClusterError, Result};
 
 /// The line a scheduler started with `--wait-for-executors N` prints once N have registered.
@@ -30,6 +31,10 @@ pub struct LocalClusterOptions {
     /// How long an executor may be silent before the scheduler drops it and stops the queries
     /// that were running.
     pub executor_timeout: Duration,
+    /// Whether the processes authenticate each other with a secret the cluster makes (true by
+    /// default; [`LocalCluster::secret_file`] names it). Without, they trust anyone on
+    /// loopback.
+    pub secret: bool,
 }
 
 impl LocalClusterOptions {
@@ -42,6 +47,7 @@ impl LocalClusterOptions {
             vcores: 0,
             start_timeout: Duration::from_secs(60),
             executor_timeout: Duration::from_secs(15),
+            secret: true,
         }
     }
 }
@@ -54,6 +60,8 @@ pub struct LocalCluster {
     processes: Vec<Child>,
     /// Whether [`newly_stopped`](Self::newly_stopped) has reported each process's end.
     reported: Vec<bool>,
+    /// The owner-only directory holding the cluster's secret, removed when the cluster stops.
+    secret_dir: Option<PathBuf>,
 }
 
 impl LocalCluster {
@@ -80,9 +88,31 @@ impl LocalCluster {
                 ),
             })
         };
+        let secret_dir = if options.secret {
+            Some(private_dir("accelsql-cluster")?)
+        } else {
+            None
+        };
+        let secret_file = secret_dir.as_ref().map(|dir| dir.join("secret"));
+        // From here on, dropping `cluster` stops whatever has started and removes the secret.
+        let mut cluster = Self {
+            scheduler: String::new(),
+            processes: Vec::new(),
+            reported: Vec::new(),
+            secret_dir,
+        };
+        let secret_args: Vec<String> = match &secret_file {
+            Some(file) => {
+                ClusterAuth::write_secret_file(file)?;
+                vec!["--secret-file".into(), file.to_string_lossy().into_owned()]
+            }
+            None => Vec::new(),
+        };
         let mut scheduler = spawn(
             Command::new(&options.program)
                 .args(["cluster", "scheduler", "--listen", "127.0.0.1:0"])
+                .args(["--nodes", &options.executors.to_string()])
+                .args(&secret_args)
                 .args(["--wait-for-executors", &options.executors.to_string()])
                 .args([
                     "--executor-timeout",
@@ -93,12 +123,8 @@ impl LocalCluster {
             "scheduler",
         )?;
         let stdout = scheduler.stdout.take();
-        // From here on, dropping `cluster` stops whatever has started.
-        let mut cluster = Self {
-            scheduler: String::new(),
-            processes: vec![scheduler],
-            reported: vec![false],
-        };
+        cluster.processes.push(scheduler);
+        cluster.reported.push(false);
         let Some(stdout) = stdout else {
             return process_err!("the scheduler's output cannot be read");
         };
@@ -126,6 +152,7 @@ impl LocalCluster {
                 .args(["--node-id", &node.to_string()])
                 .args(["--nodes", &options.executors.to_string()])
                 .args(["--vcores", &options.vcores.to_string()])
+                .args(&secret_args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null());
             if let Some(gpus) = options.simulated_gpus_per_executor {
@@ -180,9 +207,23 @@ impl LocalCluster {
         &self.scheduler
     }
 
+    /// The file holding the cluster's secret (owner-only; removed when the cluster stops), if
+    /// it has one: clients pass it as `--secret-file`.
+    pub fn secret_file(&self) -> Option<PathBuf> {
+        self.secret_dir.as_ref().map(|dir| dir.join("secret"))
+    }
+
+    /// How a client of this cluster authenticates: its secret, or nothing.
+    pub fn auth(&self) -> Result<ClusterAuth> {
+        match self.secret_file() {
+            Some(file) => ClusterAuth::from_secret_file(&file),
+            None => Ok(ClusterAuth::none()),
+        }
+    }
+
     /// The number of executors.
     pub fn executors(&self) -> usize {
-        self.processes.len() - 1
+        self.processes.len().saturating_sub(1)
     }
 
     /// The process id of node `node`'s executor, if it is running.
@@ -245,6 +286,9 @@ impl LocalCluster {
                     Ok(None) => std::thread::sleep(Duration::from_millis(20)),
                 }
             }
+        }
+        if let Some(dir) = self.secret_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }

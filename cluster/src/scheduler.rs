@@ -8,19 +8,24 @@ use std::time::{Duration, Instant};
 use accelsql_engine::SchedulerConfig as DeviceConfig;
 use ballista_core::config::TaskSchedulingPolicy;
 use ballista_core::extension::SessionConfigExt;
+use ballista_core::serde::protobuf::scheduler_grpc_server::SchedulerGrpcServer;
+use ballista_core::utils::{GrpcServerConfig, create_grpc_server};
 use ballista_scheduler::cluster::{BallistaCluster, ClusterStateEvent};
 use ballista_scheduler::config::{SchedulerConfig, TaskDistributionPolicy};
-use ballista_scheduler::scheduler_process::{create_scheduler, start_grpc_service_with_listener};
+use ballista_scheduler::scheduler_process::create_scheduler;
 use ballista_scheduler::scheduler_server::SchedulerServer;
 use datafusion::execution::SessionStateBuilder;
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 use futures::StreamExt;
 use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
 
 use crate::affinity::NodeAffinity;
 use crate::codec::ClusterCodec;
-use crate::error::process_err;
+use crate::error::{config_err, process_err};
+use crate::guard::GuardedScheduler;
 use crate::node::{ConfigureEngine, NodeOptions, session_state};
+use crate::security::ClusterAuth;
 use crate::{ClusterError, Result};
 
 /// Receives one line for each notable event of a scheduler: an executor joined or was lost, a
@@ -42,6 +47,12 @@ pub struct SchedulerOptions {
     /// RETURNS UDFs (aggregate functions) must be registered here; scalar UDFs it does not know
     /// are passed on to the executors by name.
     pub configure: Option<ConfigureEngine>,
+    /// How the cluster's processes authenticate each other; without it the scheduler listens
+    /// on loopback only.
+    pub auth: ClusterAuth,
+    /// The cluster's node count; `None`: the first executor to register sets it. Executors
+    /// claiming another count, or a node number outside it, are refused.
+    pub nodes: Option<usize>,
 }
 
 impl std::fmt::Debug for SchedulerOptions {
@@ -51,6 +62,8 @@ impl std::fmt::Debug for SchedulerOptions {
             .field("executor_timeout", &self.executor_timeout)
             .field("events", &self.events.is_some())
             .field("configure", &self.configure.is_some())
+            .field("auth", &self.auth)
+            .field("nodes", &self.nodes)
             .finish()
     }
 }
@@ -62,6 +75,8 @@ impl Default for SchedulerOptions {
             executor_timeout: Duration::from_secs(15),
             events: None,
             configure: None,
+            auth: ClusterAuth::none(),
+            nodes: None,
         }
     }
 }
@@ -75,6 +90,12 @@ pub struct SchedulerHandle {
 
 /// Starts a scheduler on a tokio runtime (the caller's), listening on `options.listen`.
 pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandle> {
+    options
+        .auth
+        .check_listen(&options.listen.ip().to_string(), "the scheduler")?;
+    if options.nodes == Some(0) {
+        return config_err!("a cluster has at least one node");
+    }
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| ClusterError::Process {
@@ -104,6 +125,8 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandl
         task_max_failures: 1,
         stage_max_failures: 1,
         override_physical_codec: Some(Arc::new(ClusterCodec::for_scheduler(engine))),
+        // The scheduler's connections to executors carry its certificate.
+        override_create_grpc_client_endpoint: options.auth.endpoint_override(),
         // A job's accelsql settings (`accelsql.memory_limit`, …) reach its tasks only if the
         // scheduler's session configuration knows them.
         override_config_producer: Some(Arc::new(|| {
@@ -117,16 +140,36 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandl
         })),
         ..SchedulerConfig::default()
     };
+    let config = Arc::new(config);
     let cluster = BallistaCluster::new_from_config(&config).await?;
     let server =
-        create_scheduler::<LogicalPlanNode, PhysicalPlanNode>(cluster, Arc::new(config)).await?;
+        create_scheduler::<LogicalPlanNode, PhysicalPlanNode>(cluster, Arc::clone(&config)).await?;
     let mut events = server.state.executor_manager.cluster_state_events().await?;
-    let serving = server.clone();
+    let guard = GuardedScheduler::new(
+        server.clone(),
+        options.nodes,
+        // Three missed heartbeats (sent every 2 s): the holder of a node is taken for dead.
+        Duration::from_secs(6).min(options.executor_timeout),
+        options.events.clone(),
+    );
+    let mut builder = create_grpc_server(&GrpcServerConfig::default());
+    if let Some(tls) = options.auth.server_tls() {
+        builder = builder
+            .tls_config(tls)
+            .map_err(|e| ClusterError::Insecure {
+                message: format!("the scheduler's TLS: {e}"),
+            })?;
+    }
+    let service = SchedulerGrpcServer::new(guard)
+        .max_encoding_message_size(config.grpc_server_max_encoding_message_size as usize)
+        .max_decoding_message_size(config.grpc_server_max_decoding_message_size as usize);
+    let router = builder.add_service(service);
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let watching = server.clone();
     let events_sink = options.events.clone();
     let task = tokio::spawn(async move {
         let serve = async {
-            if let Err(e) = start_grpc_service_with_listener(listener, serving).await {
+            if let Err(e) = router.serve_with_incoming(incoming).await {
                 log::error!("the scheduler stopped: {e}");
             }
         };
@@ -221,6 +264,20 @@ impl SchedulerHandle {
             .get_executors_state()
             .await?;
         Ok(state.into_iter().map(|(meta, _, _)| meta.id).collect())
+    }
+
+    /// Each registered executor's id, host, Flight (data) port and task port.
+    pub async fn executor_endpoints(&self) -> Result<Vec<(String, String, u16, u16)>> {
+        let state = self
+            .server
+            .state
+            .executor_manager
+            .get_executors_state()
+            .await?;
+        Ok(state
+            .into_iter()
+            .map(|(meta, _, _)| (meta.id, meta.host, meta.port, meta.grpc_port))
+            .collect())
     }
 
     /// Waits until at least `count` executors have registered; an error after `timeout`.

@@ -391,7 +391,11 @@ def test_a_server_on_a_cluster_spreads_queries_over_its_nodes(tmp_path):
         line = cluster.stdout.readline()
         match = re.match(r"scheduler: (\S+)", line)
         assert match, f"first line: {line!r}"
-        server = Server(tmp_path, "--cluster", match.group(1), "--nodes", "3")
+        # The cluster's own secret; the node count comes from its scheduler.
+        line = cluster.stdout.readline()
+        secret = re.match(r"secret-file: (\S+)", line)
+        assert secret, f"second line: {line!r}"
+        server = Server(tmp_path, "--cluster", match.group(1), "--cluster-secret-file", secret.group(1))
         data = tmp_path / "parts"
         data.mkdir()
         with server.connect() as conn:

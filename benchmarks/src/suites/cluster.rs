@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use accelsql_cluster::{
-    ClusterClient, ExecutorOptions, NodeOptions, SchedulerHandle, SchedulerOptions, run_executor,
-    start_scheduler,
+    ClusterAuth, ClusterClient, ExecutorOptions, NodeOptions, SchedulerHandle, SchedulerOptions,
+    run_executor, start_scheduler,
 };
 use accelsql_engine::datafusion::arrow::array::RecordBatch;
 use accelsql_engine::{Engine, EngineOptions, SchedulerConfig, testing};
@@ -85,10 +85,14 @@ impl LocalCluster {
     }
 
     async fn client(&self, nodes: usize) -> Result<Engine> {
-        let client = ClusterClient::connect(&self.scheduler.address().to_string(), nodes)
-            .await
-            .map_err(|e| bench_err!("client: {e}"))?
-            .with_devices_per_node(0);
+        let client = ClusterClient::connect(
+            &self.scheduler.address().to_string(),
+            ClusterAuth::none(),
+            Some(nodes),
+        )
+        .await
+        .map_err(|e| bench_err!("client: {e}"))?
+        .with_devices_per_node(0);
         let engine = Engine::with_options(client.engine_options(engine_options()))?;
         setup(&engine).await?;
         Ok(engine)

@@ -44,12 +44,16 @@ pub(crate) struct ShellArgs {
     pub(crate) restricted: bool,
 
     /// Run queries on the cluster whose scheduler is at HOST:PORT (`accelsql cluster local`
-    /// prints it) instead of in this process; needs --nodes.
-    #[arg(long, value_name = "HOST:PORT", requires = "nodes")]
+    /// prints it) instead of in this process.
+    #[arg(long, value_name = "HOST:PORT")]
     pub(crate) cluster: Option<String>,
 
-    /// The number of executors (nodes) of --cluster: `nproc()`, and how many partitions each
-    /// query is planned with.
+    /// The number of executors (nodes) of --cluster (by default the scheduler's): `nproc()`,
+    /// and how many partitions each query is planned with.
     #[arg(long, value_name = "N", requires = "cluster")]
     pub(crate) nodes: Option<usize>,
+
+    /// The cluster's secret or certificates (with --cluster).
+    #[command(flatten)]
+    pub(crate) cluster_auth: crate::cluster::ClusterAuthArgs,
 }

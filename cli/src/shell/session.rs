@@ -43,14 +43,15 @@ impl Shell {
                 restricted: args.restricted,
                 ..EngineOptions::default()
             };
-            let options = match (&args.cluster, args.nodes) {
-                (Some(address), Some(nodes)) => {
-                    accelsql_cluster::ClusterClient::connect(address, nodes)
+            let options = match &args.cluster {
+                Some(address) => {
+                    let auth = args.cluster_auth.auth()?;
+                    accelsql_cluster::ClusterClient::connect(address, auth, args.nodes)
                         .await
                         .map_err(|e| CliError::Cluster(Box::new(e)))?
                         .engine_options(options)
                 }
-                _ => options,
+                None => options,
             };
             Engine::with_options(options).map_err(|e| CliError::Engine(Box::new(e)))
         })?;

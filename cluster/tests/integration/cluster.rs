@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accelsql_cluster::{
-    ClusterClient, ConfigureEngine, ExecutorOptions, NodeOptions, SchedulerHandle,
+    ClusterAuth, ClusterClient, ConfigureEngine, ExecutorOptions, NodeOptions, SchedulerHandle,
     SchedulerOptions, run_executor, start_scheduler,
 };
 use accelsql_engine::datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch};
@@ -16,7 +16,7 @@ use accelsql_engine::datafusion::arrow::datatypes::DataType;
 use accelsql_engine::datafusion::logical_expr::ColumnarValue;
 use accelsql_engine::{Engine, EngineOptions, InstanceContext, ScalarUdf, SchedulerConfig};
 
-const NODES: usize = 3;
+pub(crate) const NODES: usize = 3;
 
 /// `times_node(x)`: x * 10 + the number of the node it ran on — a Rust UDF every node has.
 fn times_node(node: i64) -> ScalarUdf {
@@ -95,9 +95,18 @@ fn gpu_runs() -> GpuRuns {
     Arc::clone(RUNS.get_or_init(GpuRuns::default))
 }
 
-struct TestCluster {
-    scheduler: SchedulerHandle,
+pub(crate) struct TestCluster {
+    pub(crate) scheduler: SchedulerHandle,
     executors: Vec<tokio::task::JoinHandle<()>>,
+    /// Holds the cluster's secret.
+    pub(crate) secret_dir: tempfile::TempDir,
+}
+
+impl TestCluster {
+    /// A client's authentication: the cluster's secret.
+    pub(crate) fn auth(&self) -> ClusterAuth {
+        ClusterAuth::from_secret_file(&self.secret_dir.path().join("secret")).unwrap()
+    }
 }
 
 impl Drop for TestCluster {
@@ -108,7 +117,7 @@ impl Drop for TestCluster {
     }
 }
 
-async fn start_cluster() -> TestCluster {
+pub(crate) async fn start_cluster() -> TestCluster {
     start_cluster_with(&[2; NODES], None).await
 }
 
@@ -135,8 +144,14 @@ async fn start_cluster_with(
 ) -> TestCluster {
     let _ = log::set_logger(&ERROR_LOG);
     log::set_max_level(log::LevelFilter::Error);
+    // Every process of these clusters authenticates with a secret: every query below runs
+    // over mutual TLS (scheduler, task and Flight ports).
+    let secret_dir = tempfile::tempdir().unwrap();
+    let secret = secret_dir.path().join("secret");
+    ClusterAuth::write_secret_file(&secret).unwrap();
     let scheduler = start_scheduler(SchedulerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
+        auth: ClusterAuth::from_secret_file(&secret).unwrap(),
         ..SchedulerOptions::default()
     })
     .await
@@ -158,6 +173,7 @@ async fn start_cluster_with(
         options.max_lease_hold = max_lease_hold;
         let mut executor = ExecutorOptions::new(address.clone(), options);
         executor.vcores = 2;
+        executor.auth = ClusterAuth::from_secret_file(&secret).unwrap();
         executors.push(tokio::spawn(async move {
             if let Err(e) = run_executor(executor).await {
                 eprintln!("executor {node}: {e}");
@@ -171,14 +187,19 @@ async fn start_cluster_with(
     TestCluster {
         scheduler,
         executors,
+        secret_dir,
     }
 }
 
 /// A client engine of `cluster` (files as tables), with `times_node` known for planning.
-async fn client(cluster: &TestCluster) -> Engine {
-    let client = ClusterClient::connect(&cluster.scheduler.address().to_string(), NODES)
-        .await
-        .unwrap();
+pub(crate) async fn client(cluster: &TestCluster) -> Engine {
+    let client = ClusterClient::connect(
+        &cluster.scheduler.address().to_string(),
+        cluster.auth(),
+        None,
+    )
+    .await
+    .unwrap();
     let engine = Engine::with_options(client.engine_options(EngineOptions {
         scheduler: SchedulerConfig::default().with_simulated_gpus(0),
         url_tables: true,
@@ -202,7 +223,7 @@ fn single_node() -> Engine {
 }
 
 /// The cells of a result as text, as the engine's tests compare them.
-fn rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
+pub(crate) fn rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
     accelsql_engine::testing::cells(batches).unwrap()
 }
 
@@ -703,7 +724,7 @@ async fn an_unreachable_scheduler_is_a_coded_error_at_connect() {
         .unwrap()
         .port();
     let start = std::time::Instant::now();
-    let e = ClusterClient::connect(&format!("127.0.0.1:{port}"), 3)
+    let e = ClusterClient::connect(&format!("127.0.0.1:{port}"), ClusterAuth::none(), Some(3))
         .await
         .unwrap_err();
     assert_eq!(e.code(), "08001", "{e}");

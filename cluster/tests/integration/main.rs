@@ -3,4 +3,5 @@
 //! module with `cargo test -p accelsql-cluster --test integration -- slt::`.
 
 mod cluster;
+mod security;
 mod slt;

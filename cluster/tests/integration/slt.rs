@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accelsql_cluster::{
-    ClusterClient, ConfigureEngine, ExecutorOptions, NodeOptions, SchedulerOptions, run_executor,
-    start_scheduler,
+    ClusterAuth, ClusterClient, ConfigureEngine, ExecutorOptions, NodeOptions, SchedulerOptions,
+    run_executor, start_scheduler,
 };
 use accelsql_engine::{Engine, SchedulerConfig, testing};
 use accelsql_sql_tests::discover;
@@ -55,7 +55,9 @@ fn accelsql_suites_pass_through_a_cluster() {
             .wait_for_executors(NODES, Duration::from_secs(30))
             .await
             .unwrap();
-        let client = ClusterClient::connect(&address, NODES).await.unwrap();
+        let client = ClusterClient::connect(&address, ClusterAuth::none(), None)
+            .await
+            .unwrap();
 
         let selection = discover::select(&[discover::suite_dir()], false).unwrap();
         assert!(!selection.files.is_empty());
