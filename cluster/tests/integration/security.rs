@@ -218,3 +218,101 @@ async fn without_a_secret_nothing_listens_off_loopback() {
     let e = run_executor(options).await.unwrap_err();
     assert_eq!(e.code(), ClusterError::INSECURE, "{e}");
 }
+
+/// Writes a certificate authority and one certificate it issued for 127.0.0.1 (server and
+/// client authentication) into `dir`: (cert, key, ca) paths; the key owner-only.
+fn operator_pki(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+        SanType,
+    };
+    use std::io::Write;
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
+    leaf.subject_alt_names = vec![SanType::IpAddress([127, 0, 0, 1].into())];
+    leaf.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let cert_pem = leaf.signed_by(&key, &issuer).unwrap().pem();
+    let (cert, key_path, ca) = (
+        dir.join("node.pem"),
+        dir.join("node.key"),
+        dir.join("ca.pem"),
+    );
+    std::fs::write(&cert, cert_pem).unwrap();
+    std::fs::write(&ca, ca_pem).unwrap();
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(&key_path)
+        .unwrap()
+        .write_all(key.serialize_pem().as_bytes())
+        .unwrap();
+    (cert, key_path, ca)
+}
+
+#[tokio::test]
+async fn the_operators_certificates_work_instead_of_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, ca) = operator_pki(dir.path());
+    let auth = || ClusterAuth::from_tls_files(&cert, &key, &ca).unwrap();
+    let scheduler = start_scheduler(SchedulerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        auth: auth(),
+        nodes: Some(1),
+        ..SchedulerOptions::default()
+    })
+    .await
+    .unwrap();
+    let address = scheduler.address().to_string();
+    let mut options = ExecutorOptions::new(
+        address.clone(),
+        NodeOptions::new(0, 0, SchedulerConfig::default().with_simulated_gpus(0)),
+    );
+    options.vcores = 1;
+    options.auth = auth();
+    let executor = tokio::spawn(run_executor(options));
+    scheduler
+        .wait_for_executors(1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let client = ClusterClient::connect(&address, auth(), None)
+        .await
+        .unwrap();
+    assert_eq!(client.nodes(), 1);
+    let engine = accelsql_engine::Engine::with_options(client.engine_options(
+        accelsql_engine::EngineOptions {
+            scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+            ..accelsql_engine::EngineOptions::default()
+        },
+    ))
+    .unwrap();
+    let got = rows(
+        &engine
+            .session()
+            .sql("SELECT iproc() AS node, sum(x) FROM (VALUES (1), (2), (3)) AS t(x) GROUP BY 1")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(got, [["0", "6"]]);
+    // A client of a cluster secret is not one of these certificates.
+    let e = ClusterClient::connect(&address, other_secret(&dir), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ClusterError::AUTHENTICATION, "{e}");
+    // A key file others can read is refused.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let e = ClusterAuth::from_tls_files(&cert, &key, &ca).unwrap_err();
+    assert_eq!(e.code(), ClusterError::INSECURE, "{e}");
+    executor.abort();
+}
