@@ -16,10 +16,16 @@
 //! | 58U21 | [`RuntimeError::GpuUnavailable`] | the CUDA driver or NVRTC cannot be loaded or initialised, a device cannot be opened, or it failed in a way that leaves its context unusable |
 //! | 58U22 | [`RuntimeError::Gpu`] | a CUDA call failed (compile, launch, copy) |
 //! | 53U23 | [`RuntimeError::GpuOutOfMemory`] | a batch does not fit in device memory even when split as far as it goes |
+//! | 53U25 | [`RuntimeError::WorkerOutOfMemory`] | a worker's resident memory passed its limit (the session's memory budget) and it was killed |
 //! | 54U24 | [`RuntimeError::RunTooLarge`] | a run's output passes a stated limit (more than 2 GiB of text in one output column of one run) |
 
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// `bytes` as mebibytes, for messages.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
 
 /// Result type of this crate.
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
@@ -81,6 +87,30 @@ pub enum RuntimeError {
         phase: String,
         /// The timeout that expired.
         timeout: Duration,
+    },
+
+    /// A worker's resident memory passed its limit; it was killed.
+    #[error(
+        "[{}] Python script {script}: instance {vm_id} used {} of memory during {phase}, past \
+         its limit of {} (the session's memory budget, accelsql.memory_limit); its worker \
+         process (pid {pid}) was killed. Give the script less data at once or raise the budget",
+        Self::WORKER_OUT_OF_MEMORY,
+        mib(*.resident),
+        mib(*.limit)
+    )]
+    WorkerOutOfMemory {
+        /// The script, `SCHEMA.NAME`.
+        script: String,
+        /// The instance whose worker was killed.
+        vm_id: usize,
+        /// The worker's process id.
+        pid: u32,
+        /// What it was doing.
+        phase: String,
+        /// Its resident memory when it was seen past the limit, in bytes.
+        resident: u64,
+        /// The limit, in bytes.
+        limit: u64,
     },
 
     /// A value the script returned or emitted does not fit its output column.
@@ -269,6 +299,8 @@ impl RuntimeError {
     pub const WORKER_CRASHED: &'static str = "58U11";
     /// Code of [`RuntimeError::WorkerTimeout`].
     pub const WORKER_TIMEOUT: &'static str = "57U12";
+    /// Code of [`RuntimeError::WorkerOutOfMemory`].
+    pub const WORKER_OUT_OF_MEMORY: &'static str = "53U25";
     /// Code of [`RuntimeError::BadOutputValue`].
     pub const BAD_OUTPUT_VALUE: &'static str = "22U13";
     /// Code of [`RuntimeError::InterpreterStart`].
@@ -299,6 +331,7 @@ impl RuntimeError {
             Self::PythonException(_) => Self::PYTHON_EXCEPTION,
             Self::WorkerCrashed { .. } => Self::WORKER_CRASHED,
             Self::WorkerTimeout { .. } => Self::WORKER_TIMEOUT,
+            Self::WorkerOutOfMemory { .. } => Self::WORKER_OUT_OF_MEMORY,
             Self::BadOutputValue(_) => Self::BAD_OUTPUT_VALUE,
             Self::InterpreterStart { .. } => Self::INTERPRETER_START,
             Self::InvalidSqlType { .. } => Self::INVALID_SQL_TYPE,

@@ -21,6 +21,9 @@ pub struct InstanceContext {
     pub statement_id: u64,
     /// Longest one run of this instance may take (`SET accelsql.udf_timeout`), if bounded.
     pub run_timeout: Option<Duration>,
+    /// The most memory one worker process of this instance may hold, in bytes (the session's
+    /// memory budget), if bounded.
+    pub memory_limit: Option<u64>,
     /// State the implementation keeps for this instance across the batches and groups of its
     /// call (e.g. a script's worker process); dropped when the statement ends.
     pub storage: InstanceStorage,
@@ -63,6 +66,9 @@ pub struct StatementInfo {
     pub statement_id: u64,
     /// `SET accelsql.udf_timeout`, if set.
     pub run_timeout: Option<Duration>,
+    /// The session's memory budget (`accelsql.memory_limit`), which bounds each worker process
+    /// of the statement's instances, if set.
+    pub memory_limit: Option<u64>,
     /// The worker processes of the statement's instances, killed if it is cancelled.
     pub processes: ProcessRegistry,
 }
@@ -203,6 +209,7 @@ impl InstancePool {
                 device,
                 statement_id: self.statement.statement_id,
                 run_timeout: self.statement.run_timeout,
+                memory_limit: self.statement.memory_limit,
                 storage: self.storage.get(id).cloned().unwrap_or_default(),
                 processes: self.statement.processes.clone(),
             },

@@ -43,6 +43,9 @@ struct WirePlacement {
     instances: usize,
     statement_id: u64,
     run_timeout_ms: Option<u64>,
+    /// The session's memory budget, bounding each script worker on the node.
+    #[serde(default)]
+    memory_limit: Option<u64>,
     /// A script's definition ([`ScriptOrigin`]); absent for Rust UDFs, which the receiving
     /// process has registered under the same name.
     #[serde(default)]
@@ -103,6 +106,7 @@ fn wire_bytes(call: &PlacedCall, origin: Option<&Arc<ScriptOrigin>>) -> Option<V
             .statement
             .run_timeout
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        memory_limit: call.statement.memory_limit,
         script,
         client: call.client,
     };
@@ -331,6 +335,7 @@ impl NodeSide<'_> {
             statement: StatementInfo {
                 statement_id: wire.statement_id,
                 run_timeout: wire.run_timeout_ms.map(Duration::from_millis),
+                memory_limit: wire.memory_limit,
                 processes: Default::default(),
             },
             stats: CallStats::default(),

@@ -752,6 +752,8 @@ impl Session {
         scope.node_id = engine.node.id;
         scope.client = engine.id;
         scope.run_timeout = own.udf_timeout()?;
+        // The session's budget as this statement sees it bounds each of its script workers.
+        scope.memory_limit = own.memory_limit()?.map(|b| b as u64);
         scope.optional_when_busy = own.optional_gpu_when_busy;
         let scope = Arc::new(scope);
         rewritten.bind(&passes)?;

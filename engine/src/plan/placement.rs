@@ -181,6 +181,7 @@ impl PlacementRule {
                 statement: accelsql_udf_runtime::StatementInfo {
                     statement_id: self.scope.id,
                     run_timeout: self.scope.run_timeout,
+                    memory_limit: self.scope.memory_limit,
                     processes: self.scope.processes.clone(),
                 },
                 stats: CallStats::default(),

@@ -50,6 +50,8 @@ pub(crate) struct StatementScope {
     pub(crate) client: u64,
     /// `SET accelsql.udf_timeout`: longest run of one UDF instance.
     pub(crate) run_timeout: Option<Duration>,
+    /// The session's memory budget: the most one script worker of the statement may hold.
+    pub(crate) memory_limit: Option<u64>,
     /// Worker processes of the statement's UDF instances (killed when it is cancelled).
     pub(crate) processes: accelsql_udf_runtime::ProcessRegistry,
     pub(crate) lease_devices: Arc<LeaseDevices>,
@@ -78,6 +80,7 @@ impl StatementScope {
             node_id: 0,
             client: 0,
             run_timeout: None,
+            memory_limit: None,
             processes: Default::default(),
             lease_devices: Arc::new(OnceLock::new()),
             calls: Mutex::new(Vec::new()),

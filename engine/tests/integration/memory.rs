@@ -168,3 +168,29 @@ async fn a_restricted_session_may_only_lower_its_budget() {
         assert_eq!(e.code(), "22E03", "{bad}: {e}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_worker_past_the_session_budget_is_killed_and_the_session_goes_on() {
+    let s = engine(None, None).session();
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT hog(mb INTEGER) RETURNS INTEGER AS\n\
+         import time\n\
+         def run(ctx):\n    block = bytearray(ctx.mb * 1024 * 1024)\n    for i in range(0, len(block), 4096):\n        block[i] = 1\n    time.sleep(0.3)\n    return len(block) // (1024 * 1024)\n/",
+    )
+    .await;
+    // Within the budget it runs; `exa.meta.memory_limit` tells the script its limit.
+    run(&s, "SET accelsql.memory_limit = '256MiB'").await;
+    assert_eq!(run(&s, "SELECT hog(16)").await, ["16"]);
+    // 600 MiB in a worker whose limit is 256 MiB: killed, with its own code and the numbers.
+    let started = Instant::now();
+    let e = s.sql("SELECT hog(600)").await.expect_err("hog(600)");
+    assert_eq!(e.code(), "53U25", "{e}");
+    let message = e.to_string();
+    assert!(message.contains("256.0 MiB"), "{message}");
+    assert!(message.contains("accelsql.memory_limit"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    // The session goes on, and a larger budget lets the same call through.
+    run(&s, "SET accelsql.memory_limit = '2GiB'").await;
+    assert_eq!(run(&s, "SELECT hog(300)").await, ["300"]);
+}

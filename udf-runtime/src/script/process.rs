@@ -26,6 +26,36 @@ pub(crate) enum IoEnd {
     Timeout,
     /// Anything else (a bad frame length, an unexpected socket error).
     Broken(String),
+    /// The worker's resident memory passed its limit (bytes: what it had, the limit).
+    OverMemory { resident: u64, limit: u64 },
+}
+
+/// A limit on a worker's resident memory, checked while the engine waits for it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemoryWatch {
+    pid: u32,
+    limit: u64,
+}
+
+/// How often a watched worker's resident memory is read while the engine waits for it.
+const MEMORY_CHECK_EVERY: Duration = Duration::from_millis(50);
+
+impl MemoryWatch {
+    /// The worker's resident memory if it is past the limit (Linux: `/proc/PID/statm`;
+    /// elsewhere never).
+    fn over(&self) -> Option<u64> {
+        let resident = resident_bytes(self.pid)?;
+        (resident > self.limit).then_some(resident)
+    }
+}
+
+/// The resident memory of process `pid`, in bytes (`None` where it cannot be read).
+pub(crate) fn resident_bytes(pid: u32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages.saturating_mul(u64::try_from(page).ok().filter(|&p| p > 0)?))
 }
 
 /// How long a worker whose fork server was asked to kill it may take to be reported dead.
@@ -39,6 +69,8 @@ pub(crate) struct Process {
     sock: UnixStream,
     stderr: Arc<StderrTail>,
     pid: u32,
+    /// The worker's resident memory limit, checked while the engine waits on it.
+    watch: Option<MemoryWatch>,
 }
 
 /// Who reaps a worker.
@@ -88,6 +120,15 @@ pub(crate) fn die_with_engine(cmd: &mut Command) {
 }
 
 impl Process {
+    /// Ends every later exchange with [`IoEnd::OverMemory`] once the worker's resident memory
+    /// passes `limit` bytes (checked every 50 ms while the engine waits on the worker).
+    pub(crate) fn limit_memory(&mut self, limit: u64) {
+        self.watch = Some(MemoryWatch {
+            pid: self.pid,
+            limit,
+        });
+    }
+
     /// Starts `cmd` with the child's end of a new socket pair as its stdin and stdout, its stderr
     /// captured, in its own process group, and (on Linux) killed when the engine dies.
     pub(crate) fn spawn(mut cmd: Command) -> io::Result<Self> {
@@ -109,6 +150,7 @@ impl Process {
             sock: ours,
             stderr,
             pid,
+            watch: None,
         })
     }
 
@@ -128,6 +170,7 @@ impl Process {
             sock,
             stderr: StderrTail::drained(pid, std::fs::File::from(stderr)),
             pid,
+            watch: None,
         })
     }
 
@@ -162,14 +205,15 @@ impl Process {
         let mut header = [0u8; FRAME_HEADER_LEN];
         header[..8].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         header[8] = kind;
-        send_all(self.sock.as_raw_fd(), &header, deadline)?;
-        send_all(self.sock.as_raw_fd(), payload, deadline)
+        send_all(self.sock.as_raw_fd(), &header, deadline, self.watch)?;
+        send_all(self.sock.as_raw_fd(), payload, deadline, self.watch)
     }
 
     /// Receives one frame: `(kind, payload)`.
     pub(crate) fn recv(&mut self, deadline: Option<Instant>) -> Result<(u8, Vec<u8>), IoEnd> {
         let mut header = [0u8; FRAME_HEADER_LEN];
-        recv_exact(&mut self.sock, &mut header, deadline)?;
+        let watch = self.watch;
+        recv_exact(&mut self.sock, &mut header, deadline, watch)?;
         let mut len_bytes = [0u8; 8];
         len_bytes.copy_from_slice(&header[..8]);
         let len = u64::from_le_bytes(len_bytes);
@@ -187,7 +231,7 @@ impl Process {
             let filled = payload.len();
             let step = (len - filled).min(RECV_STEP.max(filled));
             payload.resize(filled + step, 0);
-            recv_exact(&mut self.sock, &mut payload[filled..], deadline)?;
+            recv_exact(&mut self.sock, &mut payload[filled..], deadline, watch)?;
         }
         Ok((header[8], payload))
     }
@@ -373,7 +417,12 @@ pub(crate) fn spawn_from_long_lived_thread(cmd: Command) -> io::Result<Child> {
         .map_err(|_| io::Error::other("the worker spawner thread is gone"))?
 }
 
-fn send_all(fd: RawFd, mut data: &[u8], deadline: Option<Instant>) -> Result<(), IoEnd> {
+fn send_all(
+    fd: RawFd,
+    mut data: &[u8],
+    deadline: Option<Instant>,
+    watch: Option<MemoryWatch>,
+) -> Result<(), IoEnd> {
     while !data.is_empty() {
         // SAFETY: `data` is a valid, initialised buffer of `data.len()` bytes and `fd` is our open
         // socket; MSG_NOSIGNAL turns a closed peer into EPIPE instead of SIGPIPE.
@@ -391,7 +440,7 @@ fn send_all(fd: RawFd, mut data: &[u8], deadline: Option<Instant>) -> Result<(),
         }
         let e = io::Error::last_os_error();
         match e.kind() {
-            io::ErrorKind::WouldBlock => wait_ready(fd, libc::POLLOUT, deadline)?,
+            io::ErrorKind::WouldBlock => wait_watched(fd, libc::POLLOUT, deadline, watch)?,
             io::ErrorKind::Interrupted => {}
             io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
                 return Err(IoEnd::Closed);
@@ -406,6 +455,7 @@ fn recv_exact(
     sock: &mut UnixStream,
     buf: &mut [u8],
     deadline: Option<Instant>,
+    watch: Option<MemoryWatch>,
 ) -> Result<(), IoEnd> {
     let mut filled = 0;
     while filled < buf.len() {
@@ -413,7 +463,9 @@ fn recv_exact(
             Ok(0) => return Err(IoEnd::Closed),
             Ok(n) => filled += n,
             Err(e) => match e.kind() {
-                io::ErrorKind::WouldBlock => wait_ready(sock.as_raw_fd(), libc::POLLIN, deadline)?,
+                io::ErrorKind::WouldBlock => {
+                    wait_watched(sock.as_raw_fd(), libc::POLLIN, deadline, watch)?;
+                }
                 io::ErrorKind::Interrupted => {}
                 io::ErrorKind::ConnectionReset => return Err(IoEnd::Closed),
                 _ => return Err(IoEnd::Broken(format!("reading from the worker: {e}"))),
@@ -429,18 +481,38 @@ pub(crate) fn wait_ready(
     events: libc::c_short,
     deadline: Option<Instant>,
 ) -> Result<(), IoEnd> {
+    wait_watched(fd, events, deadline, None)
+}
+
+/// [`wait_ready`], also ending when the watched worker's resident memory passes its limit.
+fn wait_watched(
+    fd: RawFd,
+    events: libc::c_short,
+    deadline: Option<Instant>,
+    watch: Option<MemoryWatch>,
+) -> Result<(), IoEnd> {
     loop {
-        let timeout_ms = match deadline {
-            None => -1,
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(IoEnd::Timeout);
-                }
-                // Round up, so that we never spin on a zero timeout just before the deadline.
-                left.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int
-            }
+        if let Some(watch) = watch
+            && let Some(resident) = watch.over()
+        {
+            return Err(IoEnd::OverMemory {
+                resident,
+                limit: watch.limit,
+            });
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left.is_some_and(|l| l.is_zero()) {
+            return Err(IoEnd::Timeout);
+        }
+        let wait = match (left, watch) {
+            (Some(left), Some(_)) => Some(left.min(MEMORY_CHECK_EVERY)),
+            (None, Some(_)) => Some(MEMORY_CHECK_EVERY),
+            (left, None) => left,
         };
+        // Round up, so that we never spin on a zero timeout just before the deadline.
+        let timeout_ms = wait.map_or(-1, |w| {
+            w.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int
+        });
         let mut pfd = libc::pollfd {
             fd,
             events,

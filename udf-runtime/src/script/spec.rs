@@ -272,9 +272,9 @@ pub struct WorkerContext {
     /// `exa.meta.current_schema`: the session's open schema; `None` (no schema open) is the
     /// string `'NULL'` in Python, as in Exasol.
     pub current_schema: Option<String>,
-    /// `exa.meta.memory_limit`, in bytes: the memory this instance may use. The engine passes
-    /// the per-instance budget it enforces (Exasol passes its UDF VM's limit); the runtime does
-    /// not enforce it. 0 when no limit is set.
+    /// `exa.meta.memory_limit`, in bytes: the memory this instance may use (Exasol passes its
+    /// UDF VM's limit). The worker's resident memory is checked against it while the engine
+    /// waits on the worker; past it the worker is killed (53U25). 0: no limit.
     pub memory_limit: u64,
     /// `exa.meta.node_count` (1 on a single node).
     pub node_count: usize,

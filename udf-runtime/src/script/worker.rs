@@ -112,10 +112,15 @@ impl PythonWorker {
 
         let env = worker_env(&spec, &ctx);
         // A warm start when a fork server is ready; a fresh process otherwise.
-        let process = match fork_worker(&spec.interpreter, env.clone(), deadline) {
+        let mut process = match fork_worker(&spec.interpreter, env.clone(), deadline) {
             Forked::Worker(process) => process,
             Forked::NoServer => spawn_worker(&spec, &env)?,
         };
+        // The worker sits outside the engine's memory pool: its resident memory is watched.
+        let memory_limit = (ctx.memory_limit > 0).then_some(ctx.memory_limit);
+        if let Some(limit) = memory_limit {
+            process.limit_memory(limit);
+        }
         let pid = process.pid();
         let mut worker = Self {
             script,
@@ -141,7 +146,10 @@ impl PythonWorker {
             if let Some(p) = worker.process.take() {
                 p.terminate(Duration::ZERO);
             }
-            let process = spawn_worker(&worker.spec, &env)?;
+            let mut process = spawn_worker(&worker.spec, &env)?;
+            if let Some(limit) = memory_limit {
+                process.limit_memory(limit);
+            }
             worker.pid = process.pid();
             worker.process = Some(process);
             hello = worker.hello(deadline);
@@ -589,6 +597,20 @@ impl PythonWorker {
                     phase: phase_name,
                     how,
                     stderr,
+                }
+            }
+            IoEnd::OverMemory { resident, limit } => {
+                if let Some(p) = self.process.take() {
+                    p.terminate(Duration::ZERO);
+                }
+                self.gone = Some(format!("killed at {resident} bytes of memory"));
+                RuntimeError::WorkerOutOfMemory {
+                    script: self.script.clone(),
+                    vm_id: self.vm_id,
+                    pid: self.pid,
+                    phase: phase_name,
+                    resident,
+                    limit,
                 }
             }
             IoEnd::Broken(message) => self.protocol(message),

@@ -362,7 +362,7 @@ impl ScriptRunner {
                         current_user: SCRIPT_USER.into(),
                         scope_user: SCRIPT_USER.into(),
                         current_schema: Some(exasol_name(&self.current_schema)),
-                        memory_limit: 0,
+                        memory_limit: ctx.memory_limit.unwrap_or(0),
                         ..WorkerContext::default()
                     },
                     &types,
