@@ -500,3 +500,248 @@ fn unsafe_configurations_are_refused_at_startup() {
         }
     });
 }
+
+/// How long the soak's clients run: 40 s in the test command; `ACCELSQL_SOAK_SECS` for longer
+/// runs by hand.
+fn soak_duration() -> Duration {
+    std::env::var("ACCELSQL_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(40), Duration::from_secs)
+}
+
+/// The processes descending from this one (script workers, fork servers).
+fn descendants() -> std::collections::BTreeSet<u32> {
+    let mut parent_of = std::collections::HashMap::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid …`: comm may hold spaces; the fields after ')' are fixed.
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+                continue;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            if fields.first() == Some(&"Z") {
+                continue;
+            }
+            if let Some(ppid) = fields.get(1).and_then(|p| p.parse::<u32>().ok()) {
+                parent_of.insert(pid, ppid);
+            }
+        }
+    }
+    let me = std::process::id();
+    parent_of
+        .keys()
+        .copied()
+        .filter(|&pid| {
+            let mut at = pid;
+            for _ in 0..64 {
+                match parent_of.get(&at) {
+                    Some(&p) if p == me => return true,
+                    Some(&p) if p > 1 => at = p,
+                    _ => return false,
+                }
+            }
+            false
+        })
+        .collect()
+}
+
+/// What one statement of the soak came to: a result, or an error with its accelsql code.
+fn outcome(result: Result<Vec<RecordBatch>, FlightError>) -> Result<(), String> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(FlightError::Tonic(s)) => status_code(&s)
+            .filter(|c| !c.is_empty())
+            .map(Err)
+            .unwrap_or_else(|| panic!("an error without an accelsql code: {s:?}")),
+        Err(other) => panic!("an error that is not a gRPC status: {other:?}"),
+    }
+}
+
+#[test]
+fn soak_many_clients_with_timeouts_cancels_and_idle_connections_lose_nothing() {
+    if accelsql_engine::udf_runtime::script::find_python3().is_err() {
+        eprintln!("skipped: no python3");
+        return;
+    }
+    mt().block_on(async {
+        let engine = Engine::with_options(EngineOptions {
+            scheduler: SchedulerConfig::default().with_simulated_gpus(1),
+            ..EngineOptions::default()
+        })
+        .unwrap();
+        accelsql_engine::testing::register_fixtures(&engine).unwrap();
+        let server = ServerHandle::start(
+            engine.clone(),
+            ServerOptions {
+                handshake_timeout: Duration::from_secs(2),
+                session_grace: Duration::from_millis(500),
+                ..options()
+            },
+        )
+        .await
+        .unwrap();
+        let mut setup = login(&server, "setup").await.unwrap();
+        for sql in [
+            "CREATE PYTHON3 SCALAR SCRIPT twice(x BIGINT) RETURNS BIGINT AS\n\
+             def run(ctx):\n    return ctx.x * 2\n/",
+            "CREATE PYTHON3 SCALAR SCRIPT sleeper(x BIGINT) RETURNS BIGINT AS\n\
+             import time\ndef run(ctx):\n    time.sleep(30)\n    return ctx.x\n/",
+        ] {
+            query(&mut setup, sql).await.unwrap();
+        }
+        // A first run starts the interpreter's fork server, which stays: the baseline.
+        assert_eq!(one(&mut setup, "SELECT twice(21)").await, 42);
+        drop(setup);
+        let before = descendants();
+
+        // 200 strangers: 100 silent connections, 100 that send half of HTTP/2's preface.
+        let mut idle = Vec::new();
+        for i in 0..200 {
+            let Ok(mut s) = tokio::net::TcpStream::connect(server.addr()).await else {
+                continue;
+            };
+            if i % 2 == 1 {
+                use tokio::io::AsyncWriteExt;
+                let _ = s.write_all(b"PRI * HTTP/2.0\r\n").await;
+            }
+            idle.push(s);
+        }
+
+        let until = Instant::now() + soak_duration();
+        let clients: Vec<_> = (0..32)
+            .map(|i| {
+                let url = server.url().to_string();
+                let token = server.token().unwrap().to_string();
+                tokio::spawn(async move {
+                    let channel = Channel::from_shared(url).unwrap().connect().await.unwrap();
+                    let mut c = FlightSqlServiceClient::new(channel);
+                    c.handshake(&format!("client{i}"), &token).await.unwrap();
+                    let mut codes: Vec<String> = Vec::new();
+                    let mut ok = [0usize; 5];
+                    let mut j = 0usize;
+                    while Instant::now() < until {
+                        let kind = (i + j) % 5;
+                        j += 1;
+                        let result = match kind {
+                            0 => query(&mut c, "SELECT slow_gpu(5)").await,
+                            1 => {
+                                query(
+                                    &mut c,
+                                    "SELECT sum(twice(value)) FROM generate_series(1, 2000)",
+                                )
+                                .await
+                            }
+                            2 => {
+                                query(
+                                    &mut c,
+                                    "SELECT count(*), max(length(repeat('x', value % 1000))) \
+                                     FROM generate_series(1, 200000)",
+                                )
+                                .await
+                            }
+                            3 => {
+                                // A runaway script under a 1-second QUERY_TIMEOUT: 57T01.
+                                query(&mut c, "ALTER SESSION SET QUERY_TIMEOUT = 1")
+                                    .await
+                                    .unwrap();
+                                let r = query(&mut c, "SELECT sleeper(1)").await;
+                                query(&mut c, "ALTER SESSION SET QUERY_TIMEOUT = 3600")
+                                    .await
+                                    .unwrap();
+                                r
+                            }
+                            _ => {
+                                // A GPU statement the client walks away from mid-stream.
+                                let info =
+                                    c.execute("SELECT slow_gpu(300)".to_string(), None).await;
+                                match info {
+                                    Ok(info) => {
+                                        let ticket = info.endpoint[0].ticket.clone().unwrap();
+                                        let stream = c.do_get(ticket).await;
+                                        tokio::time::sleep(Duration::from_millis(50)).await;
+                                        drop(stream);
+                                        Ok(Vec::new())
+                                    }
+                                    Err(e) => Err(e),
+                                }
+                            }
+                        };
+                        if kind == 3 {
+                            // The runaway script never finishes within its timeout.
+                            assert!(result.is_err(), "a 30 s script outlived QUERY_TIMEOUT = 1");
+                        }
+                        match outcome(result) {
+                            Ok(()) => ok[kind] += 1,
+                            Err(code) => codes.push(code),
+                        }
+                    }
+                    (ok, codes)
+                })
+            })
+            .collect();
+        let mut ok = [0usize; 5];
+        let mut codes = std::collections::BTreeMap::<String, usize>::new();
+        for client in clients {
+            let (o, c) = client.await.unwrap();
+            for k in 0..5 {
+                ok[k] += o[k];
+            }
+            for code in c {
+                *codes.entry(code).or_default() += 1;
+            }
+        }
+        eprintln!("soak: results per kind {ok:?}, coded errors {codes:?}");
+        // Every kind ran; the runaway scripts were stopped by their timeout.
+        assert!(
+            ok[0] > 0 && ok[1] > 0 && ok[2] > 0 && ok[4] > 0,
+            "{ok:?} {codes:?}"
+        );
+        assert!(codes.get("57T01").copied().unwrap_or(0) > 0, "{codes:?}");
+        // Only the codes a statement may end with here.
+        for code in codes.keys() {
+            assert!(
+                ["57T01", "57014", "57G01", "53200", "53S02"].contains(&code.as_str()),
+                "unexpected code {code}: {codes:?}"
+            );
+        }
+        drop(idle);
+
+        // Nothing leaked: the lease is free, no script worker is left, and the server serves.
+        let settled = async {
+            loop {
+                let snapshot = engine.lease_queue().snapshot();
+                let workers: Vec<u32> = descendants().difference(&before).copied().collect();
+                if snapshot.holder.is_none() && snapshot.waiting.is_empty() && workers.is_empty() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(20), settled)
+            .await
+            .is_err()
+        {
+            let snapshot = engine.lease_queue().snapshot();
+            let workers: Vec<u32> = descendants().difference(&before).copied().collect();
+            panic!(
+                "after the soak: lease holder {:?}, {} waiting, leftover processes {workers:?}",
+                snapshot.holder.map(|h| h.statement),
+                snapshot.waiting.len()
+            );
+        }
+        let mut after = login(&server, "after").await.unwrap();
+        assert_eq!(one(&mut after, "SELECT twice(4)").await, 8);
+        server.stop().await.unwrap();
+    });
+}

@@ -83,6 +83,20 @@ pub struct ProcessRegistry(Arc<Mutex<Registered>>);
 struct Registered {
     pids: Vec<u32>,
     storages: Vec<InstanceStorage>,
+    /// Set by [`ProcessRegistry::kill_all`]: the statement is over, and a process recorded
+    /// later (a worker that was still starting) is killed as it is recorded.
+    killed: bool,
+}
+
+/// Sends SIGKILL to process group `pid` (a group already gone only yields ESRCH).
+fn kill_group(pid: u32) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill(2) with a negative pid signals that process group; it touches no memory
+        // of ours, and a stale group id only yields ESRCH.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
 }
 
 impl PartialEq for ProcessRegistry {
@@ -92,13 +106,16 @@ impl PartialEq for ProcessRegistry {
 }
 
 impl ProcessRegistry {
-    /// Records a process that leads its own process group.
+    /// Records a process that leads its own process group; after [`kill_all`](Self::kill_all),
+    /// kills it instead (its statement was stopped while it started).
     pub fn register(&self, pid: u32) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pids
-            .push(pid);
+        let mut registered = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if registered.killed {
+            drop(registered);
+            kill_group(pid);
+        } else {
+            registered.pids.push(pid);
+        }
     }
 
     /// Records an instance storage that holds a worker to finish when the statement is done.
@@ -115,18 +132,16 @@ impl ProcessRegistry {
         std::mem::take(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()).storages)
     }
 
-    /// Sends SIGKILL to every recorded process group (a group already gone is skipped); the
-    /// owners of the processes still reap them.
+    /// Sends SIGKILL to every recorded process group (a group already gone is skipped), and
+    /// to every one recorded from now on; the owners of the processes still reap them.
     pub fn kill_all(&self) {
-        let pids = std::mem::take(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()).pids);
+        let pids = {
+            let mut registered = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            registered.killed = true;
+            std::mem::take(&mut registered.pids)
+        };
         for pid in pids {
-            if let Ok(pid) = libc::pid_t::try_from(pid) {
-                // SAFETY: kill(2) with a negative pid signals that process group; it touches no
-                // memory of ours, and a stale group id only yields ESRCH.
-                unsafe {
-                    libc::kill(-pid, libc::SIGKILL);
-                }
-            }
+            kill_group(pid);
         }
     }
 }

@@ -267,6 +267,124 @@ async fn handoffs(at: &Endpoint) -> Result<(Vec<f64>, Vec<f64>)> {
     Ok((alone, contended))
 }
 
+/// Clients hammering wrong passwords during the login-storm measurement.
+pub const STORMERS: usize = 4;
+
+/// `SELECT 1` back to back from one logged-in client for [`WINDOW`]: every latency; with
+/// `storm`, [`STORMERS`] other clients try wrong passwords as fast as they are answered
+/// meanwhile (each try a full PBKDF2 check, or a rate-limit refusal). Returns the latencies and
+/// how many wrong logins were answered.
+async fn under_login_storm(at: &Endpoint, user: &str, storm: bool) -> Result<(Vec<Duration>, u64)> {
+    let mut c = client(at).await?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut stormers = Vec::new();
+    for i in 0..if storm { STORMERS } else { 0 } {
+        let (url, user, stop) = (
+            at.url.clone(),
+            user.to_string(),
+            std::sync::Arc::clone(&stop),
+        );
+        stormers.push(tokio::spawn(async move {
+            let mut tries = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok(channel) = Channel::from_shared(url.clone()) else {
+                    break;
+                };
+                let Ok(channel) = channel.connect().await else {
+                    break;
+                };
+                let mut bad = FlightSqlServiceClient::new(channel);
+                // Refused (28000, or 28L01 once rate limited): either way the server answered.
+                let _ = bad.handshake(&user, &format!("wrong-{i}-{tries}")).await;
+                tries += 1;
+            }
+            tries
+        }));
+    }
+    let deadline = Instant::now() + WINDOW;
+    let mut latencies = Vec::new();
+    while Instant::now() < deadline {
+        let t = Instant::now();
+        fetch(&mut c, "SELECT 1").await?;
+        latencies.push(t.elapsed());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut tries = 0;
+    for s in stormers {
+        tries += s.await.unwrap_or(0);
+    }
+    Ok((latencies, tries))
+}
+
+/// The login-storm part: a server with a users file (PBKDF2 at its default rounds), one client
+/// running statements, idle and while [`STORMERS`] clients try wrong passwords.
+async fn login_storm(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
+    // Made owner-only by add_user; a second run replaces the entry.
+    std::fs::create_dir_all(&ctx.data_dir)
+        .map_err(|e| bench_err!("{}: {e}", ctx.data_dir.display()))?;
+    let users = ctx.data_dir.join("server-login-storm-users");
+    accelsql_server::add_user(&users, "bench", "right", accelsql_server::DEFAULT_ROUNDS)
+        .map_err(|e| bench_err!("the users file: {e}"))?;
+    let engine = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+        ..EngineOptions::default()
+    })?;
+    let server = ServerHandle::start(
+        engine,
+        ServerOptions {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            auth: accelsql_server::ServerAuth::Users(users),
+            ..ServerOptions::default()
+        },
+    )
+    .await
+    .map_err(|e| bench_err!("the server did not start: {e}"))?;
+    let at = Endpoint {
+        url: server.url().to_string(),
+        token: Some("right".to_string()),
+    };
+    let mut table = Table::new(
+        format!("server: SELECT 1 latency, idle vs {STORMERS} clients trying wrong passwords"),
+        "stormers",
+        None,
+    )
+    .without_rate();
+    let mut medians = Vec::new();
+    for storm in [false, true] {
+        let (latencies, tries) = under_login_storm(&at, "bench", storm).await?;
+        let stormers = if storm { STORMERS as u64 } else { 0 };
+        let figure = measured(
+            "SELECT 1",
+            "Flight SQL, arrow-rs client",
+            stormers,
+            &latencies,
+        )
+        .with_metric("wrong_logins_answered", tries as f64);
+        if let Outcome::Measured { stats } = &figure.outcome {
+            medians.push((stats.median_s, tries));
+        }
+        table.push(figure);
+    }
+    if let [(idle, _), (storm, tries)] = medians[..] {
+        result.notes.push(format!(
+            "Login storm: SELECT 1 from a logged-in client takes {:.2} ms median idle and \
+             {:.2} ms while {STORMERS} clients had {tries} wrong passwords answered in {:?} \
+             ({:.2}x idle). Password checks run on a small bounded pool and failed logins are \
+             rate limited (28L01 after a burst).",
+            idle * 1e3,
+            storm * 1e3,
+            WINDOW,
+            storm / idle.max(1e-12)
+        ));
+    }
+    result.tables.push(table);
+    server
+        .stop()
+        .await
+        .map_err(|e| bench_err!("the server did not stop: {e}"))?;
+    Ok(())
+}
+
 /// Runs the suite.
 pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
     result.title = "server: accelsql over Arrow Flight SQL vs in process".into();
@@ -279,7 +397,8 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
                    K clients: statements per second. (3) `SELECT slow_gpu(0)` (GPU required, \
                    no work) from one client, then from two at once on one simulated GPU: the \
                    latency each client sees; the difference is what waiting for and handing \
-                   over the lease costs over the wire."
+                   over the lease costs over the wire. (4) With a users file: `SELECT 1` from one \
+                   logged-in client, idle and while 4 clients try wrong passwords."
             .into();
     let engine = Engine::with_options(EngineOptions {
         scheduler: SchedulerConfig::default().with_simulated_gpus(1),
@@ -299,7 +418,7 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
         url: server.url().to_string(),
         token: server.token().map(str::to_string),
     };
-    let progress = Progress::new("server", 3, "parts");
+    let progress = Progress::new("server", 4, "parts");
 
     progress.set_message("wide result");
     let rows = ctx.scaled(BASE_ROWS, 1000);
@@ -382,6 +501,10 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
         contended.iter().map(|s| s * 1e6).collect(),
     ));
     result.tables.push(lease);
+    progress.inc(1);
+
+    progress.set_message("login storm");
+    login_storm(ctx, result).await?;
     progress.inc(1);
     progress.finish();
     result.notes.push(

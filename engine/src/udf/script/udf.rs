@@ -333,6 +333,25 @@ impl ScriptRunner {
         parts: Vec<(usize, Vec<ArrayRef>)>,
         row_ends: &mut Option<Vec<u64>>,
     ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        // A run blocks for as long as the script takes. On a tokio worker thread (a plan's
+        // task), hand the thread's other tasks — timers, watchdogs, other sessions' streams — to
+        // another worker meanwhile, so that a slow script never stalls the runtime.
+        let on_multi_thread_runtime = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if on_multi_thread_runtime {
+            tokio::task::block_in_place(|| self.run_blocking(ctx, parts, row_ends))
+        } else {
+            self.run_blocking(ctx, parts, row_ends)
+        }
+    }
+
+    /// [`run`](Self::run) on the calling thread.
+    fn run_blocking(
+        &self,
+        ctx: &InstanceContext,
+        parts: Vec<(usize, Vec<ArrayRef>)>,
+        row_ends: &mut Option<Vec<u64>>,
+    ) -> datafusion::error::Result<Vec<ArrayRef>> {
         if let Some(why) = &self.unavailable {
             return Err(EngineError::ScriptDefinition {
                 message: format!("script {}: {why}", self.spec.qualified_name()),
