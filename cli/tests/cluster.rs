@@ -425,3 +425,88 @@ fn cluster_local_makes_a_secret_and_refuses_executors_without_it() {
     )));
     assert!(!std::path::Path::new(&secret).exists());
 }
+
+#[test]
+fn an_executor_restarted_after_a_crash_takes_its_node_back() {
+    let data = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let single = Engine::with_options(options()).unwrap().session();
+    runtime.block_on(async {
+        for i in 0..2 {
+            let path = data.path().join(format!("f{i}.parquet"));
+            single
+                .sql(&format!(
+                    "COPY (SELECT value AS x FROM generate_series(1, 100)) TO '{}' STORED AS PARQUET",
+                    path.display()
+                ))
+                .await
+                .unwrap();
+        }
+    });
+    let table = format!("'{}/'", data.path().display());
+    let mut local = LocalClusterOptions::new(BIN, 2);
+    local.simulated_gpus_per_executor = Some(0);
+    local.vcores = 1;
+    local.executor_timeout = Duration::from_secs(4);
+    let mut cluster = LocalCluster::start(&local).unwrap();
+    let address = cluster.scheduler().to_string();
+    let secret = cluster.secret_file().unwrap().display().to_string();
+    let engine = runtime.block_on(async {
+        let client = ClusterClient::connect(&address, cluster.auth().unwrap(), None)
+            .await
+            .unwrap();
+        Engine::with_options(client.engine_options(options())).unwrap()
+    });
+    let nodes_answering = |engine: &Engine| {
+        runtime.block_on(async {
+            let sql = format!("SELECT iproc() AS node FROM {table} GROUP BY iproc() ORDER BY 1");
+            match engine.session().sql(&sql).await {
+                Ok(batches) => rows(&batches).into_iter().map(|r| r[0].clone()).collect(),
+                Err(_) => Vec::new(),
+            }
+        })
+    };
+    assert_eq!(nodes_answering(&engine), ["0", "1"]);
+
+    // Node 1 crashes; a new executor for node 1 starts at once, before the scheduler has
+    // missed a heartbeat. The dead holder's port no longer answers: the newcomer takes over.
+    cluster.kill_executor(1).unwrap();
+    let mut replacement = Command::new(BIN)
+        .args([
+            "cluster",
+            "executor",
+            "--scheduler",
+            &address,
+            "--node-id",
+            "1",
+        ])
+        .args([
+            "--secret-file",
+            &secret,
+            "--simulated-gpus",
+            "0",
+            "--vcores",
+            "1",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let back = eventually(Duration::from_secs(30), || {
+        matches!(replacement.try_wait(), Ok(None)) && nodes_answering(&engine) == ["0", "1"]
+    });
+    let still_running = matches!(replacement.try_wait(), Ok(None));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(replacement.id() as libc::pid_t, libc::SIGKILL) };
+    let out = replacement.wait_with_output().unwrap();
+    assert!(
+        back && still_running,
+        "the restarted executor did not take node 1 back: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cluster.stop();
+}

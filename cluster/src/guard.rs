@@ -39,6 +39,15 @@ pub(crate) struct GuardedScheduler {
     events: Option<EventSink>,
 }
 
+/// Whether something accepts connections at `host:port` within a second.
+async fn answers(host: &str, port: u16) -> bool {
+    let connect = tokio::net::TcpStream::connect((host, port));
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), connect).await,
+        Ok(Ok(_))
+    )
+}
+
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -119,7 +128,10 @@ impl GuardedScheduler {
                 continue;
             }
             let age = heartbeat.map(|t| now_secs().saturating_sub(t.as_secs()));
-            if age.is_some_and(|age| age <= self.stale_after.as_secs()) {
+            // A holder whose task port refuses connections has died (an executor restarted
+            // right after a crash): its recent heartbeat does not keep the node.
+            let recent = age.is_some_and(|age| age <= self.stale_after.as_secs());
+            if recent && answers(&holder.host, holder.grpc_port).await {
                 let line = format!(
                     "refused executor {id} at {}: node {node} is held by executor {} at {} \
                      (last heartbeat {}s ago)",
@@ -132,9 +144,13 @@ impl GuardedScheduler {
                 return Err(refused(line));
             }
             self.say(&format!(
-                "executor {id} takes node {node} over from executor {}, silent for {}",
+                "executor {id} takes node {node} over from executor {}, {}",
                 holder.id,
-                age.map_or("ever".to_string(), |a| format!("{a}s"))
+                match age {
+                    Some(a) if recent => format!("whose task port no longer answers ({a}s)"),
+                    Some(a) => format!("silent for {a}s"),
+                    None => "never heard from".to_string(),
+                }
             ));
             if let Err(e) = manager
                 .remove_executor(

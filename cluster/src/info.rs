@@ -90,6 +90,7 @@ fn is_refusal(text: &str) -> bool {
         "broken pipe",
         "unexpected eof",
         "peer closed",
+        "connection closed",
     ]
     .iter()
     .any(|needle| text.contains(needle))
@@ -102,15 +103,19 @@ pub(crate) fn classify(
     e: &(dyn StdError + 'static),
 ) -> ClusterError {
     let text = chain(e);
-    if let Some(status) = e.downcast_ref::<tonic::Status>()
-        && status.code() != tonic::Code::Unavailable
-        && status.code() != tonic::Code::Unknown
-    {
-        return ClusterError::Process {
-            message: format!("the scheduler at {address} answered: {}", status.message()),
-        };
-    }
-    if is_refusal(&text) {
+    let status = e.downcast_ref::<tonic::Status>();
+    // A TLS or HTTP/2 failure arrives as a status of the transport (which code depends on when
+    // the connection broke); any other status is the scheduler's own answer.
+    let transport = status.is_none_or(|s| {
+        matches!(
+            s.code(),
+            tonic::Code::Unavailable
+                | tonic::Code::Unknown
+                | tonic::Code::Internal
+                | tonic::Code::Cancelled
+        )
+    });
+    if transport && is_refusal(&text) {
         let ours = if auth.is_secured() {
             "this process's cluster secret (or certificate) is not the cluster's, or the \
              scheduler runs without one"
@@ -120,6 +125,11 @@ pub(crate) fn classify(
         };
         return ClusterError::Authentication {
             message: format!("the scheduler at {address} refused the connection: {ours} ({text})"),
+        };
+    }
+    if let Some(status) = status.filter(|_| !transport) {
+        return ClusterError::Process {
+            message: format!("the scheduler at {address} answered: {}", status.message()),
         };
     }
     ClusterError::SchedulerUnreachable {

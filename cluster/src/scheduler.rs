@@ -257,13 +257,8 @@ impl SchedulerHandle {
 
     /// The ids of the executors registered now.
     pub async fn executors(&self) -> Result<Vec<String>> {
-        let state = self
-            .server
-            .state
-            .executor_manager
-            .get_executors_state()
-            .await?;
-        Ok(state.into_iter().map(|(meta, _, _)| meta.id).collect())
+        let endpoints = self.executor_endpoints().await?;
+        Ok(endpoints.into_iter().map(|(id, ..)| id).collect())
     }
 
     /// Each registered executor's id, host, Flight (data) port and task port.

@@ -30,6 +30,17 @@ fn engine() -> Engine {
     .unwrap()
 }
 
+/// An engine with one simulated GPU and the fixture UDFs (`slow_gpu`).
+fn gpu_engine() -> Engine {
+    let engine = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(1),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    accelsql_engine::testing::register_fixtures(&engine).unwrap();
+    engine
+}
+
 fn options() -> ServerOptions {
     ServerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -371,12 +382,7 @@ fn client_text_cannot_forge_log_lines() {
 #[test]
 fn the_admin_sees_every_session_and_ends_one_with_kill_session() {
     mt().block_on(async {
-        let engine = Engine::with_options(EngineOptions {
-            scheduler: SchedulerConfig::default().with_simulated_gpus(1),
-            ..EngineOptions::default()
-        })
-        .unwrap();
-        accelsql_engine::testing::register_fixtures(&engine).unwrap();
+        let engine = gpu_engine();
         let server = ServerHandle::start(
             engine,
             ServerOptions {
@@ -575,12 +581,7 @@ fn soak_many_clients_with_timeouts_cancels_and_idle_connections_lose_nothing() {
         return;
     }
     mt().block_on(async {
-        let engine = Engine::with_options(EngineOptions {
-            scheduler: SchedulerConfig::default().with_simulated_gpus(1),
-            ..EngineOptions::default()
-        })
-        .unwrap();
-        accelsql_engine::testing::register_fixtures(&engine).unwrap();
+        let engine = gpu_engine();
         let server = ServerHandle::start(
             engine.clone(),
             ServerOptions {
