@@ -282,6 +282,16 @@ fn scripts_run_in_the_executors_processes_and_their_workers_die_with_a_killed_ex
     drop(cluster);
 }
 
+/// Sends SIGTERM to a process (by pid) when dropped: a failed test still stops what it started.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on a pid this test started; a process already reaped only yields ESRCH.
+        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGTERM) };
+    }
+}
+
 /// Runs `accelsql cluster executor` with `args` against `scheduler`; it must end by itself
 /// within 20 seconds, unsuccessfully: its standard error.
 fn refused_executor(scheduler: &str, args: &[&str]) -> String {
@@ -361,6 +371,8 @@ fn cluster_local_makes_a_secret_and_refuses_executors_without_it() {
         .spawn()
         .unwrap();
     let pid = local.id();
+    // Stopped by its pid even if an assertion below fails.
+    let _stop = KillOnDrop(pid);
     let mut lines = std::io::BufReader::new(local.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     let second = lines.next().unwrap().unwrap();
@@ -496,6 +508,7 @@ fn an_executor_restarted_after_a_crash_takes_its_node_back() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let _stop = KillOnDrop(replacement.id());
     let back = eventually(Duration::from_secs(30), || {
         matches!(replacement.try_wait(), Ok(None)) && nodes_answering(&engine) == ["0", "1"]
     });

@@ -20,7 +20,10 @@ use tonic::{Request, Response, Status};
 
 use crate::ClusterError;
 use crate::affinity::node_and_count;
-use crate::scheduler::EventSink;
+
+/// Receives one line for each notable event of a scheduler: an executor joined or was lost, a
+/// job was stopped, an executor was refused or took a node over.
+pub type EventSink = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 
 /// The job id a client asks the status of to learn the cluster's shape (no job has it: Ballista
 /// names jobs with 7 random letters and digits).

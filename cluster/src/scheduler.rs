@@ -23,14 +23,10 @@ use tonic::transport::server::TcpIncoming;
 use crate::affinity::NodeAffinity;
 use crate::codec::ClusterCodec;
 use crate::error::{config_err, process_err};
-use crate::guard::GuardedScheduler;
+use crate::guard::{EventSink, GuardedScheduler};
 use crate::node::{ConfigureEngine, NodeOptions, session_state};
 use crate::security::ClusterAuth;
 use crate::{ClusterError, Result};
-
-/// Receives one line for each notable event of a scheduler: an executor joined or was lost, a
-/// job was stopped.
-pub type EventSink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// How to start a scheduler.
 #[derive(Clone)]
