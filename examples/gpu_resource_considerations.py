@@ -21,8 +21,10 @@ serialize the two sessions' GPU statements, as two pyexasol connections to one E
 """
 
 import argparse
+import atexit
 import multiprocessing
 import os
+import shutil
 import tempfile
 import threading
 
@@ -195,6 +197,7 @@ def main():
             with accelsql.connect() as probe:
                 gpus = None if probe.gpu_count > 0 else 2
         data_dir = tempfile.mkdtemp(prefix="accelsql-notebook-")
+        atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
         if args.processes:
             # Engines of different processes share the devices through cross-process locks.
             os.environ.setdefault("ACCELSQL_DEVICE_LOCK_DIR", os.path.join(data_dir, "device-locks"))

@@ -57,15 +57,20 @@ if [ -x "$venv/bin/python3" ]; then
 fi
 # Incremental artifacts only help repeated local builds; a one-shot run skips them (disk).
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+started=$SECONDS
 cargo test --workspace "$@"
+echo "test-all: cargo test (build and run) took $((SECONDS - started)) s"
 
 # The GPU path end to end on the fake CUDA driver (kernels run on the host; scripts/fake-cuda).
+started=$SECONDS
 bash scripts/fake-cuda/test.sh
+echo "test-all: the fake CUDA driver's runs took $((SECONDS - started)) s"
 
 # The Python package, in a fresh virtualenv.
 pkg_env="$PWD/target/python-pkg-env"
 echo "test-all: building the Python package into a fresh virtualenv $pkg_env"
 rm -rf "$pkg_env"
+started=$SECONDS
 if ! "$base_python" -m venv "$pkg_env" \
   || ! "$pkg_env/bin/python" -m pip install --quiet --disable-pip-version-check pytest pandas pyarrow numpy \
     adbc-driver-flightsql adbc-driver-manager; then
@@ -73,6 +78,7 @@ if ! "$base_python" -m venv "$pkg_env" \
     "the Python package's tests need them" >&2
   exit 1
 fi
+echo "test-all: the package's virtualenv took $((SECONDS - started)) s"
 # maturin builds the package alone; with the workspace's features it reuses the build above.
 if ! "$base_python" python/tools/feature_parity.py; then
   echo "test-all: WARNING: the package's dependencies will be built a second time (see above)" >&2

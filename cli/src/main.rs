@@ -53,6 +53,11 @@ fn main() -> ExitCode {
     if let Some(code) = multi_call() {
         return code;
     }
+    // Diagnostics of the engine, Ballista and the server go to standard error as `RUST_LOG`
+    // asks (none by default): `RUST_LOG=info accelsql cluster scheduler …`.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("off"))
+        .format_timestamp_millis()
+        .init();
     let cli = Cli::parse();
     let outcome = match cli.command {
         Some(Command::Gpu(command)) => gpu::run(command),

@@ -26,24 +26,26 @@ fn options() -> EngineOptions {
     }
 }
 
-/// Whether process `pid` exists.
-fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
-}
-
-#[test]
-fn a_local_cluster_runs_queries_survives_a_lost_executor_and_stops_every_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// A multi-threaded runtime for a test's client side.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// Writes one Parquet file per entry of `sizes` into `dir` (column `x` = 1..=size) with a
+/// single-node engine; the table's location as SQL text (`'DIR/'`).
+fn parquet_fixture(
+    runtime: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    sizes: &[u64],
+) -> String {
     let single = Engine::with_options(options()).unwrap().session();
     runtime.block_on(async {
-        for (i, n) in [1000, 2000, 3000].into_iter().enumerate() {
-            let path = dir.path().join(format!("f{i}.parquet"));
+        for (i, n) in sizes.iter().enumerate() {
+            let path = dir.join(format!("f{i}.parquet"));
             single
                 .sql(&format!(
                     "COPY (SELECT value AS x FROM generate_series(1, {n})) TO '{}' STORED AS PARQUET",
@@ -53,7 +55,31 @@ fn a_local_cluster_runs_queries_survives_a_lost_executor_and_stops_every_process
                 .unwrap();
         }
     });
-    let table = format!("'{}/'", dir.path().display());
+    format!("'{}/'", dir.display())
+}
+
+/// A client engine of `cluster`, authenticated with its secret.
+fn cluster_engine(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster) -> Engine {
+    runtime.block_on(async {
+        let client = ClusterClient::connect(cluster.scheduler(), cluster.auth().unwrap(), None)
+            .await
+            .unwrap();
+        Engine::with_options(client.engine_options(options())).unwrap()
+    })
+}
+
+/// Whether process `pid` exists.
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+}
+
+#[test]
+fn a_local_cluster_runs_queries_survives_a_lost_executor_and_stops_every_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = runtime();
+    let single = Engine::with_options(options()).unwrap().session();
+    let table = parquet_fixture(&runtime, dir.path(), &[1000, 2000, 3000]);
 
     let mut local = LocalClusterOptions::new(BIN, 3);
     local.simulated_gpus_per_executor = Some(1);
@@ -95,12 +121,7 @@ fn a_local_cluster_runs_queries_survives_a_lost_executor_and_stops_every_process
     assert_eq!(total, 6000, "{text}");
 
     // A long query loses node 2 half-way: a coded error, in bounded time.
-    let engine = runtime.block_on(async {
-        let client = ClusterClient::connect(&address, cluster.auth().unwrap(), None)
-            .await
-            .unwrap();
-        Engine::with_options(client.engine_options(options())).unwrap()
-    });
+    let engine = cluster_engine(&runtime, &cluster);
     let session = engine.session();
     let slow = format!(
         "SELECT count(*) FROM {table} a, generate_series(1, 30000) g WHERE sqrt(CAST(a.x * g.value AS DOUBLE)) > 10"
@@ -188,35 +209,12 @@ fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
 fn scripts_run_in_the_executors_processes_and_their_workers_die_with_a_killed_executor() {
     let data = tempfile::tempdir().unwrap();
     let seen = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let single = Engine::with_options(options()).unwrap().session();
-    runtime.block_on(async {
-        for i in 0..3 {
-            let path = data.path().join(format!("f{i}.parquet"));
-            single
-                .sql(&format!(
-                    "COPY (SELECT value AS x FROM generate_series(1, 3000)) TO '{}' STORED AS PARQUET",
-                    path.display()
-                ))
-                .await
-                .unwrap();
-        }
-    });
-    let table = format!("'{}/'", data.path().display());
+    let runtime = runtime();
+    let table = parquet_fixture(&runtime, data.path(), &[3000, 3000, 3000]);
 
     let mut cluster = LocalCluster::start(&LocalClusterOptions::new(BIN, 3)).unwrap();
     let executors: Vec<u32> = (0..3).map(|k| cluster.executor_pid(k).unwrap()).collect();
-    let address = cluster.scheduler().to_string();
-    let engine = runtime.block_on(async {
-        let client = ClusterClient::connect(&address, cluster.auth().unwrap(), None)
-            .await
-            .unwrap();
-        Engine::with_options(client.engine_options(options())).unwrap()
-    });
+    let engine = cluster_engine(&runtime, &cluster);
     let session = engine.session();
     // Each worker notes its node and process, then works slowly (3000 rows × 2 ms per node).
     runtime
@@ -441,25 +439,8 @@ fn cluster_local_makes_a_secret_and_refuses_executors_without_it() {
 #[test]
 fn an_executor_restarted_after_a_crash_takes_its_node_back() {
     let data = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let single = Engine::with_options(options()).unwrap().session();
-    runtime.block_on(async {
-        for i in 0..2 {
-            let path = data.path().join(format!("f{i}.parquet"));
-            single
-                .sql(&format!(
-                    "COPY (SELECT value AS x FROM generate_series(1, 100)) TO '{}' STORED AS PARQUET",
-                    path.display()
-                ))
-                .await
-                .unwrap();
-        }
-    });
-    let table = format!("'{}/'", data.path().display());
+    let runtime = runtime();
+    let table = parquet_fixture(&runtime, data.path(), &[100, 100]);
     let mut local = LocalClusterOptions::new(BIN, 2);
     local.simulated_gpus_per_executor = Some(0);
     local.vcores = 1;
@@ -467,12 +448,7 @@ fn an_executor_restarted_after_a_crash_takes_its_node_back() {
     let mut cluster = LocalCluster::start(&local).unwrap();
     let address = cluster.scheduler().to_string();
     let secret = cluster.secret_file().unwrap().display().to_string();
-    let engine = runtime.block_on(async {
-        let client = ClusterClient::connect(&address, cluster.auth().unwrap(), None)
-            .await
-            .unwrap();
-        Engine::with_options(client.engine_options(options())).unwrap()
-    });
+    let engine = cluster_engine(&runtime, &cluster);
     let nodes_answering = |engine: &Engine| {
         runtime.block_on(async {
             let sql = format!("SELECT iproc() AS node FROM {table} GROUP BY iproc() ORDER BY 1");
@@ -522,4 +498,273 @@ fn an_executor_restarted_after_a_crash_takes_its_node_back() {
         String::from_utf8_lossy(&out.stderr)
     );
     cluster.stop();
+}
+
+/// How long the cluster soak's clients run: 20 s in the test command;
+/// `ACCELSQL_CLUSTER_SOAK_SECS` for longer runs by hand.
+fn cluster_soak_duration() -> Duration {
+    std::env::var("ACCELSQL_CLUSTER_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(20), Duration::from_secs)
+}
+
+/// Clients keep running queries, Python scripts on the GPUs, and statements past their
+/// timeout while executors are killed and restarted under them: every statement ends with the
+/// right result or a coded error, every session stays usable, the restarted nodes come back,
+/// and no script worker outlives its executor or its statement.
+#[test]
+fn a_cluster_soak_with_executors_killed_and_restarted_loses_nothing() {
+    const CLIENTS: usize = 4;
+    let data = tempfile::tempdir().unwrap();
+    let seen = tempfile::tempdir().unwrap();
+    let runtime = runtime();
+    let table = parquet_fixture(&runtime, data.path(), &[2000, 2000]);
+    let mut local = LocalClusterOptions::new(BIN, 2);
+    local.simulated_gpus_per_executor = Some(1);
+    local.vcores = 2;
+    local.executor_timeout = Duration::from_secs(3);
+    let mut cluster = LocalCluster::start(&local).unwrap();
+    let engine = cluster_engine(&runtime, &cluster);
+    // A GPU-required script: each instance holds its node's GPU lease while it runs, and notes
+    // its worker's pid.
+    runtime
+        .block_on(engine.session().sql(&format!(
+            "CREATE PYTHON3 SCALAR SCRIPT plus_one(x BIGINT) RETURNS BIGINT AS\n\
+             %perInstanceRequiredAcceleratorDevices GpuNvidia;\n\
+             import os\n\
+             open(os.path.join('{}', str(os.getpid())), 'w').close()\n\
+             def run(ctx):\n    return ctx.x + 1\n/",
+            seen.path().display()
+        )))
+        .unwrap();
+    let statements: Vec<(String, Option<Vec<Vec<String>>>)> = vec![
+        (
+            format!("SELECT count(*), sum(x) FROM {table}"),
+            Some(vec![vec!["4000".into(), "4002000".into()]]),
+        ),
+        (
+            format!("SELECT iproc() AS node, count(*) FROM {table} GROUP BY iproc() ORDER BY 1"),
+            Some(vec![
+                vec!["0".into(), "2000".into()],
+                vec!["1".into(), "2000".into()],
+            ]),
+        ),
+        (
+            format!("SELECT sum(plus_one(x)) FROM {table}"),
+            Some(vec![vec!["4006000".into()]]),
+        ),
+        // Past its session's 1-second timeout: never a result (a timeout, or its node lost
+        // first). A quarter of a second per batch, for minutes.
+        (
+            format!(
+                "SELECT count(*) FROM {table} a, generate_series(1, 5000000) g \
+                 WHERE a.x <= 100 AND sqrt(CAST(a.x * g.value AS DOUBLE)) > 10"
+            ),
+            None,
+        ),
+    ];
+    let statements = std::sync::Arc::new(statements);
+    let deadline = Instant::now() + cluster_soak_duration();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let session = engine.session();
+            let statements = std::sync::Arc::clone(&statements);
+            runtime.spawn(async move {
+                session
+                    .sql("ALTER SESSION SET QUERY_TIMEOUT = 1")
+                    .await
+                    .unwrap();
+                let mut outcomes: Vec<std::result::Result<(), String>> = Vec::new();
+                let mut i = c;
+                while Instant::now() < deadline {
+                    let (sql, want) = &statements[i % statements.len()];
+                    i += 1;
+                    let started = Instant::now();
+                    let outcome = tokio::time::timeout(Duration::from_secs(60), session.sql(sql))
+                        .await
+                        .unwrap_or_else(|_| panic!("{sql} hung for 60 s"));
+                    match (outcome, want) {
+                        // Where a node was down, the scheduler ran its partition on another:
+                        // the rows are all there, counted where they ran.
+                        (Ok(batches), Some(want)) if sql.contains("iproc()") => {
+                            let got = rows(&batches);
+                            let count = |r: &[Vec<String>]| -> i64 {
+                                r.iter().map(|row| row[1].parse::<i64>().unwrap()).sum()
+                            };
+                            assert_eq!(count(&got), count(want), "{sql}: {got:?}");
+                            outcomes.push(Ok(()));
+                        }
+                        (Ok(batches), Some(want)) => {
+                            assert_eq!(&rows(&batches), want, "{sql}");
+                            outcomes.push(Ok(()));
+                        }
+                        (Ok(_), None) => panic!("{sql} outlived its timeout"),
+                        (Err(e), _) => {
+                            let code = e.code();
+                            assert!(
+                                [NODE_LOST, "57T01"].contains(&code),
+                                "{sql}: an error without a soak's code: {e}"
+                            );
+                            // A timeout stops its statement within a few seconds.
+                            if code == "57T01" {
+                                assert!(started.elapsed() < Duration::from_secs(15), "{e}");
+                            }
+                            outcomes.push(Err(code.to_string()));
+                        }
+                    }
+                }
+                (session, outcomes)
+            })
+        })
+        .collect();
+    // Meanwhile a node crashes and is restarted every few seconds, alternately.
+    let mut restarts = 0;
+    while Instant::now() + Duration::from_secs(3) < deadline {
+        std::thread::sleep(Duration::from_secs(3));
+        let node = restarts % 2;
+        cluster.restart_executor(node).unwrap();
+        restarts += 1;
+    }
+    let mut sessions = Vec::new();
+    let (mut ok, mut lost, mut timed_out) = (0, 0, 0);
+    for client in clients {
+        let (session, outcomes) = runtime.block_on(client).unwrap();
+        for outcome in outcomes {
+            match outcome {
+                Ok(()) => ok += 1,
+                Err(code) if code == NODE_LOST => lost += 1,
+                Err(_) => timed_out += 1,
+            }
+        }
+        sessions.push(session);
+    }
+    eprintln!(
+        "cluster soak: {restarts} restarts; {ok} results, {lost} lost to a node, {timed_out} timed out"
+    );
+    assert!(restarts >= 2 && ok > 0 && timed_out > 0);
+
+    // Both nodes answer again, and every session still works, on the GPUs too.
+    for session in &sessions {
+        runtime
+            .block_on(session.sql("ALTER SESSION SET QUERY_TIMEOUT = 0"))
+            .unwrap();
+    }
+    let (sql, want) = &statements[1];
+    let mut last = String::new();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let query =
+                async { tokio::time::timeout(Duration::from_secs(10), sessions[0].sql(sql)).await };
+            match runtime
+                .block_on(query)
+                .unwrap_or_else(|_| panic!("{sql} hung after the soak"))
+            {
+                Ok(b) => {
+                    last = format!("{:?}", rows(&b));
+                    &rows(&b) == want.as_ref().unwrap()
+                }
+                Err(e) => {
+                    last = e.to_string();
+                    false
+                }
+            }
+        }),
+        "the restarted nodes did not come back: {last}"
+    );
+    for session in &sessions {
+        let (sql, want) = &statements[2];
+        let got = runtime.block_on(session.sql(sql)).unwrap();
+        assert_eq!(&rows(&got), want.as_ref().unwrap());
+    }
+    // No worker outlives its statement or its executor.
+    let workers = || -> Vec<u32> {
+        std::fs::read_dir(seen.path())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok()?.parse().ok())
+            .collect()
+    };
+    assert!(!workers().is_empty());
+    assert!(
+        eventually(Duration::from_secs(15), || workers()
+            .iter()
+            .all(|&p| !alive(p))),
+        "workers left running: {:?}",
+        workers()
+            .into_iter()
+            .filter(|&p| alive(p))
+            .collect::<Vec<_>>()
+    );
+    let pids: Vec<u32> = (0..2).filter_map(|k| cluster.executor_pid(k)).collect();
+    drop(cluster);
+    for pid in pids {
+        assert!(!alive(pid), "executor process {pid} still runs");
+    }
+}
+
+/// A statement its client gives up on (dropped, as a cancelled or timed-out statement is) stops
+/// on the cluster too: the scheduler cancels the job, and the executors' script workers end at
+/// once instead of running the job to its end for no one.
+#[test]
+fn a_statement_its_client_drops_stops_on_the_cluster() {
+    let data = tempfile::tempdir().unwrap();
+    let seen = tempfile::tempdir().unwrap();
+    let runtime = runtime();
+    let table = parquet_fixture(&runtime, data.path(), &[3000, 3000]);
+    let mut local = LocalClusterOptions::new(BIN, 2);
+    local.simulated_gpus_per_executor = Some(0);
+    local.vcores = 1;
+    let cluster = LocalCluster::start(&local).unwrap();
+    let engine = cluster_engine(&runtime, &cluster);
+    // 3000 rows × 10 ms: half a minute per node if nothing stops it.
+    runtime
+        .block_on(engine.session().sql(&format!(
+            "CREATE PYTHON3 SCALAR SCRIPT slow(x BIGINT) RETURNS BIGINT AS\n\
+             import os, time\n\
+             open(os.path.join('{}', str(os.getpid())), 'w').close()\n\
+             def run(ctx):\n    time.sleep(0.01)\n    return ctx.x\n/",
+            seen.path().display()
+        )))
+        .unwrap();
+    let workers = || -> Vec<u32> {
+        std::fs::read_dir(seen.path())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok()?.parse().ok())
+            .collect()
+    };
+    let running = runtime.spawn({
+        let session = engine.session();
+        let sql = format!("SELECT count(*) FROM {table} WHERE slow(x) > 0");
+        async move { session.sql(&sql).await }
+    });
+    assert!(
+        eventually(Duration::from_secs(30), || workers().len() >= 2),
+        "workers seen: {:?}",
+        workers()
+    );
+    let dropped = Instant::now();
+    running.abort();
+    assert!(
+        eventually(Duration::from_secs(10), || workers()
+            .iter()
+            .all(|&p| !alive(p))),
+        "the dropped statement's workers still run: {:?}",
+        workers()
+    );
+    eprintln!(
+        "workers gone {:?} after the statement was dropped",
+        dropped.elapsed()
+    );
+    // The nodes are free for the next statement at once.
+    let started = Instant::now();
+    let got = runtime
+        .block_on(
+            engine
+                .session()
+                .sql(&format!("SELECT count(*) FROM {table}")),
+        )
+        .unwrap();
+    assert_eq!(rows(&got), [["6000"]]);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    drop(cluster);
 }

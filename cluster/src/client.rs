@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use accelsql_engine::{EngineError, EngineOptions, NodeIdentity, PlanDistributor};
-use ballista_core::config::BALLISTA_SCHEDULER_MAX_PARTITIONS_PER_TASK;
+use ballista_core::config::{BALLISTA_JOB_NAME, BALLISTA_SCHEDULER_MAX_PARTITIONS_PER_TASK};
 use ballista_core::execution_plans::execute_physical_plan;
 use ballista_core::extension::SessionConfigExt;
 use datafusion::arrow::array::{ArrayRef, Int64Array};
@@ -37,6 +37,7 @@ use futures::{StreamExt, TryStreamExt};
 use crate::Result;
 use crate::codec::{ClusterCodec, Decoder};
 use crate::error::config_err;
+use crate::guard::STATEMENT_JOB_PREFIX;
 use crate::info::cluster_nodes;
 use crate::security::ClusterAuth;
 
@@ -320,12 +321,23 @@ fn keep_source_limits(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn Executio
 pub const NODE_LOST: &str = "58K02";
 
 /// The accelsql error a cluster failure stands for: the coded error an executor raised, or
-/// 58C02 for a job the scheduler stopped because a node was lost (this client never cancels a
-/// job through the scheduler: dropping the stream ends it). `None`: keep Ballista's error.
+/// 58K02 for a job the scheduler stopped because a node was lost (this client never cancels a
+/// job itself: dropping the stream makes the scheduler cancel it, and then no one reads the
+/// error), or for results whose node broke the connection while they were read. `None`: keep
+/// Ballista's error.
 fn relay_error(e: &datafusion::error::DataFusionError) -> Option<EngineError> {
     let text = e.to_string();
     if let Some(coded) = EngineError::from_remote_message(&text) {
         return Some(coded);
+    }
+    if is_broken_connection(&text) {
+        return Some(EngineError::Relayed {
+            code: NODE_LOST,
+            message: format!(
+                "[{NODE_LOST}] the query stopped: a node of the cluster stopped answering while                  its results were read (its executor stopped or the network failed); run it                  again. Detail: {}",
+                text.lines().next().unwrap_or_default()
+            ),
+        });
     }
     if !text.trim_end().ends_with("failed: Cancelled") {
         return EngineError::from_remote_datafusion_text(&text);
@@ -338,6 +350,21 @@ fn relay_error(e: &datafusion::error::DataFusionError) -> Option<EngineError> {
              rather than risk a wrong answer (its log names the node); run it again"
         ),
     })
+}
+
+/// Whether Ballista's error `text` is a connection that broke or could not be made (to an
+/// executor serving results, or to the scheduler), rather than an error of the query.
+fn is_broken_connection(text: &str) -> bool {
+    const SIGNS: [&str; 7] = [
+        "h2 protocol error",
+        "error trying to connect",
+        "transport error",
+        "peer closed connection",
+        "Connection refused",
+        "Connection reset",
+        "broken pipe",
+    ];
+    SIGNS.iter().any(|sign| text.contains(sign))
 }
 
 /// A leaf that runs its plan on a cluster: executing it submits the plan to the scheduler and
@@ -449,7 +476,16 @@ impl ExecutionPlan for ClusterQueryExec {
             .session_config()
             .clone()
             .upgrade_for_ballista()
-            .set_usize(BALLISTA_SCHEDULER_MAX_PARTITIONS_PER_TASK, 1);
+            .set_usize(BALLISTA_SCHEDULER_MAX_PARTITIONS_PER_TASK, 1)
+            // A unique name: the scheduler cancels the job by it if this stream is dropped
+            // before the job ends.
+            .set_str(
+                BALLISTA_JOB_NAME,
+                &format!(
+                    "{STATEMENT_JOB_PREFIX}{}",
+                    ballista_core::ids::new_instance_id()
+                ),
+            );
         // The scheduler and the executors serving results take only the cluster's certificate.
         let config = match self.auth.endpoint_override() {
             Some(secure) => config.with_ballista_override_create_grpc_client_endpoint(secure),

@@ -132,14 +132,18 @@ pub async fn run_executor(mut options: ExecutorOptions) -> Result<()> {
     // at once then race to create it (one fails with "File exists").
     let (work_dir, own_work_dir) = match &options.work_dir {
         Some(dir) => (dir.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!("accelsql-executor-{executor_id}")),
-            true,
-        ),
+        None => {
+            remove_abandoned_work_dirs();
+            let name = format!("{WORK_DIR_PREFIX}{}-{executor_id}", std::process::id());
+            (std::env::temp_dir().join(name), true)
+        }
     };
     std::fs::create_dir_all(&work_dir).map_err(|e| ClusterError::Process {
         message: format!("the work directory {}: {e}", work_dir.display()),
     })?;
+    // A directory of our own goes when the executor does: on return, and also when the
+    // future is dropped (an embedding program aborts the task, or its runtime shuts down).
+    let _work_dir_guard = own_work_dir.then(|| RemoveOnDrop(work_dir.clone()));
     let config = ExecutorProcessConfig {
         // `node-K-of-N-…`: the scheduler places partition p on node p mod N by it.
         executor_id,
@@ -196,9 +200,6 @@ pub async fn run_executor(mut options: ExecutorOptions) -> Result<()> {
     // The engine lives as long as the executor: its lease queue and device locks are the node's.
     let result = start_executor_process(Arc::new(config)).await;
     drop(engine);
-    if own_work_dir {
-        let _ = std::fs::remove_dir_all(&work_dir);
-    }
     result.map_err(|e| {
         let text = e.to_string();
         // The scheduler's refusal carries its code; keep it.
@@ -216,6 +217,45 @@ pub async fn run_executor(mut options: ExecutorOptions) -> Result<()> {
             },
         }
     })
+}
+
+/// How the work directories that executors make for themselves are named (the process id and
+/// the executor id follow).
+const WORK_DIR_PREFIX: &str = "accelsql-executor-";
+
+/// Removes the work directories of executors that were killed (SIGKILL leaves no chance to
+/// clean up): `accelsql-executor-PID-…` whose process no longer runs.
+fn remove_abandoned_work_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(WORK_DIR_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: kill(2) with signal 0 only checks that the process exists.
+        let alive = pid > 0
+            && (unsafe { libc::kill(pid, 0) } == 0
+                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM));
+        if !alive {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Removes a directory (and what is in it) when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The executor's Flight service (shuffle and result data) behind TLS that requires the

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use ballista_core::config::BALLISTA_JOB_NAME;
 use ballista_core::serde::protobuf::scheduler_grpc_server::SchedulerGrpc;
 use ballista_core::serde::protobuf::{
     CancelJobParams, CancelJobResult, CleanJobDataParams, CleanJobDataResult,
@@ -16,6 +17,7 @@ use ballista_core::serde::protobuf::{
 };
 use ballista_scheduler::scheduler_server::SchedulerServer;
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
+use futures::StreamExt;
 use tonic::{Request, Response, Status};
 
 use crate::ClusterError;
@@ -29,6 +31,10 @@ pub type EventSink = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 /// names jobs with 7 random letters and digits).
 pub(crate) const CLUSTER_INFO_JOB: &str = "accelsql-cluster-info";
 
+/// How the name of every job an accelsql client submits starts (a unique id follows): the
+/// scheduler finds a job whose client went away by it.
+pub(crate) const STATEMENT_JOB_PREFIX: &str = "accelsql-statement-";
+
 type Inner = SchedulerServer<LogicalPlanNode, PhysicalPlanNode>;
 
 /// Ballista's scheduler service with accelsql's checks in front of it.
@@ -40,6 +46,96 @@ pub(crate) struct GuardedScheduler {
     /// refused; an older holder is taken for dead and replaced (an executor restarted).
     stale_after: Duration,
     events: Option<EventSink>,
+}
+
+/// Watches one job's status stream; dropped before the job ended, it cancels the job.
+struct CancelUnfinished {
+    inner: Inner,
+    /// The job's id, from its first status.
+    job: Option<String>,
+    /// The job's unique name, where its client gave one.
+    name: Option<String>,
+    /// Whether the job succeeded or failed (nothing left to cancel).
+    finished: bool,
+    events: Option<EventSink>,
+}
+
+impl CancelUnfinished {
+    fn observe(&mut self, item: &Result<GetJobStatusResult, Status>) {
+        let Ok(GetJobStatusResult {
+            status: Some(status),
+            ..
+        }) = item
+        else {
+            return;
+        };
+        if self.job.is_none() && !status.job_id.is_empty() {
+            self.job = Some(status.job_id.clone());
+        }
+        if matches!(
+            status.status,
+            Some(job_status::Status::Successful(_) | job_status::Status::Failed(_))
+        ) {
+            self.finished = true;
+        }
+    }
+}
+
+impl Drop for CancelUnfinished {
+    fn drop(&mut self) {
+        if self.finished || (self.job.is_none() && self.name.is_none()) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = self.inner.clone();
+        let events = self.events.clone();
+        let (job, name) = (self.job.take(), self.name.take());
+        runtime.spawn(async move {
+            let job = match (job, name) {
+                (Some(job), _) => job,
+                (None, Some(name)) => match unfinished_job_named(&inner, &name).await {
+                    Some(job) => job,
+                    None => return,
+                },
+                (None, None) => return,
+            };
+            let line = format!("job {job}: its client went away before it ended; cancelling it");
+            log::info!("{line}");
+            if let Some(events) = &events {
+                events(&line);
+            }
+            let params = CancelJobParams {
+                job_id: job.clone(),
+            };
+            if let Err(e) = SchedulerGrpc::cancel_job(&inner, Request::new(params)).await {
+                log::warn!("job {job}: cancelling it failed: {e}");
+            }
+        });
+    }
+}
+
+/// The id of the one running job named `name`. A job just submitted may still be planned
+/// before the scheduler runs it: looked for during up to 5 seconds.
+async fn unfinished_job_named(inner: &Inner, name: &str) -> Option<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let running = inner.state.task_manager.get_running_job_cache();
+        let mut named = Vec::new();
+        for (id, job) in running.iter() {
+            if job.execution_graph.read().await.job_name() == name {
+                named.push(id.to_string());
+            }
+        }
+        match named.len() {
+            1 => return named.pop(),
+            // Names are unique; two jobs with one name are not ours to guess between.
+            2.. => return None,
+            0 if tokio::time::Instant::now() >= deadline => return None,
+            0 => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
 }
 
 /// Whether something accepts connections at `host:port` within a second.
@@ -238,11 +334,39 @@ impl SchedulerGrpc for GuardedScheduler {
 
     type ExecuteQueryPushStream = <Inner as SchedulerGrpc>::ExecuteQueryPushStream;
 
+    /// Ballista's job submission, with one addition: a client that goes away before its job
+    /// ends (its statement cancelled or timed out, its process killed, its connection lost)
+    /// drops the job's status stream, and the job is cancelled, which stops its tasks on
+    /// every executor and frees their leases and workers. Ballista alone would run it to the
+    /// end for no one.
     async fn execute_query_push(
         &self,
         request: Request<ExecuteQueryParams>,
     ) -> Result<Response<Self::ExecuteQueryPushStream>, Status> {
-        self.inner.execute_query_push(request).await
+        // Ballista sends a job's first status only when it ends: the job is found by its
+        // name, which accelsql's clients make unique.
+        let name = request
+            .get_ref()
+            .settings
+            .iter()
+            .find(|s| s.key == BALLISTA_JOB_NAME)
+            .and_then(|s| s.value.clone())
+            .filter(|name| name.starts_with(STATEMENT_JOB_PREFIX));
+        let response = self.inner.execute_query_push(request).await?;
+        let (metadata, statuses, extensions) = response.into_parts();
+        let mut watch = CancelUnfinished {
+            inner: self.inner.clone(),
+            job: None,
+            name,
+            finished: false,
+            events: self.events.clone(),
+        };
+        let statuses = statuses.inspect(move |item| watch.observe(item));
+        Ok(Response::from_parts(
+            metadata,
+            Box::pin(statuses),
+            extensions,
+        ))
     }
 
     async fn execute_query(

@@ -62,6 +62,27 @@ pub struct LocalCluster {
     reported: Vec<bool>,
     /// The owner-only directory holding the cluster's secret, removed when the cluster stops.
     secret_dir: Option<PathBuf>,
+    /// How it was started (executors restart with the same settings).
+    options: LocalClusterOptions,
+    /// `--secret-file FILE` when the cluster has a secret.
+    secret_args: Vec<String>,
+}
+
+/// Starts `command` (a process of `program`, described as `what` in errors); the child gets
+/// SIGTERM if this process dies without stopping it.
+fn spawn(program: &std::path::Path, command: &mut Command, what: &str) -> Result<Child> {
+    // If this process dies without stopping them (SIGKILL), the children get SIGTERM.
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(2) is async-signal-safe; the closure allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    command.spawn().map_err(|e| ClusterError::Process {
+        message: format!("cannot start the {what} ({}): {e}", program.display()),
+    })
 }
 
 impl LocalCluster {
@@ -71,23 +92,6 @@ impl LocalCluster {
         if options.executors == 0 {
             return config_err!("a local cluster needs at least one executor");
         }
-        let spawn = |command: &mut Command, what: &str| {
-            // If this process dies without stopping them (SIGKILL), the children get SIGTERM.
-            #[cfg(target_os = "linux")]
-            // SAFETY: prctl(2) is async-signal-safe; the closure allocates nothing.
-            unsafe {
-                command.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                    Ok(())
-                });
-            }
-            command.spawn().map_err(|e| ClusterError::Process {
-                message: format!(
-                    "cannot start the {what} ({}): {e}",
-                    options.program.display()
-                ),
-            })
-        };
         let secret_dir = if options.secret {
             Some(private_dir("accelsql-cluster")?)
         } else {
@@ -100,19 +104,20 @@ impl LocalCluster {
             processes: Vec::new(),
             reported: Vec::new(),
             secret_dir,
+            options: options.clone(),
+            secret_args: Vec::new(),
         };
-        let secret_args: Vec<String> = match &secret_file {
-            Some(file) => {
-                ClusterAuth::write_secret_file(file)?;
-                vec!["--secret-file".into(), file.to_string_lossy().into_owned()]
-            }
-            None => Vec::new(),
-        };
+        if let Some(file) = &secret_file {
+            ClusterAuth::write_secret_file(file)?;
+            cluster.secret_args = vec!["--secret-file".into(), file.to_string_lossy().into_owned()];
+        }
+        let secret_args = &cluster.secret_args;
         let mut scheduler = spawn(
+            &options.program,
             Command::new(&options.program)
                 .args(["cluster", "scheduler", "--listen", "127.0.0.1:0"])
                 .args(["--nodes", &options.executors.to_string()])
-                .args(&secret_args)
+                .args(secret_args)
                 .args(["--wait-for-executors", &options.executors.to_string()])
                 .args([
                     "--executor-timeout",
@@ -146,19 +151,7 @@ impl LocalCluster {
         };
         cluster.scheduler = address.to_string();
         for node in 0..options.executors {
-            let mut command = Command::new(&options.program);
-            command
-                .args(["cluster", "executor", "--scheduler", &cluster.scheduler])
-                .args(["--node-id", &node.to_string()])
-                .args(["--nodes", &options.executors.to_string()])
-                .args(["--vcores", &options.vcores.to_string()])
-                .args(&secret_args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null());
-            if let Some(gpus) = options.simulated_gpus_per_executor {
-                command.args(["--simulated-gpus", &gpus.to_string()]);
-            }
-            let child = spawn(&mut command, &format!("executor of node {node}"))?;
+            let child = cluster.spawn_executor(node)?;
             cluster.processes.push(child);
             cluster.reported.push(false);
         }
@@ -171,6 +164,28 @@ impl LocalCluster {
         // The scheduler's later lines are not needed; keep draining them so it never blocks.
         std::thread::spawn(move || while lines.recv().is_ok() {});
         Ok(cluster)
+    }
+
+    /// Starts an executor process for node `node`.
+    fn spawn_executor(&self, node: usize) -> Result<Child> {
+        let options = &self.options;
+        let mut command = Command::new(&options.program);
+        command
+            .args(["cluster", "executor", "--scheduler", &self.scheduler])
+            .args(["--node-id", &node.to_string()])
+            .args(["--nodes", &options.executors.to_string()])
+            .args(["--vcores", &options.vcores.to_string()])
+            .args(&self.secret_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        if let Some(gpus) = options.simulated_gpus_per_executor {
+            command.args(["--simulated-gpus", &gpus.to_string()]);
+        }
+        spawn(
+            &options.program,
+            &mut command,
+            &format!("executor of node {node}"),
+        )
     }
 
     /// The next line the scheduler printed; an error if it or an executor stopped first, or
@@ -240,6 +255,21 @@ impl LocalCluster {
             message: format!("cannot kill the executor of node {node}: {e}"),
         })?;
         let _ = child.wait();
+        Ok(())
+    }
+
+    /// Starts a new executor for node `node`, as an operator restarts a crashed one: the old
+    /// process is killed first if it still runs. The scheduler hands the node to the newcomer
+    /// once the old holder no longer answers (at once after a crash); queries reach the node
+    /// again from then on.
+    pub fn restart_executor(&mut self, node: usize) -> Result<()> {
+        if node + 1 >= self.processes.len() {
+            return config_err!("there is no node {node}");
+        }
+        self.kill_executor(node)?;
+        let child = self.spawn_executor(node)?;
+        self.processes[node + 1] = child;
+        self.reported[node + 1] = false;
         Ok(())
     }
 

@@ -6,6 +6,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
+
+use crate::yielding::yield_each_batch;
+use tokio::time::Instant;
+
 use accelsql_engine::{AccelsqlOptions, Engine, EngineError};
 use ballista_core::JobId;
 use ballista_core::serde::protobuf::{
@@ -48,6 +53,8 @@ impl ExecutionEngine for LeasingEngine {
     ) -> Result<Arc<dyn QueryStageExecutor>> {
         let label = format!("job {job_id} stage {stage_id} task {task_id}");
         let statement = job_id.to_string();
+        // Stoppable between batches (a timeout, a cancel), however long one operator works.
+        let plan = yield_each_batch(plan)?;
         let inner = self.inner.create_query_stage_exec(
             job_id,
             stage_id,
@@ -88,6 +95,82 @@ fn coded(e: DataFusionError) -> DataFusionError {
     DataFusionError::Execution(e.to_string())
 }
 
+/// What one run of a task needs, owned (it runs in a tokio task of its own).
+struct Task {
+    inner: Arc<dyn QueryStageExecutor>,
+    statement: String,
+    plan: Arc<dyn ExecutionPlan>,
+    engine: Engine,
+    label: String,
+}
+
+impl Task {
+    /// Runs the stage under the node's lease of its job; says on `held` when it holds devices.
+    async fn run(
+        self,
+        task_id: usize,
+        context: Arc<TaskContext>,
+        held: oneshot::Sender<()>,
+    ) -> Result<Vec<ShuffleWritePartition>> {
+        let lease = self
+            .engine
+            .lease_for_plan(&self.plan, &self.statement, self.label.clone())
+            .await
+            .map_err(|e| coded(e.into_datafusion()))?;
+        if lease.holds_devices() {
+            let _ = held.send(());
+        }
+        let done = self.inner.execute_query_stage(task_id, context).await;
+        // Before the scheduler hears of the task's end, so the client that reads
+        // `accelsql.udf_calls` after its statement finds its calls there.
+        self.engine
+            .record_task_calls(&self.plan, &self.statement, &lease);
+        drop(lease);
+        done.map_err(coded)
+    }
+}
+
+/// Stops a task's run unless disarmed: kills its plan's script workers and aborts its tokio
+/// task. Dropped armed when the scheduler cancels the task (its job cancelled or failed).
+struct StopTask {
+    engine: Engine,
+    plan: Arc<dyn ExecutionPlan>,
+    task: tokio::task::AbortHandle,
+    armed: bool,
+}
+
+impl StopTask {
+    fn now(&self) {
+        self.engine.kill_plan_workers(&self.plan);
+        self.task.abort();
+    }
+}
+
+impl Drop for StopTask {
+    fn drop(&mut self) {
+        if self.armed {
+            self.now();
+        }
+    }
+}
+
+/// Which limit stops a task.
+#[derive(Debug, Clone, Copy)]
+enum Limit {
+    /// The statement's timeout.
+    Statement(Duration),
+    /// The node's `--max-lease-hold`.
+    Hold(Duration),
+}
+
+/// Sleeps until `deadline`; forever without one.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// One task's stage executor, run under the node's lease.
 struct LeasedStage {
     inner: Arc<dyn QueryStageExecutor>,
@@ -119,38 +202,67 @@ impl QueryStageExecutor for LeasedStage {
         task_id: usize,
         context: Arc<TaskContext>,
     ) -> Result<Vec<ShuffleWritePartition>> {
-        let run = async {
-            let lease = self
-                .engine
-                .lease_for_plan(&self.plan, &self.statement, self.label.clone())
-                .await
-                .map_err(|e| coded(e.into_datafusion()))?;
-            let work = self.inner.execute_query_stage(task_id, context);
-            let done = match self.engine.max_lease_hold() {
-                // A task that holds the GPUs longer than the node allows gives them up (57G03).
-                Some(limit) if lease.holds_devices() => {
-                    tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
-                        Err(EngineError::LeaseHeldTooLong { limit }.into_datafusion())
-                    })
-                }
-                _ => work.await,
-            };
-            // Before the scheduler hears of the task's end, so the client that reads
-            // `accelsql.udf_calls` after its statement finds its calls there.
-            self.engine
-                .record_task_calls(&self.plan, &self.statement, &lease);
-            drop(lease);
-            done.map_err(coded)
+        let (held, mut holds_devices) = oneshot::channel();
+        let task = Task {
+            inner: Arc::clone(&self.inner),
+            statement: self.statement.clone(),
+            plan: Arc::clone(&self.plan),
+            engine: self.engine.clone(),
+            label: self.label.clone(),
         };
-        match self.timeout {
-            // Dropping the task's future drops its plan (its script workers are killed) and
-            // its lease.
-            Some(limit) => tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
-                Err(coded(
-                    EngineError::StatementTimeout { limit }.into_datafusion(),
-                ))
-            }),
-            None => run.await,
+        // The task runs apart from this future: a script's run blocks its thread, and a future
+        // blocked there cannot be stopped. This one always can: dropped (the job cancelled) or
+        // past a limit, it kills the plan's script workers, which ends the run at once.
+        let mut work = tokio::spawn(task.run(task_id, context, held));
+        let mut stop = StopTask {
+            engine: self.engine.clone(),
+            plan: Arc::clone(&self.plan),
+            task: work.abort_handle(),
+            armed: true,
+        };
+        let statement_deadline = self.timeout.map(|limit| (Instant::now() + limit, limit));
+        let mut hold_deadline: Option<(Instant, Duration)> = None;
+        let mut waiting_for_lease = true;
+        loop {
+            // The nearer of the two limits.
+            let limit = match (statement_deadline, hold_deadline) {
+                (Some(s), Some(h)) if h.0 < s.0 => Some((h.0, Limit::Hold(h.1))),
+                (Some(s), _) => Some((s.0, Limit::Statement(s.1))),
+                (None, Some(h)) => Some((h.0, Limit::Hold(h.1))),
+                (None, None) => None,
+            };
+            tokio::select! {
+                joined = &mut work => {
+                    stop.armed = false;
+                    return joined.unwrap_or_else(|e| {
+                        Err(DataFusionError::Execution(format!("{}: the task failed: {e}", self.label)))
+                    });
+                }
+                lease = &mut holds_devices, if waiting_for_lease => {
+                    waiting_for_lease = false;
+                    // A task that holds the GPUs longer than the node allows gives them up
+                    // (57G03).
+                    if lease.is_ok() {
+                        hold_deadline = self
+                            .engine
+                            .max_lease_hold()
+                            .map(|limit| (Instant::now() + limit, limit));
+                    }
+                }
+                () = sleep_until_some(limit.map(|(at, _)| at)) => {
+                    let Some((_, which)) = limit else { continue };
+                    stop.now();
+                    // The run ends once its workers are dead; wait (briefly) for the task to
+                    // let its lease go before reporting.
+                    let _ = tokio::time::timeout(Duration::from_secs(5), &mut work).await;
+                    stop.armed = false;
+                    let error = match which {
+                        Limit::Hold(limit) => EngineError::LeaseHeldTooLong { limit },
+                        Limit::Statement(limit) => EngineError::StatementTimeout { limit },
+                    };
+                    return Err(coded(error.into_datafusion()));
+                }
+            }
         }
     }
 

@@ -507,13 +507,13 @@ fn unsafe_configurations_are_refused_at_startup() {
     });
 }
 
-/// How long the soak's clients run: 40 s in the test command; `ACCELSQL_SOAK_SECS` for longer
+/// How long the soak's clients run: 30 s in the test command; `ACCELSQL_SOAK_SECS` for longer
 /// runs by hand.
 fn soak_duration() -> Duration {
     std::env::var("ACCELSQL_SOAK_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .map_or(Duration::from_secs(40), Duration::from_secs)
+        .map_or(Duration::from_secs(30), Duration::from_secs)
 }
 
 /// The processes descending from this one (script workers, fork servers).

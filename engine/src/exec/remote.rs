@@ -401,6 +401,14 @@ impl NodeSide<'_> {
         })
     }
 
+    /// Kills the script workers of the placed calls of a task's `plan` on this node, and any
+    /// they start from now on.
+    pub(crate) fn kill_plan_workers(&self, plan: &Arc<dyn ExecutionPlan>) {
+        for call in placed_calls(plan) {
+            call.statement.processes.kill_all();
+        }
+    }
+
     /// Records what the placed calls of a task's `plan` have done on this node so far.
     pub(crate) fn record_task_calls(
         &self,

@@ -210,6 +210,13 @@ impl Engine {
         self.node_side().record_task_calls(plan, job, lease)
     }
 
+    /// Kills the script workers of the placed calls of a task's `plan` on this node (and any
+    /// they start from now on): a task stopped from outside (cancelled, past its timeout)
+    /// while a script runs ends at once, though the run blocks its thread.
+    pub fn kill_plan_workers(&self, plan: &Arc<dyn ExecutionPlan>) {
+        self.node_side().kill_plan_workers(plan)
+    }
+
     /// The scan [`node_rows_parts`](crate::node_rows_parts) took apart, over `nodes` (its
     /// input), producing this process's rows.
     pub fn node_rows_exec(
