@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use accelsql_engine::udf_runtime::scratch::remove_abandoned_dirs;
 use arrow_flight::flight_service_server::FlightServiceServer;
 use ballista_core::config::TaskSchedulingPolicy;
 use ballista_core::error::BallistaError;
@@ -133,7 +134,8 @@ pub async fn run_executor(mut options: ExecutorOptions) -> Result<()> {
     let (work_dir, own_work_dir) = match &options.work_dir {
         Some(dir) => (dir.clone(), false),
         None => {
-            remove_abandoned_work_dirs();
+            // Those of executors that were killed (SIGKILL leaves no chance to clean up).
+            remove_abandoned_dirs(&std::env::temp_dir(), WORK_DIR_PREFIX);
             let name = format!("{WORK_DIR_PREFIX}{}-{executor_id}", std::process::id());
             (std::env::temp_dir().join(name), true)
         }
@@ -222,32 +224,6 @@ pub async fn run_executor(mut options: ExecutorOptions) -> Result<()> {
 /// How the work directories that executors make for themselves are named (the process id and
 /// the executor id follow).
 const WORK_DIR_PREFIX: &str = "accelsql-executor-";
-
-/// Removes the work directories of executors that were killed (SIGKILL leaves no chance to
-/// clean up): `accelsql-executor-PID-…` whose process no longer runs.
-fn remove_abandoned_work_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(WORK_DIR_PREFIX))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
-        // SAFETY: kill(2) with signal 0 only checks that the process exists.
-        let alive = pid > 0
-            && (unsafe { libc::kill(pid, 0) } == 0
-                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM));
-        if !alive {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
 
 /// Removes a directory (and what is in it) when dropped.
 struct RemoveOnDrop(PathBuf);

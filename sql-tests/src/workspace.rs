@@ -120,36 +120,15 @@ pub fn as_written(text: &str) -> String {
 fn prepare() -> std::io::Result<()> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
-        remove_abandoned_roots();
+        // Those of earlier processes (a test binary has no exit hook to remove its own).
+        accelsql_engine::udf_runtime::scratch::remove_abandoned_dirs(
+            &std::env::temp_dir(),
+            "accelsql-upstream-",
+        );
         build_tree(upstream_root(), &data_dir()).map_err(|e| e.to_string())
     })
     .clone()
     .map_err(std::io::Error::other)
-}
-
-/// Removes the trees that earlier processes left behind (a test binary has no exit hook to
-/// remove its own): `accelsql-upstream-PID` whose process no longer runs.
-fn remove_abandoned_roots() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("accelsql-upstream-"))
-            .and_then(|p| p.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
-        // SAFETY: kill(2) with signal 0 only checks that the process exists.
-        let alive = pid > 0
-            && (unsafe { libc::kill(pid, 0) } == 0
-                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM));
-        if !alive {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
 }
 
 fn build_tree(root: &Path, data: &Path) -> std::io::Result<()> {

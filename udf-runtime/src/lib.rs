@@ -8,6 +8,7 @@ pub mod gpu;
 pub mod instance;
 pub mod kernels;
 pub mod prerequisite;
+pub mod scratch;
 pub mod script;
 
 /// The cudarc this crate drives CUDA with: GPU implementations ([`GpuColumnarKernel`]) launch
