@@ -82,7 +82,11 @@ echo "test-all: the package's virtualenv took $((SECONDS - started)) s"
 # maturin builds the package alone; with the workspace's features it reuses the build above.
 if ! "$base_python" python/tools/feature_parity.py; then
   # A second build of DataFusion costs CI most of its time budget: under CI that is an error.
-  missing "the package's dependencies would be built a second time (see above)"
+  if [ -n "$strict" ]; then
+    echo "test-all: ERROR: the package's dependencies would be built a second time (see above)" >&2
+    exit 1
+  fi
+  echo "test-all: WARNING: the package's dependencies will be built a second time (see above)" >&2
 fi
 started=$SECONDS
 MATURIN_PEP517_ARGS="--profile dev" CARGO_TARGET_DIR="$PWD/target" \
