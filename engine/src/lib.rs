@@ -64,10 +64,16 @@ pub use crate::core::calls::{Placement, PlacementDecision, RECENT_CALLS, UdfCall
 pub use crate::core::distribute::PlanDistributor;
 pub use crate::core::engine_options::{EngineOptions, NodeIdentity};
 pub use crate::core::error::{EngineError, Result};
+pub use crate::core::groups::{ConsumerGroup, DEFAULT_GROUP, GpuClass};
 pub use crate::core::memory::{
     DEFAULT_MEMORY_SHARE, SessionPool, default_memory_limit, machine_memory,
 };
 pub use crate::core::options::{AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy};
+pub use crate::core::passwords::{DEFAULT_ROUNDS, check_hash, hash_password, verify_password};
+pub use crate::core::privileges::{
+    DBA_ROLE, Denial, Grants, Holding, ObjectGrant, ObjectKind, ObjectPrivilege, PUBLIC_ROLE,
+    RESTRICTED_ROLE, SYS_USER, SystemPrivilege,
+};
 pub use crate::exec::remote::{
     NodeLease, UdfCallParts, encode_aggregate_placement, encode_placement, udf_call_parts,
 };

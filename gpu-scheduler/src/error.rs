@@ -62,6 +62,28 @@ pub enum SchedulerError {
         holder: String,
     },
 
+    /// A consumer group already has as many statements waiting for the node lease as it may
+    /// (`max_group_waiters`); one more is refused at once instead of queued.
+    #[error(
+        "[{}] statement '{statement}' was not queued for the GPU lease: {max} statement(s) of {} \
+         already wait, the most it may have waiting. Retry later, or raise the group's limit \
+         (ALTER CONSUMER GROUP … SET MAX_GPU_WAITERS = …)",
+        Self::TOO_MANY_WAITERS,
+        if group.is_empty() {
+            "the statements without a consumer group".to_string()
+        } else {
+            format!("consumer group '{group}'")
+        }
+    )]
+    TooManyWaiters {
+        /// The consumer group (empty for statements without one).
+        group: String,
+        /// Its limit on waiting statements.
+        max: usize,
+        /// The statement that was refused.
+        statement: String,
+    },
+
     /// The lease queue was closed (the engine is shutting down).
     #[error(
         "[{}] the GPU lease queue is closed: the engine is shutting down",
@@ -101,6 +123,8 @@ impl SchedulerError {
     pub const LEASE_TIMEOUT: &'static str = "57G01";
     /// Code of [`SchedulerError::QueueClosed`].
     pub const QUEUE_CLOSED: &'static str = "57G02";
+    /// Code of [`SchedulerError::TooManyWaiters`] (57G03 is the engine's lease-held-too-long).
+    pub const TOO_MANY_WAITERS: &'static str = "57G04";
     /// Code of [`SchedulerError::DeviceLock`].
     pub const DEVICE_LOCK: &'static str = "58G01";
     /// Code of [`SchedulerError::Inventory`].
@@ -114,6 +138,7 @@ impl SchedulerError {
             Self::DevicesBusy { .. } => Self::DEVICES_BUSY,
             Self::LeaseTimeout { .. } => Self::LEASE_TIMEOUT,
             Self::QueueClosed => Self::QUEUE_CLOSED,
+            Self::TooManyWaiters { .. } => Self::TOO_MANY_WAITERS,
             Self::DeviceLock { .. } => Self::DEVICE_LOCK,
             Self::Inventory { .. } => Self::INVENTORY,
         }
@@ -148,6 +173,11 @@ mod tests {
         let errors = [
             invalid_value_err!("x", "bad"),
             SchedulerError::QueueClosed,
+            SchedulerError::TooManyWaiters {
+                group: "ETL".into(),
+                max: 2,
+                statement: "s1".into(),
+            },
             SchedulerError::DevicesBusy {
                 message: "busy".into(),
             },
@@ -156,6 +186,36 @@ mod tests {
         for e in errors {
             assert!(e.to_string().starts_with(&format!("[{}]", e.code())), "{e}");
         }
+    }
+
+    #[test]
+    fn too_many_waiters_names_the_group_and_the_limit() {
+        let e = SchedulerError::TooManyWaiters {
+            group: "ETL".into(),
+            max: 2,
+            statement: "s7".into(),
+        };
+        assert_eq!(e.code(), "57G04");
+        let text = e.to_string();
+        assert!(
+            text.starts_with("[57G04] statement 's7' was not queued"),
+            "{text}"
+        );
+        assert!(
+            text.contains("2 statement(s) of consumer group 'ETL' already wait"),
+            "{text}"
+        );
+        assert!(text.contains("MAX_GPU_WAITERS"), "{text}");
+        let e = SchedulerError::TooManyWaiters {
+            group: String::new(),
+            max: 1,
+            statement: "s8".into(),
+        };
+        assert!(
+            e.to_string()
+                .contains("of the statements without a consumer group"),
+            "{e}"
+        );
     }
 
     #[test]

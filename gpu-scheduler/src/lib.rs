@@ -5,8 +5,9 @@
 //!   `CUDA_VISIBLE_DEVICES`.
 //! - [`DeviceFilter`]: gpuselect's selection filters plus free memory and a custom predicate,
 //!   with a report naming the filter that rejected each device.
-//! - [`LeaseQueue`]: the node's "global semaphore". Statements wait FIFO for exclusive use of all
-//!   GPUs; the RAII [`Lease`] cannot leak.
+//! - [`LeaseQueue`]: the node's "global semaphore". Statements wait for exclusive use of all GPUs
+//!   by precedence with aging (first come, first served within a precedence; nothing starves),
+//!   optionally capped per consumer group; the RAII [`Lease`] cannot leak.
 //! - [`DeviceLockDir`]: one `flock` file per device, so separate processes never share a GPU.
 //!
 //! This crate knows nothing of SQL or Arrow.
@@ -31,8 +32,8 @@ pub use inventory::{
     DeviceBackend, Inventory, InventoryReport, NvmlInventory, SIMULATED_MEMORY, SimulatedInventory,
 };
 pub use lease::{
-    HolderSnapshot, Lease, LeaseQueue, LeaseQueueSnapshot, LeaseRecord, LeaseRequest, LeaseTotals,
-    RECENT_LEASES, WaiterSnapshot,
+    DEFAULT_AGING, DEFAULT_PRECEDENCE, HolderSnapshot, Lease, LeaseQueue, LeaseQueueSnapshot,
+    LeaseRecord, LeaseRequest, LeaseTotals, RECENT_LEASES, WaiterSnapshot,
 };
 pub use lock::{DeviceLock, DeviceLockDir, default_lock_dir};
 pub use select::DeviceFilter;

@@ -219,6 +219,10 @@ pub fn grpc_code(code: &str) -> Code {
         // The statement ran past its statement timeout.
         EngineError::STATEMENT_TIMEOUT => Code::DeadlineExceeded,
         EngineError::LEASE_HELD_TOO_LONG => Code::ResourceExhausted,
+        // Too many statements of the consumer group wait for the GPU lease.
+        "57G04" => Code::ResourceExhausted,
+        EngineError::DOES_NOT_EXIST => Code::NotFound,
+        EngineError::ALREADY_EXISTS => Code::AlreadyExists,
         "57G02" => Code::Unavailable,
         "0A000" => Code::Unimplemented,
         _ => match code.get(..2) {

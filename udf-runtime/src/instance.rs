@@ -24,6 +24,8 @@ pub struct InstanceContext {
     /// The most memory one worker process of this instance may hold, in bytes (the session's
     /// memory budget), if bounded.
     pub memory_limit: Option<u64>,
+    /// The user running the statement (`exa.meta.current_user`); `None`: SYS.
+    pub user: Option<String>,
     /// State the implementation keeps for this instance across the batches and groups of its
     /// call (e.g. a script's worker process); dropped when the statement ends.
     pub storage: InstanceStorage,
@@ -69,6 +71,8 @@ pub struct StatementInfo {
     /// The session's memory budget (`accelsql.memory_limit`), which bounds each worker process
     /// of the statement's instances, if set.
     pub memory_limit: Option<u64>,
+    /// The user running the statement (`exa.meta.current_user`); `None`: SYS.
+    pub user: Option<String>,
     /// The worker processes of the statement's instances, killed if it is cancelled.
     pub processes: ProcessRegistry,
 }
@@ -225,6 +229,7 @@ impl InstancePool {
                 statement_id: self.statement.statement_id,
                 run_timeout: self.statement.run_timeout,
                 memory_limit: self.statement.memory_limit,
+                user: self.statement.user.clone(),
                 storage: self.storage.get(id).cloned().unwrap_or_default(),
                 processes: self.statement.processes.clone(),
             },

@@ -8,7 +8,6 @@
 //!
 //! [`EngineOptions::url_tables`]: crate::EngineOptions::url_tables
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
@@ -21,21 +20,19 @@ use datafusion::execution::session_state::SessionState;
 use datafusion::prelude::SessionContext;
 
 use crate::core::error::EngineError;
-use crate::restricted_err;
+use crate::core::owners::SessionIdentity;
+use crate::core::privileges::SystemPrivilege;
 
 /// Returns `ctx` with its catalogs wrapped in DataFusion's dynamic file catalog, so that a table
 /// name no catalog knows is tried as a file, directory or glob. Done once, when the session is
 /// built: the context is rebuilt from its state (settings, functions and rules are kept).
 ///
-/// While `restricted` is set (a restricted session), a name that looks like a path is refused
-/// with 42501 instead of read.
-pub(crate) fn enable_url_tables(
-    ctx: SessionContext,
-    restricted: Arc<AtomicBool>,
-) -> SessionContext {
+/// Unless the session `who` holds `READ SERVER FILES`, a name that looks like a path is
+/// refused with 42501 instead of read.
+pub(crate) fn enable_url_tables(ctx: SessionContext, who: Arc<SessionIdentity>) -> SessionContext {
     let factory = Arc::new(FileTableFactory {
         state: OnceLock::new(),
-        restricted,
+        who,
     });
     let catalogs = Arc::clone(ctx.state_ref().read().catalog_list());
     let catalogs = Arc::new(DynamicFileCatalog::new(
@@ -65,8 +62,8 @@ type StateSource = Box<dyn Fn() -> Option<SessionState> + Send + Sync>;
 struct FileTableFactory {
     /// Set once the context exists; held weakly (the context owns the catalog that owns us).
     state: OnceLock<StateSource>,
-    /// The session's restriction: no files while it is set.
-    restricted: Arc<AtomicBool>,
+    /// The session, whose grants say whether it may read files (`READ SERVER FILES`).
+    who: Arc<SessionIdentity>,
 }
 
 impl std::fmt::Debug for FileTableFactory {
@@ -92,11 +89,17 @@ impl UrlTableFactory for FileTableFactory {
         if !looks_like_path(name) {
             return Ok(None);
         }
-        if self.restricted.load(Ordering::Acquire) {
-            return Err(
-                restricted_err!("reading files on the server as tables ('{name}')")
-                    .into_datafusion(),
-            );
+        if let Err(denial) = self
+            .who
+            .grants()
+            .check_system(SystemPrivilege::ReadServerFiles)
+        {
+            return Err(denial
+                .refusal(
+                    &format!("reading files on the server as tables ('{name}')"),
+                    "the READ SERVER FILES privilege",
+                )
+                .into_datafusion());
         }
         let config = match ListingTableConfig::new(url).infer_options(&state).await {
             Ok(config) => config,

@@ -12,4 +12,6 @@ pub(crate) mod files;
 pub(crate) mod node_rows;
 pub(crate) mod node_tables;
 pub(crate) mod scripts;
+pub(crate) mod security;
+pub(crate) mod security_views;
 pub(crate) mod system;

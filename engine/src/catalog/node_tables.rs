@@ -24,6 +24,8 @@ type LeaseRow = (
     Option<f64>,
     Option<u64>,
     Option<String>,
+    Option<String>,
+    Option<u64>,
 );
 
 /// A system table that answers for every node of a cluster: each node produces its own rows
@@ -163,6 +165,8 @@ fn gpu_leases_schema() -> SchemaRef {
         ("hold_ms", Float64),
         ("session", UInt64),
         ("user", Utf8),
+        ("consumer_group", Utf8),
+        ("precedence", UInt64),
     ])
 }
 
@@ -202,9 +206,21 @@ fn gpu_leases_columns(
 ) -> DfResult<Vec<ArrayRef>> {
     let snap = engine.queue.snapshot();
     let mut leases: Vec<LeaseRow> = Vec::new();
-    let mut push = |state: &str, id, label: &str, wait, hold| {
+    // A waiter's precedence is its effective one (its group's, risen with its wait); a
+    // holder's is its group's.
+    let mut push = |state: &str, id, label: &str, wait, hold, group: Option<String>, rank| {
         let (statement, session, user) = lease_statement(engine, label, viewer);
-        leases.push((state.into(), id, statement, wait, hold, session, user));
+        leases.push((
+            state.into(),
+            id,
+            statement,
+            wait,
+            hold,
+            session,
+            user,
+            group,
+            rank,
+        ));
     };
     for r in &snap.recent {
         push(
@@ -213,6 +229,8 @@ fn gpu_leases_columns(
             &r.statement,
             millis(r.waited),
             Some(millis(r.held)),
+            None,
+            None,
         );
     }
     if let Some(h) = &snap.holder {
@@ -222,10 +240,20 @@ fn gpu_leases_columns(
             &h.statement,
             millis(h.waited),
             Some(millis(h.held_for)),
+            h.group.clone(),
+            Some(u64::from(h.precedence)),
         );
     }
     for w in &snap.waiting {
-        push("waiting", None, &w.statement, millis(w.waiting_for), None);
+        push(
+            "waiting",
+            None,
+            &w.statement,
+            millis(w.waiting_for),
+            None,
+            w.group.clone(),
+            Some(w.effective_precedence),
+        );
     }
     Ok(vec![
         node_column(engine, rows, leases.len()),
@@ -236,6 +264,8 @@ fn gpu_leases_columns(
         Arc::new(leases.iter().map(|r| r.4).collect::<Float64Array>()),
         Arc::new(leases.iter().map(|r| r.5).collect::<UInt64Array>()),
         strings(leases.iter().map(|r| r.6.clone())),
+        strings(leases.iter().map(|r| r.7.clone())),
+        Arc::new(leases.iter().map(|r| r.8).collect::<UInt64Array>()),
     ])
 }
 

@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::security::SecurityState;
 use crate::core::error::EngineError;
+use crate::core::privileges::ObjectKind;
 use crate::udf::script::definition::{ConnectionEntry, ScriptEntry};
 
 /// File name of the catalog in the data directory.
@@ -43,6 +45,10 @@ struct CatalogFile {
     /// Absent in catalogs written before connections existed.
     #[serde(default)]
     connections: Vec<ConnectionEntry>,
+    /// Users, roles, grants and consumer groups; absent in catalogs written before they
+    /// existed (then: no users, the predefined roles and groups).
+    #[serde(default)]
+    security: SecurityState,
 }
 
 /// The engine's scripts by (schema, name).
@@ -51,6 +57,8 @@ pub(crate) struct ScriptCatalog {
     entries: RwLock<BTreeMap<(String, String), Arc<ScriptEntry>>>,
     /// Connections by name.
     connections: RwLock<BTreeMap<String, ConnectionEntry>>,
+    /// Users, roles, grants and consumer groups.
+    security: RwLock<Arc<SecurityState>>,
     /// Bumped on every change, so sessions know when to refresh their functions.
     generation: AtomicU64,
     file: Option<PathBuf>,
@@ -79,10 +87,11 @@ impl ScriptCatalog {
             .map_err(|e| io_err("cannot create it", e))?;
         let file = data_dir.join(CATALOG_FILE);
         let (stored, seen) = read_catalog(&file)?;
-        let (entries, connections) = into_maps(stored);
+        let (entries, connections, security) = into_maps(stored);
         Ok(Self {
             entries: RwLock::new(entries),
             connections: RwLock::new(connections),
+            security: RwLock::new(Arc::new(security)),
             generation: AtomicU64::new(1),
             file: Some(file),
             write_lock: Mutex::new(()),
@@ -117,9 +126,10 @@ impl ScriptCatalog {
 
     /// Makes `stored` (read or written at `seen`) what this process's sessions see.
     fn publish(&self, stored: CatalogFile, seen: Option<Stamp>) {
-        let (entries, connections) = into_maps(stored);
+        let (entries, connections, security) = into_maps(stored);
         *self.entries.write().unwrap_or_else(|e| e.into_inner()) = entries;
         *self.connections.write().unwrap_or_else(|e| e.into_inner()) = connections;
+        *self.security.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(security);
         *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = seen;
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
@@ -158,7 +168,7 @@ impl ScriptCatalog {
         name: &str,
         if_exists: bool,
     ) -> crate::Result<()> {
-        self.change(|entries| {
+        self.change_all(|entries, _, security| {
             if entries
                 .remove(&(schema.to_string(), name.to_string()))
                 .is_none()
@@ -168,13 +178,19 @@ impl ScriptCatalog {
                     message: format!("script {schema}.{name} does not exist"),
                 });
             }
+            security.forget_object(ObjectKind::Script, &format!("{schema}.{name}"));
             Ok(())
         })
     }
 
     /// Removes every script of `schema` (`DROP SCHEMA … CASCADE`).
     pub(crate) fn drop_schema_scripts(&self, schema: &str) -> crate::Result<()> {
-        self.change(|entries| {
+        self.change_all(|entries, _, security| {
+            for (s, name) in entries.keys() {
+                if s == schema {
+                    security.forget_object(ObjectKind::Script, &format!("{s}.{name}"));
+                }
+            }
             entries.retain(|(s, _), _| s != schema);
             Ok(())
         })
@@ -197,16 +213,18 @@ impl ScriptCatalog {
         &self,
         f: impl FnOnce(&mut BTreeMap<(String, String), Arc<ScriptEntry>>) -> crate::Result<()>,
     ) -> crate::Result<()> {
-        self.change_all(|entries, _| f(entries))
+        self.change_all(|entries, _, _| f(entries))
     }
 
-    /// Applies `f` to fresh copies of the entries and the connections, saves the catalog with
-    /// them, and only then publishes them; sessions then register their scripts again.
-    fn change_all(
+    /// Applies `f` to fresh copies of the entries, the connections and the security section,
+    /// saves the catalog with them, and only then publishes them; sessions then register their
+    /// scripts again.
+    pub(crate) fn change_all(
         &self,
         f: impl FnOnce(
             &mut BTreeMap<(String, String), Arc<ScriptEntry>>,
             &mut BTreeMap<String, ConnectionEntry>,
+            &mut SecurityState,
         ) -> crate::Result<()>,
     ) -> crate::Result<()> {
         let _writer = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -221,25 +239,26 @@ impl ScriptCatalog {
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
-            f(&mut entries, &mut connections)?;
+            let mut security = (*self.security()).clone();
+            f(&mut entries, &mut connections, &mut security)?;
             *self.entries.write().unwrap_or_else(|e| e.into_inner()) = entries;
             *self.connections.write().unwrap_or_else(|e| e.into_inner()) = connections;
+            *self.security.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(security);
             self.generation.fetch_add(1, Ordering::AcqRel);
             return Ok(());
         };
         let _lock = lock_catalog(file)?;
         let (stored, _) = read_catalog(file)?;
-        let (mut entries, mut connections) = into_maps(stored);
-        f(&mut entries, &mut connections)?;
-        let seen = persist(file, &entries, &connections)?;
-        self.publish(
-            CatalogFile {
-                version: FORMAT_VERSION,
-                scripts: entries.values().map(|e| (**e).clone()).collect(),
-                connections: connections.into_values().collect(),
-            },
-            seen,
-        );
+        let (mut entries, mut connections, mut security) = into_maps(stored);
+        f(&mut entries, &mut connections, &mut security)?;
+        let stored = CatalogFile {
+            version: FORMAT_VERSION,
+            scripts: entries.values().map(|e| (**e).clone()).collect(),
+            connections: connections.into_values().collect(),
+            security,
+        };
+        let seen = persist(file, &stored)?;
+        self.publish(stored, seen);
         Ok(())
     }
 
@@ -299,17 +318,31 @@ impl ScriptCatalog {
         &self,
         f: impl FnOnce(&mut BTreeMap<String, ConnectionEntry>) -> crate::Result<()>,
     ) -> crate::Result<()> {
-        self.change_all(|_, connections| f(connections))
+        self.change_all(|_, connections, _| f(connections))
+    }
+
+    /// The users, roles, grants and consumer groups as they are now.
+    pub(crate) fn security(&self) -> Arc<SecurityState> {
+        Arc::clone(&self.security.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// As [`ScriptCatalog::change`], for the security section.
+    pub(crate) fn change_security(
+        &self,
+        f: impl FnOnce(&mut SecurityState) -> crate::Result<()>,
+    ) -> crate::Result<()> {
+        self.change_all(|_, _, security| f(security))
     }
 }
 
 /// The (size, mtime ns, inode) by which a change of the file is noticed.
 type Stamp = (u64, i64, u64);
 
-/// The catalog's scripts by (schema, name) and connections by name.
+/// The catalog's scripts by (schema, name), connections by name, and security section.
 type Maps = (
     BTreeMap<(String, String), Arc<ScriptEntry>>,
     BTreeMap<String, ConnectionEntry>,
+    SecurityState,
 );
 
 /// The stamp of `meta`.
@@ -335,7 +368,7 @@ fn into_maps(stored: CatalogFile) -> Maps {
         .into_iter()
         .map(|c| (c.name.clone(), c))
         .collect();
-    (entries, connections)
+    (entries, connections, stored.security)
 }
 
 /// Reads the catalog file (empty when there is none) and its stamp. A damaged file is an error,
@@ -356,6 +389,7 @@ fn read_catalog(file: &Path) -> crate::Result<(CatalogFile, Option<Stamp>)> {
                 version: FORMAT_VERSION,
                 scripts: Vec::new(),
                 connections: Vec::new(),
+                security: SecurityState::default(),
             };
             return Ok((empty, None));
         }
@@ -446,21 +480,12 @@ fn lock_catalog(file: &Path) -> crate::Result<File> {
 
 /// Writes the catalog durably: temp file, fsync, rename over the old one, fsync the directory.
 /// Returns the new file's stamp.
-fn persist(
-    file: &Path,
-    entries: &BTreeMap<(String, String), Arc<ScriptEntry>>,
-    connections: &BTreeMap<String, ConnectionEntry>,
-) -> crate::Result<Option<Stamp>> {
-    let stored = CatalogFile {
-        version: FORMAT_VERSION,
-        scripts: entries.values().map(|e| (**e).clone()).collect(),
-        connections: connections.values().cloned().collect(),
-    };
+fn persist(file: &Path, stored: &CatalogFile) -> crate::Result<Option<Stamp>> {
     let fail = |e: std::io::Error| EngineError::DataDirectory {
         path: file.to_path_buf(),
         message: format!("cannot write the script catalog: {e}"),
     };
-    let json = serde_json::to_vec_pretty(&stored).map_err(|e| fail(std::io::Error::other(e)))?;
+    let json = serde_json::to_vec_pretty(stored).map_err(|e| fail(std::io::Error::other(e)))?;
     let tmp = file.with_extension(format!("json.tmp-{}", std::process::id()));
     // A temp file of ours left by a crash: replaced (never written through).
     let _ = std::fs::remove_file(&tmp);
@@ -505,6 +530,7 @@ mod tests {
             env: Vec::new(),
             code: "def run(ctx):\n  return ctx.x".into(),
             text: "CREATE PYTHON3 SCALAR SCRIPT f(x INT) RETURNS INT AS …".into(),
+            owner: None,
         }
     }
 

@@ -27,6 +27,8 @@ use super::node_tables::NODE_TABLES;
 use super::scripts::ScriptCatalog;
 use crate::core::EngineState;
 use crate::core::names::exasol_name;
+use crate::core::owners::SessionIdentity;
+use crate::core::privileges::{SYS_USER, SystemPrivilege};
 use crate::udf::script::definition::{ScriptEntry, StoredOutput};
 use crate::udf::script::options::logical_line_starts;
 
@@ -39,13 +41,15 @@ pub(crate) struct SystemContext {
     pub(crate) scripts: Arc<ScriptCatalog>,
 }
 
-type Producer = dyn Fn(&SystemContext) -> DfResult<Vec<ArrayRef>> + Send + Sync;
+/// Makes a system table's columns from the engine's state at scan time.
+pub(crate) type Producer = dyn Fn(&SystemContext) -> DfResult<Vec<ArrayRef>> + Send + Sync;
 
 /// Makes a system table from its columns and producer.
-type TableMaker<'a> = dyn Fn(&[(&str, DataType)], Box<Producer>) -> Arc<SystemTable> + 'a;
+pub(crate) type TableMaker<'a> =
+    dyn Fn(&[(&str, DataType)], Box<Producer>) -> Arc<SystemTable> + 'a;
 
 /// A table whose rows are produced from the engine's state at scan time.
-struct SystemTable {
+pub(crate) struct SystemTable {
     schema: SchemaRef,
     engine: SystemContext,
     produce: Box<Producer>,
@@ -100,11 +104,18 @@ pub(crate) const SYSTEM_TABLES: [&str; 6] = [
     "dual",
 ];
 
+/// Whether `name` (lower case) is one of Exasol's system views that an unqualified name
+/// reaches from any schema.
+pub(crate) fn is_system_table(name: &str) -> bool {
+    SYSTEM_TABLES.contains(&name) || super::security_views::SECURITY_VIEWS.contains(&name)
+}
+
 /// Registers Exasol's script and connection views and `DUAL` in [`SYSTEM_SCHEMA`].
 fn register_exasol_views(
     ctx: &SessionContext,
     table: &TableMaker<'_>,
     restricted: &Arc<AtomicBool>,
+    who: &Arc<SessionIdentity>,
 ) -> DfResult<()> {
     use DataType::{Timestamp, UInt64, Utf8};
     let micros = || Timestamp(TimeUnit::Microsecond, None);
@@ -124,11 +135,26 @@ fn register_exasol_views(
         ]);
         columns
     };
+    // EXA_ALL_SCRIPTS: those the session may run; EXA_USER_SCRIPTS: those its user owns.
     let scripts = |owner: bool| -> Box<Producer> {
         let restricted = Arc::clone(restricted);
+        let who = Arc::clone(who);
         Box::new(move |engine| {
             let restricted = restricted.load(Ordering::Acquire);
-            let scripts = engine.scripts.entries();
+            let grants = who.grants();
+            let scripts: Vec<_> = engine
+                .scripts
+                .entries()
+                .into_iter()
+                .filter(|e| {
+                    let key = format!("{}.{}", e.schema, e.name);
+                    if owner {
+                        grants.may_execute(&key, e.owner.as_deref()).is_ok()
+                    } else {
+                        grants.owns(e.owner.as_deref())
+                    }
+                })
+                .collect();
             let column =
                 |f: &dyn Fn(&ScriptEntry) -> Option<String>| strings(scripts.iter().map(|e| f(e)));
             let mut columns = vec![
@@ -136,7 +162,7 @@ fn register_exasol_views(
                 column(&|e| Some(exasol_name(&e.name))),
             ];
             if owner {
-                columns.push(column(&|_| Some(SCRIPT_OWNER.to_string())));
+                columns.push(column(&|e| Some(owner_name(e.owner.as_deref()))));
             }
             columns.extend([
                 Arc::new(UInt64Array::from_iter_values(
@@ -170,11 +196,30 @@ fn register_exasol_views(
     )?;
 
     // Connections; no view ever shows a password.
+    // EXA_ALL_CONNECTIONS: those the session may use; EXA_DBA_CONNECTIONS: every one, for
+    // SELECT ANY DICTIONARY.
     let connections = |dba: bool| -> Box<Producer> {
         let restricted = Arc::clone(restricted);
+        let who = Arc::clone(who);
         Box::new(move |engine| {
             let hidden = restricted.load(Ordering::Acquire);
-            let all = engine.scripts.connections();
+            let grants = who.grants();
+            if dba && !grants.has(SystemPrivilege::SelectAnyDictionary) {
+                return Err(crate::privilege_err!(
+                    "reading EXA_DBA_CONNECTIONS needs the SELECT ANY DICTIONARY privilege"
+                )
+                .into_datafusion());
+            }
+            let all: Vec<_> = engine
+                .scripts
+                .connections()
+                .into_iter()
+                .filter(|c| {
+                    dba || grants
+                        .may_use_connection(&c.name, c.owner.as_deref())
+                        .is_ok()
+                })
+                .collect();
             let mut columns = vec![strings(all.iter().map(|c| Some(c.name.clone())))];
             if dba {
                 columns.push(strings(
@@ -189,7 +234,9 @@ fn register_exasol_views(
                 all.iter().map(|c| c.created_micros),
             )) as ArrayRef);
             if dba {
-                columns.push(strings(all.iter().map(|_| Some(SCRIPT_OWNER.to_string()))));
+                columns.push(strings(
+                    all.iter().map(|c| Some(owner_name(c.owner.as_deref()))),
+                ));
             }
             columns.push(strings(all.iter().map(|_| None)));
             Ok(columns)
@@ -274,7 +321,10 @@ fn shown_options(text: &str, restricted: bool) -> String {
 }
 
 /// Who owns every script and connection: accelsql has no users yet.
-const SCRIPT_OWNER: &str = "SYS";
+/// An object's owner as the views show it (`None`: SYS).
+fn owner_name(owner: Option<&str>) -> String {
+    owner.unwrap_or(SYS_USER).to_string()
+}
 
 /// Registers the system tables in `ctx`.
 ///
@@ -284,6 +334,7 @@ pub(crate) fn register(
     ctx: &SessionContext,
     engine: &SystemContext,
     restricted: &Arc<AtomicBool>,
+    who: &Arc<SessionIdentity>,
 ) -> DfResult<()> {
     if let Some(catalog) = ctx.catalog("datafusion") {
         catalog.register_schema("accelsql", Arc::new(MemorySchemaProvider::new()))?;
@@ -297,7 +348,8 @@ pub(crate) fn register(
         })
     };
     use DataType::Utf8;
-    register_exasol_views(ctx, &table, restricted)?;
+    register_exasol_views(ctx, &table, restricted, who)?;
+    super::security_views::register(ctx, &table, who)?;
 
     ctx.register_table(
         "sys.exa_metadata",

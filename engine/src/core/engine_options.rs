@@ -59,6 +59,14 @@ pub struct EngineOptions {
     /// [`node`](Self::node)`.count` to the cluster's node count, so that `nproc()` and
     /// `EXA_METADATA` agree with the executors.
     pub distributor: Option<Arc<dyn PlanDistributor>>,
+    /// PBKDF2 rounds for the password hashes `CREATE USER` and `ALTER USER … IDENTIFIED BY`
+    /// store (default [`DEFAULT_ROUNDS`](crate::DEFAULT_ROUNDS), 600,000; tests lower it).
+    pub password_rounds: u32,
+    /// How fast a statement waiting for the GPU lease gains precedence: one point per this
+    /// long (see [`LeaseQueue`](accelsql_gpu_scheduler::LeaseQueue)); default 10 ms, so a
+    /// `LOW` group's statement (precedence 100) outranks a newly arrived `HIGH` one (900) after
+    /// 8 s of waiting. Zero: no aging.
+    pub gpu_precedence_aging: Duration,
 }
 
 /// A node's place in a cluster: its number (0-based) and the number of nodes.
@@ -106,6 +114,8 @@ impl Default for EngineOptions {
             session_memory_limit: None,
             node: NodeIdentity::default(),
             distributor: None,
+            password_rounds: crate::core::passwords::DEFAULT_ROUNDS,
+            gpu_precedence_aging: Duration::from_millis(10),
         }
     }
 }

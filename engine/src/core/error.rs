@@ -177,6 +177,36 @@ pub enum EngineError {
         session: u64,
     },
 
+    /// The session's user lacks a privilege the statement needs (Exasol's "insufficient
+    /// privileges").
+    #[error("[{}] insufficient privileges: {what}", Self::INSUFFICIENT_PRIVILEGES)]
+    InsufficientPrivileges {
+        /// What was refused, and which privilege it needs.
+        what: String,
+    },
+
+    /// A user, role, consumer group or grant to create already exists.
+    #[error("[{}] {what} already exists", Self::ALREADY_EXISTS)]
+    AlreadyExists {
+        /// What, e.g. `user ANN`.
+        what: String,
+    },
+
+    /// A user, role, consumer group or object a statement names does not exist.
+    #[error("[{}] {what} does not exist", Self::DOES_NOT_EXIST)]
+    DoesNotExist {
+        /// What, e.g. `role ANALYST`.
+        what: String,
+    },
+
+    /// An object cannot be dropped while others depend on it (a user that owns scripts, a
+    /// consumer group with users).
+    #[error("[{}] {what}", Self::DEPENDENT_OBJECTS)]
+    DependentObjects {
+        /// What depends on what, and what to do.
+        what: String,
+    },
+
     /// `KILL SESSION n` named a session that does not exist (or has ended).
     #[error(
         "[{}] no session {session}: it never existed or has ended (see accelsql.gpu_leases for \
@@ -243,6 +273,14 @@ impl EngineError {
     pub const UNKNOWN_FILE_FORMAT: &'static str = "42E04";
     /// Code of [`EngineError::NotAllowedRestricted`] (SQLSTATE `insufficient_privilege`).
     pub const NOT_ALLOWED_RESTRICTED: &'static str = "42501";
+    /// [`EngineError::InsufficientPrivileges`] (the same SQLSTATE as a restricted refusal).
+    pub const INSUFFICIENT_PRIVILEGES: &'static str = "42501";
+    /// [`EngineError::AlreadyExists`].
+    pub const ALREADY_EXISTS: &'static str = "42710";
+    /// [`EngineError::DoesNotExist`].
+    pub const DOES_NOT_EXIST: &'static str = "42704";
+    /// [`EngineError::DependentObjects`] (PostgreSQL's "dependent objects still exist").
+    pub const DEPENDENT_OBJECTS: &'static str = "2BP01";
     /// Code of [`EngineError::LeaseHeldTooLong`] (beside the scheduler's 57G01 lease-wait
     /// timeout and 57G02 closed queue).
     pub const LEASE_HELD_TOO_LONG: &'static str = "57G03";
@@ -278,6 +316,10 @@ impl EngineError {
             Self::StatementTimeout { .. } => Self::STATEMENT_TIMEOUT,
             Self::SessionKilled { .. } => Self::SESSION_KILLED,
             Self::UnknownSession { .. } => Self::UNKNOWN_SESSION,
+            Self::InsufficientPrivileges { .. } => Self::INSUFFICIENT_PRIVILEGES,
+            Self::AlreadyExists { .. } => Self::ALREADY_EXISTS,
+            Self::DoesNotExist { .. } => Self::DOES_NOT_EXIST,
+            Self::DependentObjects { .. } => Self::DEPENDENT_OBJECTS,
             Self::Scheduler(e) => e.code(),
             Self::Runtime(e) => e.code(),
             Self::Relayed { code, .. } => code,
@@ -515,6 +557,12 @@ macro_rules! definition_err {
 #[macro_export]
 macro_rules! restricted_err {
     ($($arg:tt)*) => { $crate::EngineError::NotAllowedRestricted { what: format!($($arg)*) } };
+}
+
+/// Builds an [`EngineError::InsufficientPrivileges`]: `privilege_err!("CREATE USER needs …")`.
+#[macro_export]
+macro_rules! privilege_err {
+    ($($arg:tt)*) => { $crate::EngineError::InsufficientPrivileges { what: format!($($arg)*) } };
 }
 
 /// Builds an [`EngineError::EmitsPosition`]: `emits_err!(udf, "it must be alone in its select list")`.

@@ -11,11 +11,14 @@ pub(crate) mod calls;
 pub(crate) mod distribute;
 pub(crate) mod engine_options;
 pub(crate) mod error;
+pub(crate) mod groups;
 pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod node_leases;
 pub(crate) mod options;
 pub(crate) mod owners;
+pub(crate) mod passwords;
+pub(crate) mod privileges;
 pub(crate) mod state;
 
 pub(crate) use state::EngineState;

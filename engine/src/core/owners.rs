@@ -7,6 +7,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use super::privileges::{Grants, SystemPrivilege};
+
 /// How many recent statements' owners an engine remembers.
 const RECENT_STATEMENTS: usize = 4096;
 
@@ -118,6 +120,13 @@ pub(crate) struct SessionIdentity {
     user: RwLock<Option<String>>,
     sees_all: AtomicBool,
     restricted: Arc<AtomicBool>,
+    /// What the session may do, as of its current statement (refreshed from the catalog at
+    /// the start of each): read by the layers below the front end (files as tables, system
+    /// tables, the placement rule) as a value, never from the catalog.
+    grants: RwLock<Arc<Grants>>,
+    /// The catalog user whose privileges the session has (`SYS`: the embedding program's, and
+    /// a server's sessions for users of its users file).
+    account: RwLock<String>,
     /// `KILL SESSION` ends it.
     pub(crate) kill: Arc<KillSwitch>,
 }
@@ -131,8 +140,33 @@ impl SessionIdentity {
             user: RwLock::new(None),
             sees_all: AtomicBool::new(true),
             restricted,
+            grants: RwLock::new(Arc::new(Grants::sys())),
+            account: RwLock::new(super::privileges::SYS_USER.to_string()),
             kill: Arc::default(),
         }
+    }
+
+    /// The catalog user whose privileges the session has.
+    pub(crate) fn account(&self) -> String {
+        self.account
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Makes the session one of catalog user `account`.
+    pub(crate) fn set_account(&self, account: &str) {
+        *self.account.write().unwrap_or_else(|e| e.into_inner()) = account.to_string();
+    }
+
+    /// What the session may do, as of its current statement.
+    pub(crate) fn grants(&self) -> Arc<Grants> {
+        Arc::clone(&self.grants.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Replaces what the session may do (at the start of each statement).
+    pub(crate) fn set_grants(&self, grants: Grants) {
+        *self.grants.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(grants);
     }
 
     /// The session's user.
@@ -151,7 +185,8 @@ impl SessionIdentity {
         Viewer {
             session: self.id,
             sees_all: self.sees_all.load(Ordering::Acquire)
-                && !self.restricted.load(Ordering::Acquire),
+                && !self.restricted.load(Ordering::Acquire)
+                && self.grants().has(SystemPrivilege::SelectAnyDictionary),
         }
     }
 }
@@ -168,6 +203,15 @@ impl LiveSessions {
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         sessions.retain(|_, s| s.strong_count() > 0);
         sessions.insert(identity.id, Arc::downgrade(identity));
+    }
+
+    /// Every live session.
+    pub(crate) fn all(&self) -> Vec<Arc<SessionIdentity>> {
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions
+            .values()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect()
     }
 
     /// The live session numbered `id`.

@@ -37,6 +37,8 @@ pub(crate) struct EngineState {
     pub(crate) runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
     /// [`EngineOptions::node`].
     pub(crate) node: NodeIdentity,
+    /// [`EngineOptions::password_rounds`].
+    pub(crate) password_rounds: u32,
     /// [`EngineOptions::distributor`].
     pub(crate) distributor: Option<Arc<dyn PlanDistributor>>,
     next_statement: AtomicU64,
@@ -70,7 +72,8 @@ impl EngineState {
             .as_ref()
             .map(DeviceLockDir::open)
             .transpose()?;
-        let queue = LeaseQueue::with_options(devices.clone(), locks, None);
+        let queue = LeaseQueue::with_options(devices.clone(), locks, None)
+            .with_precedence_aging(options.gpu_precedence_aging);
         let runtime = super::memory::engine_runtime(
             options
                 .memory_limit
@@ -91,6 +94,7 @@ impl EngineState {
             session_memory_limit: options.session_memory_limit,
             runtime,
             node: options.node,
+            password_rounds: options.password_rounds,
             distributor: options.distributor.clone(),
             next_statement: AtomicU64::new(1),
             next_session: AtomicU64::new(1),

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use accelsql_gpu_scheduler::LeaseRequest;
 use accelsql_udf_runtime::{AcceleratorRequest, StatementInfo};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -46,6 +45,12 @@ struct WirePlacement {
     /// The session's memory budget, bounding each script worker on the node.
     #[serde(default)]
     memory_limit: Option<u64>,
+    /// The session's user (`exa.meta.current_user`), its consumer group and the group's GPU
+    /// queue settings, which the node's lease queue applies.
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    gpu_class: Option<crate::core::groups::GpuClass>,
     /// A script's definition ([`ScriptOrigin`]); absent for Rust UDFs, which the receiving
     /// process has registered under the same name.
     #[serde(default)]
@@ -107,6 +112,8 @@ fn wire_bytes(call: &PlacedCall, origin: Option<&Arc<ScriptOrigin>>) -> Option<V
             .run_timeout
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         memory_limit: call.statement.memory_limit,
+        user: call.statement.user.clone(),
+        gpu_class: call.gpu_class.clone(),
         script,
         client: call.client,
     };
@@ -178,6 +185,7 @@ fn unplaced_call(name: &str) -> PlacedCall {
         statement: StatementInfo::default(),
         stats: CallStats::default(),
         client: 0,
+        gpu_class: None,
         copy: 0,
     }
 }
@@ -336,8 +344,10 @@ impl NodeSide<'_> {
                 statement_id: wire.statement_id,
                 run_timeout: wire.run_timeout_ms.map(Duration::from_millis),
                 memory_limit: wire.memory_limit,
+                user: wire.user,
                 processes: Default::default(),
             },
+            gpu_class: wire.gpu_class,
             stats: CallStats::default(),
             client: wire.client,
             copy: NEXT_COPY.fetch_add(1, Ordering::Relaxed),
@@ -388,7 +398,11 @@ impl NodeSide<'_> {
         let lease = shared
             .lease
             .get_or_try_init(|| {
-                let request = LeaseRequest::new(label).timeout_opt(self.state.default_wait_timeout);
+                let request = crate::exec::stream::lease_request(
+                    label,
+                    self.state.default_wait_timeout,
+                    calls.first().and_then(|c| c.gpu_class.as_ref()),
+                );
                 self.state.queue.acquire(request)
             })
             .await?;

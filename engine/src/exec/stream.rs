@@ -24,6 +24,7 @@ use accelsql_udf_runtime::AcceleratorRequest;
 use crate::core::EngineState;
 use crate::core::calls::{Placement, PlacementDecision, UdfCallRecord};
 use crate::core::error::EngineError;
+use crate::core::groups::GpuClass;
 use crate::core::memory::SessionPool;
 use crate::core::options::OptionalGpuWhenBusy;
 use crate::core::owners::{KillSwitch, lease_label};
@@ -322,7 +323,7 @@ impl StatementStream {
         // shows the text to whom may see it.
         let label = lease_label(scope.id, scope.session);
         let state = if scope.must_wait_for_lease() {
-            let request = LeaseRequest::new(label).timeout_opt(wait_timeout);
+            let request = lease_request(label, wait_timeout, scope.gpu_class.as_ref());
             State::Waiting {
                 lease: async move { queue.acquire(request).await }.boxed(),
                 timer: deadline.map(|(at, _)| Box::pin(tokio::time::sleep_until(at))),
@@ -583,7 +584,10 @@ impl Stream for StatementStream {
                                     inner,
                                     lease,
                                     Arc::clone(&this.scope),
-                                    this.engine.max_lease_hold,
+                                    hold_limit(
+                                        this.engine.max_lease_hold,
+                                        this.scope.gpu_class.as_ref(),
+                                    ),
                                     this.deadline,
                                     this.kill.clone(),
                                 ),
@@ -645,5 +649,31 @@ impl Drop for StatementStream {
         }
         // Release the lease and still account for the calls.
         self.finish();
+    }
+}
+
+/// The node lease request of statement `label`: waiting at most `timeout`, with its consumer
+/// group's precedence and waiter cap when it has a group.
+pub(crate) fn lease_request(
+    label: String,
+    timeout: Option<Duration>,
+    class: Option<&GpuClass>,
+) -> LeaseRequest {
+    let request = LeaseRequest::new(label).timeout_opt(timeout);
+    match class {
+        None => request,
+        Some(class) => request
+            .precedence(class.precedence)
+            .group(class.group.clone())
+            .max_group_waiters(class.max_waiters),
+    }
+}
+
+/// The longest a statement may hold the lease: the engine's bound or its group's
+/// `GPU_LEASE_HOLD_LIMIT`, whichever is smaller.
+pub(crate) fn hold_limit(engine: Option<Duration>, class: Option<&GpuClass>) -> Option<Duration> {
+    match (engine, class.and_then(GpuClass::hold_limit)) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

@@ -13,7 +13,7 @@ pub(crate) mod engine;
 pub(crate) mod exasol;
 pub(crate) mod import;
 pub(crate) mod passes;
-pub(crate) mod restricted;
+pub(crate) mod privileges;
 pub(crate) mod results;
 pub(crate) mod scripts;
 pub(crate) mod session;

@@ -34,7 +34,8 @@ use super::exasol::transfer::{SqlRunner, TransferContext};
 use super::passes::exasol_functions::SessionValues;
 use super::passes::script_calls::NameScope;
 use super::passes::{PassContext, rewrite_names};
-use super::restricted;
+use super::privileges::statements::parse_security_statement;
+use super::privileges::{self, ScriptRef};
 use super::results::{empty_stream, with_schema};
 use super::scripts::ddl::is_script_ddl;
 use super::scripts::languages::SessionScripts;
@@ -45,6 +46,7 @@ use crate::core::memory::{SessionPool, session_runtime};
 use crate::core::names::exasol_name;
 use crate::core::options::{AccelsqlOptions, IdentifierCase};
 use crate::core::owners::{SessionIdentity, StatementOwner};
+use crate::core::privileges::{Grants, SYS_USER, SystemPrivilege};
 use crate::exec::planner::AccelQueryPlanner;
 use crate::exec::stream::StatementStream;
 use crate::plan::emits_rule::EmitsRule;
@@ -57,7 +59,7 @@ use crate::udf::{
     AccelAggregateUdf, AccelScalarUdf, EmitsAggregate, EmitsScalar, InputType, Output, ScalarUdf,
     SetUdf, as_accel_udf, emits_of, emits_of_aggregate,
 };
-use crate::{definition_err, restricted_err};
+use crate::{definition_err, privilege_err};
 
 /// One connection: its own settings and tables, the engine's GPUs and UDFs.
 pub struct Session {
@@ -84,9 +86,122 @@ impl std::fmt::Debug for Session {
 }
 
 impl Engine {
-    /// Opens a session (its own settings; the engine's GPUs and UDFs).
+    /// Opens a session (its own settings; the engine's GPUs and UDFs) as `SYS`: every
+    /// privilege, unless the engine restricts its sessions.
     pub fn session(&self) -> Session {
         Session::new(self.clone())
+    }
+
+    /// Opens a session of catalog user `user` (`CREATE USER`), with that user's privileges
+    /// (bounded by the `RESTRICTED` role if the engine restricts its sessions). A name is found
+    /// as written, else as Exasol folds it (upper case); `SYS` is [`Engine::session`].
+    ///
+    /// # Errors
+    ///
+    /// 42704 when there is no such user; 42501 when the user lacks `CREATE SESSION`.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let engine = accelsql_engine::Engine::with_options(accelsql_engine::EngineOptions {
+    ///     password_rounds: 1000,
+    ///     ..Default::default()
+    /// })
+    /// .unwrap();
+    /// let sys = engine.session();
+    /// sys.sql("CREATE USER ann IDENTIFIED BY \"pw\"").await.unwrap();
+    /// assert_eq!(engine.session_as("ann").unwrap_err().code(), "42501");
+    /// sys.sql("GRANT CREATE SESSION TO ann").await.unwrap();
+    /// let ann = engine.session_as("ann").unwrap();
+    /// let e = ann.sql("CREATE USER bob IDENTIFIED BY \"pw\"").await.unwrap_err();
+    /// assert_eq!(e.code(), "42501");
+    /// # });
+    /// ```
+    pub fn session_as(&self, user: &str) -> Result<Session> {
+        let name = self
+            .user_name(user)
+            .ok_or_else(|| EngineError::DoesNotExist {
+                what: format!("user {user}"),
+            })?;
+        let session = self.session();
+        if name == SYS_USER {
+            return Ok(session);
+        }
+        let grants = self
+            .scripts()
+            .security()
+            .grants_of(&name, self.state().restricted);
+        privileges::require(
+            &grants,
+            SystemPrivilege::CreateSession,
+            &format!("a session of user {name}"),
+        )?;
+        session.identity.set_account(&name);
+        session.identity.set_user(Some(name), true);
+        session.refresh_grants();
+        Ok(session)
+    }
+
+    /// The catalog's name of user `user` (as written, else folded to upper case), if there is
+    /// one; `SYS` always exists.
+    pub fn user_name(&self, user: &str) -> Option<String> {
+        let security = self.scripts().security();
+        [user.to_string(), user.to_ascii_uppercase()]
+            .into_iter()
+            .find(|n| security.is_user(n))
+    }
+
+    /// Whether `password` is catalog user `user`'s (a server's login check). Slow on purpose
+    /// (a salted PBKDF2 hash): call it off the async threads. `SYS` has no password.
+    pub fn verify_password(&self, user: &str, password: &str) -> bool {
+        let Some(name) = self.user_name(user) else {
+            return false;
+        };
+        let security = self.scripts().security();
+        security
+            .users
+            .get(&name)
+            .is_some_and(|u| crate::core::passwords::verify_password(&u.password, password))
+    }
+
+    /// Adds catalog user `user` with an existing password hash (`pbkdf2-sha256:ROUNDS:SALT:HASH`,
+    /// as a server's users file holds it): what `accelsql users import` does for each line. An
+    /// existing user of that name keeps its privileges and gets the new hash; returns whether
+    /// the user is new.
+    pub fn import_user(&self, user: &str, hash: &str) -> Result<bool> {
+        crate::core::passwords::check_hash(hash).map_err(|message| {
+            EngineError::InvalidSetting {
+                name: format!("password hash of {user}"),
+                message,
+            }
+        })?;
+        if user.is_empty() || user == SYS_USER {
+            return Err(privilege_err!("a user named {user:?} cannot be imported"));
+        }
+        let mut added = false;
+        self.scripts().change_security(|s| {
+            if s.is_role(user) {
+                return Err(EngineError::AlreadyExists {
+                    what: format!("role {user}"),
+                });
+            }
+            match s.users.get_mut(user) {
+                Some(entry) => entry.password = hash.to_string(),
+                None => {
+                    added = true;
+                    s.users.insert(
+                        user.to_string(),
+                        crate::catalog::security::UserEntry {
+                            password: hash.to_string(),
+                            consumer_group: None,
+                            created_micros: 0,
+                            created_by: SYS_USER.to_string(),
+                        },
+                    );
+                }
+            }
+            Ok(())
+        })?;
+        Ok(added)
     }
 }
 
@@ -125,7 +240,7 @@ impl Session {
             .build();
         let mut ctx = SessionContext::new_with_state(state);
         if shared.url_tables {
-            ctx = enable_url_tables(ctx, Arc::clone(&restricted));
+            ctx = enable_url_tables(ctx, Arc::clone(&identity));
         }
         ctx.add_analyzer_rule(Arc::new(EmitsRule));
         bound_growing_functions(&ctx, &memory);
@@ -141,7 +256,7 @@ impl Session {
             register_set_udf(&ctx, def);
         }
         if let Err(e) =
-            crate::catalog::system::register(&ctx, &engine.system_context(), &restricted)
+            crate::catalog::system::register(&ctx, &engine.system_context(), &restricted, &identity)
         {
             log::error!("system tables unavailable in this session: {e}");
         }
@@ -211,22 +326,46 @@ impl Session {
     /// session may end itself; ending another needs a session that may see every session (the
     /// embedding program's, or a server's admin) and is not restricted (42501).
     fn kill_session(&self, id: u64) -> Result<()> {
-        if id != self.identity.id && !self.identity.viewer().sees_all {
-            return Err(EngineError::NotAllowedRestricted {
-                what: format!(
-                    "KILL SESSION {id}: only the embedding program's sessions or a server's \
-                     admin (serve --admin-user) may end another session"
-                ),
-            });
-        }
         let target = self
             .engine
             .state()
             .sessions
             .get(id)
             .ok_or(EngineError::UnknownSession { session: id })?;
+        let own = id == self.identity.id
+            || (target.account() == self.identity.account()
+                && target.user() == self.identity.user());
+        if !own {
+            if !self.identity.viewer().sees_all {
+                return Err(privilege_err!(
+                    "KILL SESSION {id} ends another user's session: it needs the KILL ANY \
+                     SESSION privilege (on a server, the admin user's sessions hold it)"
+                ));
+            }
+            privileges::require(
+                &self.identity.grants(),
+                SystemPrivilege::KillAnySession,
+                &format!("KILL SESSION {id}"),
+            )?;
+        }
         target.kill.kill();
         Ok(())
+    }
+
+    /// Reads what the session may do from the catalog (its user's privileges now, bounded by
+    /// the `RESTRICTED` role if the session is restricted), for the statement about to run.
+    fn refresh_grants(&self) -> Arc<Grants> {
+        let security = self.engine.scripts().security();
+        let grants = Arc::new(security.grants_of(&self.identity.account(), self.is_restricted()));
+        self.identity.set_grants((*grants).clone());
+        self.scripts.set_grants(Arc::clone(&grants));
+        grants
+    }
+
+    /// The user whose privileges this session has: `SYS` for the embedding program's sessions,
+    /// else the catalog user it was opened for ([`Engine::session_as`]).
+    pub fn account(&self) -> String {
+        self.identity.account()
     }
 
     /// The id of the statement this session started last, as `accelsql.udf_calls` and
@@ -260,14 +399,6 @@ impl Session {
     /// Whether this session is restricted ([`Session::restrict`]).
     pub fn is_restricted(&self) -> bool {
         self.restricted.load(Ordering::Acquire)
-    }
-
-    /// 42501 if this session is restricted: `what` says what it refused.
-    fn refuse_if_restricted(&self, what: impl FnOnce() -> String) -> Result<()> {
-        if self.is_restricted() {
-            return Err(restricted_err!("{}", what()));
-        }
-        Ok(())
     }
 
     /// The DataFusion context (to register tables, read settings, or use the DataFrame API).
@@ -392,26 +523,28 @@ impl Session {
         let mut last_stream = None;
         for (i, piece) in pieces.iter().enumerate() {
             let is_last_piece = i + 1 == pieces.len();
+            if self.identity.kill.is_killed() {
+                return Err(EngineError::SessionKilled {
+                    session: self.identity.id,
+                });
+            }
+            let grants = self.refresh_grants();
             if is_script_ddl(&piece.text) {
-                self.refuse_if_restricted(|| {
-                    "script DDL (CREATE/DROP SCRIPT, ALTER SESSION SET SCRIPT_LANGUAGES) \
-                     changes the code this server runs"
-                        .to_string()
-                })?;
-                self.run_script_ddl(&piece.text)?;
+                self.run_script_ddl(&piece.text, &grants)?;
+                if is_last_piece {
+                    last_stream = Some(empty_stream()?);
+                }
+                continue;
+            }
+            if let Some(statement) = parse_security_statement(&piece.text)? {
+                self.run_security(statement, &grants).await?;
                 if is_last_piece {
                     last_stream = Some(empty_stream()?);
                 }
                 continue;
             }
             if let Some(statement) = parse_exasol_statement(&piece.text)? {
-                if let ExasolStatement::CreateConnection { name, .. }
-                | ExasolStatement::DropConnection { name, .. } = &statement
-                {
-                    self.refuse_if_restricted(|| {
-                        format!("CREATE/DROP CONNECTION {name} changes the engine's shared catalog")
-                    })?;
-                }
+                self.check_connection_change(&statement, &grants)?;
                 let stream = self.run_exasol(statement).await?;
                 if is_last_piece {
                     last_stream = Some(stream);
@@ -486,7 +619,7 @@ impl Session {
 
     /// Runs one script statement (`CREATE … SCRIPT`, `DROP SCRIPT`, `ALTER SESSION SET
     /// SCRIPT_LANGUAGES`).
-    fn run_script_ddl(&self, text: &str) -> Result<()> {
+    fn run_script_ddl(&self, text: &str, grants: &Grants) -> Result<()> {
         // A script may share its name with a built-in function (its plain name stays the
         // built-in's), not with a Rust UDF of the engine.
         let udfs = self.engine.udfs();
@@ -496,7 +629,75 @@ impl Session {
             self.engine.scripts(),
             self.engine.state().script_ddl,
             &taken,
+            grants,
         )
+    }
+
+    /// Runs a statement about users, roles, privileges or consumer groups; `DROP USER` ends
+    /// the dropped user's sessions (their statements stop, their leases are freed).
+    async fn run_security(
+        &self,
+        statement: privileges::statements::SecurityStatement,
+        grants: &Grants,
+    ) -> Result<()> {
+        let cx = privileges::run::SecurityContext {
+            catalog: self.engine.scripts(),
+            grants,
+            rounds: self.engine.state().password_rounds,
+            current_schema: self.current_schema(),
+        };
+        let outcome = privileges::run::run(&cx, statement).await?;
+        if let Some(user) = outcome.impersonate {
+            self.identity.set_account(&user);
+            self.identity.set_user(Some(user), true);
+        }
+        if let Some(user) = outcome.dropped_user {
+            for session in self.engine.state().sessions.all() {
+                if session.account() == user {
+                    session.kill.kill();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Before `CREATE [OR REPLACE] CONNECTION` / `DROP CONNECTION`: `CREATE CONNECTION` for a
+    /// new one; owning it or `DROP ANY CONNECTION` to replace or drop one.
+    fn check_connection_change(&self, statement: &ExasolStatement, grants: &Grants) -> Result<()> {
+        let (name, creating) = match statement {
+            ExasolStatement::CreateConnection { name, .. } => (name, true),
+            ExasolStatement::DropConnection { name, .. } => (name, false),
+            _ => return Ok(()),
+        };
+        match self.engine.scripts().connection(name) {
+            Some(existing) => {
+                let owned = grants.owns(existing.owner.as_deref());
+                grants
+                    .check(|h, as_owner| {
+                        (as_owner && owned) || h.has(SystemPrivilege::DropAnyConnection)
+                    })
+                    .map_err(|d| {
+                        privileges::refusal(
+                            d,
+                            &format!(
+                                "{} CONNECTION {name}",
+                                if creating {
+                                    "CREATE OR REPLACE"
+                                } else {
+                                    "DROP"
+                                }
+                            ),
+                            "owning it, or the DROP ANY CONNECTION privilege",
+                        )
+                    })
+            }
+            None if creating => privileges::require(
+                grants,
+                SystemPrivilege::CreateConnection,
+                &format!("CREATE CONNECTION {name}"),
+            ),
+            None => Ok(()),
+        }
     }
 
     /// Runs a statement of Exasol's that DataFusion does not know.
@@ -526,12 +727,14 @@ impl Session {
                 return Box::pin(self.sql_stream(&set)).await;
             }
             other => {
+                let grants = self.identity.grants();
                 let cx = TransferContext {
                     catalog: self.engine.scripts(),
                     scripts: &self.scripts,
                     state: self.engine.state(),
                     udf_timeout: self.accelsql_options().udf_timeout()?,
                     runner: self,
+                    grants: &grants,
                 };
                 return super::exasol::run_statement(&cx, other).await;
             }
@@ -552,6 +755,10 @@ impl Session {
             db_time_zone: "UTC".to_string(),
             session_time_zone: zone,
             current_schema: exasol_name(&self.current_schema()),
+            current_user: self
+                .identity
+                .user()
+                .unwrap_or_else(|| self.identity.account()),
         }
     }
 
@@ -599,12 +806,30 @@ impl Session {
             if !cascade {
                 return Err(schema_has_scripts(name, &scripts));
             }
-            self.refuse_if_restricted(|| {
-                format!(
-                    "DROP SCHEMA {name} CASCADE would drop its scripts ({})",
-                    scripts.join(", ")
-                )
-            })?;
+            let grants = self.identity.grants();
+            let owners: Vec<Option<String>> = self
+                .engine
+                .scripts()
+                .entries()
+                .iter()
+                .filter(|e| &e.schema == name)
+                .map(|e| e.owner.clone())
+                .collect();
+            grants
+                .check(|h, as_owner| {
+                    h.has(SystemPrivilege::DropAnyScript)
+                        || (as_owner && owners.iter().all(|o| grants.owns(o.as_deref())))
+                })
+                .map_err(|d| {
+                    privileges::refusal(
+                        d,
+                        &format!(
+                            "DROP SCHEMA {name} CASCADE would drop its scripts ({})",
+                            scripts.join(", ")
+                        ),
+                        "owning them, or the DROP ANY SCRIPT privilege",
+                    )
+                })?;
         }
         Ok(())
     }
@@ -664,9 +889,12 @@ impl Session {
         };
         let name = name.to_string().to_ascii_lowercase();
         let key = name.strip_prefix("accelsql.")?.to_string();
-        if self.is_restricted()
-            && let Err(e) = restricted::check_setting(&name, None, &AccelsqlOptions::default())
-        {
+        if let Err(e) = privileges::check_setting(
+            &name,
+            None,
+            &AccelsqlOptions::default(),
+            &self.identity.grants(),
+        ) {
             return Some(Err(e));
         }
         let state = self.ctx.state_ref();
@@ -747,14 +975,29 @@ impl Session {
                 text: rewritten.label.clone(),
             },
         );
+        let grants = self.identity.grants();
+        let group = grants.group.as_ref();
+        // Each limit is the smallest of the session's (which starts at the server's) and its
+        // user's consumer group's.
+        let memory_limit = smallest(
+            own.memory_limit()?,
+            group.and_then(|g| g.session_ram_limit).map(|b| b as usize),
+        );
+        let statement_timeout = smallest(
+            own.statement_timeout()?,
+            group.and_then(|g| g.query_timeout()),
+        );
         let mut scope = StatementScope::new(id, devices_present);
         scope.session = self.identity.id;
         scope.node_id = engine.node.id;
         scope.client = engine.id;
         scope.run_timeout = own.udf_timeout()?;
         // The session's budget as this statement sees it bounds each of its script workers.
-        scope.memory_limit = own.memory_limit()?.map(|b| b as u64);
+        scope.memory_limit = memory_limit.map(|b| b as u64);
         scope.optional_when_busy = own.optional_gpu_when_busy;
+        scope.user = (grants.user != SYS_USER).then(|| grants.user.clone());
+        scope.gpu_class = group.map(crate::core::groups::GpuClass::of);
+        scope.gpu_allowed = grants.has(SystemPrivilege::UseGpu);
         let scope = Arc::new(scope);
         rewritten.bind(&passes)?;
         let statement = rewritten.statement;
@@ -763,8 +1006,8 @@ impl Session {
             .filter(|c| own.create_schema_opens || !matches!(c, SchemaChange::Create(_)));
         let upper_case = own.identifier_case == IdentifierCase::Upper;
         let mut plan = state.statement_to_plan(statement).await?;
-        if self.is_restricted() {
-            restricted::check_plan(&plan, &own)?;
+        if !grants.is_all() {
+            privileges::check_plan(&plan, &grants, &own, &self.script_functions(&scripts))?;
         }
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;
@@ -804,7 +1047,7 @@ impl Session {
             _ => {}
         }
         let wait_timeout = own.gpu_wait_timeout()?.or(engine.default_wait_timeout);
-        self.memory.set_budget(own.memory_limit()?);
+        self.memory.set_budget(memory_limit);
         let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
         // Writes (INSERT into this session's tables, COPY TO) change this process's state:
         // they run here; queries go to the distributor, if any.
@@ -825,7 +1068,7 @@ impl Session {
             physical,
             task,
             wait_timeout,
-            own.statement_timeout()?,
+            statement_timeout,
             Some(Arc::clone(&self.identity.kill)),
         )?;
         if is_analyze {
@@ -840,7 +1083,14 @@ impl Session {
     }
 }
 
-/// The EXPLAIN rows that show each call's placement and why.
+/// The smaller of two optional bounds (`None`: no bound).
+fn smallest<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// The EMITS UDF registered in `state` under `name`, if any.
 fn emits_udf(state: &SessionState, name: &str) -> Option<Arc<SetUdf>> {
     if let Some(def) = state.scalar_functions().get(name).and_then(|f| emits_of(f)) {
@@ -911,6 +1161,7 @@ fn function_names(ctx: &SessionContext) -> std::collections::HashSet<String> {
         .collect()
 }
 
+/// The EXPLAIN rows that show each call's placement and why.
 fn placement_rows(schema: &SchemaRef, scope: &StatementScope) -> Result<RecordBatch> {
     let calls = scope.calls();
     let text = if calls.is_empty() {
@@ -939,6 +1190,30 @@ fn placement_rows(schema: &SchemaRef, scope: &StatementScope) -> Result<RecordBa
 }
 
 impl Session {
+    /// Every function name that calls a script (qualified, and plain where the plain name is
+    /// the script's), for the privilege checks.
+    fn script_functions(
+        &self,
+        entries: &[Arc<crate::udf::script::definition::ScriptEntry>],
+    ) -> std::collections::HashMap<String, ScriptRef> {
+        let current = self.current_schema();
+        let builtins = self.scripts.builtins();
+        let mut out = std::collections::HashMap::new();
+        for e in entries {
+            let script = super::scripts::languages::script_ref(e);
+            out.insert(
+                crate::udf::script::names::qualified_function(&e.schema, &e.name),
+                script.clone(),
+            );
+            if !builtins.contains(&e.name)
+                && crate::udf::script::names::owns_plain_name(e, entries, &current)
+            {
+                out.insert(e.name.clone(), script);
+            }
+        }
+        out
+    }
+
     /// The session's accelsql settings.
     pub(crate) fn accelsql_options(&self) -> AccelsqlOptions {
         self.context()

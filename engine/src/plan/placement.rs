@@ -124,6 +124,15 @@ impl PlacementRule {
                 AcceleratorRequest::None => {
                     (Placement::Cpu, "no accelerator requested".to_string())
                 }
+                AcceleratorRequest::Required if !self.scope.gpu_allowed => {
+                    let failure = PlacementFailure::NoGpuPrivilege { udf: name };
+                    self.scope.placement_failed(failure.clone());
+                    return Err(failure.into());
+                }
+                AcceleratorRequest::Preferred if !self.scope.gpu_allowed => (
+                    Placement::Cpu,
+                    "the session's user lacks the USE GPU privilege".to_string(),
+                ),
                 AcceleratorRequest::Required if present == 0 => {
                     let failure = PlacementFailure::NoGpu { udf: name };
                     self.scope.placement_failed(failure.clone());
@@ -182,10 +191,12 @@ impl PlacementRule {
                     statement_id: self.scope.id,
                     run_timeout: self.scope.run_timeout,
                     memory_limit: self.scope.memory_limit,
+                    user: self.scope.user.clone(),
                     processes: self.scope.processes.clone(),
                 },
                 stats: CallStats::default(),
                 client: self.scope.client,
+                gpu_class: self.scope.gpu_class.clone(),
                 copy: 0,
             });
             calls.push(Arc::clone(&call));

@@ -19,6 +19,11 @@ pub(crate) enum PlacementFailure {
         /// The UDF.
         udf: String,
     },
+    /// `udf` requires the GPUs, and the session's user lacks `USE GPU`.
+    NoGpuPrivilege {
+        /// The UDF.
+        udf: String,
+    },
     /// Another required call in the block has the GPUs.
     Taken {
         /// What to say.
@@ -30,6 +35,12 @@ impl From<PlacementFailure> for EngineError {
     fn from(f: PlacementFailure) -> Self {
         match f {
             PlacementFailure::NoGpu { udf } => Self::NoGpuPresent { udf },
+            PlacementFailure::NoGpuPrivilege { udf } => Self::InsufficientPrivileges {
+                what: format!(
+                    "UDF {udf} requires the GPUs, which need the USE GPU privilege (GRANT USE \
+                     GPU TO <user or role>)"
+                ),
+            },
             PlacementFailure::Taken { detail } => Self::AcceleratorRequestFailed {
                 requested: AcceleratorRequest::Required,
                 detail,
@@ -66,6 +77,13 @@ pub(crate) struct StatementScope {
     /// `SET accelsql.optional_gpu_when_busy`: whether GPU-placed optional calls wait for a busy
     /// lease.
     pub(crate) optional_when_busy: OptionalGpuWhenBusy,
+    /// The session's user (`exa.meta.current_user`; `None`: SYS).
+    pub(crate) user: Option<String>,
+    /// How the statement waits for the GPU lease (its user's consumer group).
+    pub(crate) gpu_class: Option<crate::core::groups::GpuClass>,
+    /// Whether the session holds `USE GPU`: without it a required GPU call fails (42501) and an
+    /// optional one runs on the CPU.
+    pub(crate) gpu_allowed: bool,
     /// The statement's plan runs in other processes (a cluster's executors), whose nodes lease
     /// their own GPUs: this process takes no lease for it.
     pub(crate) remote: std::sync::atomic::AtomicBool,
@@ -89,6 +107,9 @@ impl StatementScope {
             fell_back: OnceLock::new(),
             optional_when_busy: OptionalGpuWhenBusy::default(),
             remote: std::sync::atomic::AtomicBool::new(false),
+            user: None,
+            gpu_class: None,
+            gpu_allowed: true,
         }
     }
 

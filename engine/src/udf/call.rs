@@ -33,6 +33,9 @@ pub(crate) struct PlacedCall {
     pub(crate) stats: CallStats,
     /// The engine that placed the call (`EngineInner::id`).
     pub(crate) client: u64,
+    /// How the statement waits for a node's GPU lease (its consumer group's class), if its
+    /// user has a group.
+    pub(crate) gpu_class: Option<crate::core::groups::GpuClass>,
     /// Which copy of the call this is: 0 where it was placed; on a cluster's node, a number of
     /// its own for each copy decoded there (tasks launched together share one).
     pub(crate) copy: u64,
@@ -269,6 +272,7 @@ mod tests {
             statement: StatementInfo::default(),
             stats: CallStats::default(),
             client: 0,
+            gpu_class: None,
             copy: 0,
         }
     }

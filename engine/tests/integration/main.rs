@@ -10,6 +10,7 @@ mod files;
 mod kill_session;
 mod memory;
 mod placement;
+mod privileges;
 mod restricted;
 mod scripts;
 mod set_udfs;

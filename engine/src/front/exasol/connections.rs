@@ -15,6 +15,7 @@ pub(crate) fn create_connection(
     user: String,
     password: String,
     or_replace: bool,
+    owner: Option<String>,
 ) -> crate::Result<()> {
     let created_micros = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -27,6 +28,7 @@ pub(crate) fn create_connection(
             user,
             password,
             created_micros,
+            owner,
         },
         or_replace,
     )
@@ -58,6 +60,7 @@ mod tests {
             "u".into(),
             "s3cret".into(),
             false,
+            None,
         )
         .unwrap();
         assert_eq!(find_connection(&catalog, "my_conn").unwrap().address, "a");
@@ -73,6 +76,7 @@ mod tests {
             String::new(),
             "s3cret".into(),
             false,
+            None,
         )
         .unwrap_err();
         assert!(e.to_string().contains("already exists"), "{e}");
@@ -83,6 +87,7 @@ mod tests {
             String::new(),
             "s3cret".into(),
             true,
+            None,
         )
         .unwrap();
         assert_eq!(find_connection(&catalog, "MY_CONN").unwrap().address, "b");

@@ -30,9 +30,21 @@ pub(crate) async fn run_statement(
             address,
             user,
             password,
-        } => connections::create_connection(catalog, name, address, user, password, or_replace)?,
+        } => connections::create_connection(
+            catalog,
+            name,
+            address,
+            user,
+            password,
+            or_replace,
+            (!cx.grants.owns(None)).then(|| cx.grants.user.clone()),
+        )?,
         ExasolStatement::DropConnection { if_exists, name } => {
-            catalog.drop_connection(&name, if_exists)?
+            catalog.drop_connection(&name, if_exists)?;
+            catalog.change_security(|s| {
+                s.forget_object(crate::core::privileges::ObjectKind::Connection, &name);
+                Ok(())
+            })?;
         }
         ExasolStatement::Import(transfer) => return transfer::import(cx, transfer).await,
         ExasolStatement::Export(transfer) => return transfer::export(cx, transfer).await,

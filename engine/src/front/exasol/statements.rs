@@ -76,7 +76,7 @@ pub(crate) struct ScriptTransfer {
 
 /// One token as the recogniser sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Tok {
+pub(crate) enum Tok {
     /// A word; `quoted` when it was a delimited identifier.
     Word { text: String, quoted: bool },
     /// A single-quoted string literal.
@@ -86,11 +86,11 @@ enum Tok {
 }
 
 impl Tok {
-    fn is(&self, keyword: &str) -> bool {
+    pub(crate) fn is(&self, keyword: &str) -> bool {
         matches!(self, Tok::Word { text, quoted: false } if text.eq_ignore_ascii_case(keyword))
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         match self {
             Tok::Word { text, quoted: true } => format!("\"{}\"", text.replace('"', "\"\"")),
             Tok::Word { text, .. } | Tok::Other(text) => text.clone(),
@@ -99,7 +99,7 @@ impl Tok {
     }
 }
 
-fn tokens(text: &str) -> Option<Vec<Tok>> {
+pub(crate) fn tokens(text: &str) -> Option<Vec<Tok>> {
     let dialect = GenericDialect {};
     let raw = Tokenizer::new(&dialect, text).tokenize().ok()?;
     Some(
@@ -118,7 +118,7 @@ fn tokens(text: &str) -> Option<Vec<Tok>> {
 }
 
 /// An identifier as Exasol folds it: unquoted → upper case.
-fn exasol_folded(tok: &Tok) -> Option<String> {
+pub(crate) fn exasol_folded(tok: &Tok) -> Option<String> {
     match tok {
         Tok::Word { text, quoted: true } => Some(text.clone()),
         Tok::Word { text, .. } => Some(text.to_ascii_uppercase()),
@@ -135,7 +135,7 @@ fn sql_folded(tok: &Tok) -> Option<String> {
     }
 }
 
-fn syntax(what: &str, text: &str) -> EngineError {
+pub(crate) fn syntax(what: &str, text: &str) -> EngineError {
     EngineError::Sql(DataFusionError::SQL(
         Box::new(ParserError::ParserError(format!(
             "{what}; got: {}",
@@ -269,7 +269,7 @@ fn parse_create_connection(rest: &[Tok], or_replace: bool, text: &str) -> Result
 }
 
 /// Reads a possibly qualified name (`a`, `a.b`) at `toks[*i]`, as SQL text.
-fn qualified_name(toks: &[Tok], i: &mut usize) -> Option<String> {
+pub(crate) fn qualified_name(toks: &[Tok], i: &mut usize) -> Option<String> {
     let mut parts = Vec::new();
     loop {
         match toks.get(*i) {

@@ -26,11 +26,9 @@ use crate::catalog::scripts::ScriptCatalog;
 use crate::core::EngineState;
 use crate::core::error::{EngineError, Result};
 use crate::core::names::exasol_name;
+use crate::core::privileges::Grants;
 use crate::front::scripts::languages::SessionScripts;
 use crate::front::splitter::split_statements;
-
-/// The user a single call runs as (accelsql has no users yet).
-const SCRIPT_USER: &str = "SYS";
 
 /// The error for generated SQL that is empty, or more than one statement (the script's fault).
 fn generated_error(script: &str, function: &str, message: &str) -> EngineError {
@@ -60,6 +58,8 @@ pub(crate) struct TransferContext<'a> {
     pub(crate) udf_timeout: Option<Duration>,
     /// The session, to run SQL in.
     pub(crate) runner: &'a dyn SqlRunner,
+    /// What the session may do.
+    pub(crate) grants: &'a Grants,
 }
 
 /// The connection `AT name` or `AT 'address' USER … IDENTIFIED BY …` gives the script.
@@ -67,6 +67,11 @@ fn connection_of(cx: &TransferContext<'_>, t: &ScriptTransfer) -> Result<Option<
     if let Some(name) = &t.connection_name {
         let found = find_connection(cx.catalog, name)
             .map_err(|m| EngineError::Sql(DataFusionError::Plan(m)))?;
+        crate::front::privileges::check_use_connection(
+            cx.grants,
+            &found.name,
+            found.owner.as_deref(),
+        )?;
         return Ok(Some(ConnectionInfo::password(
             found.address,
             found.user,
@@ -89,8 +94,8 @@ async fn generate(
     let ctx = WorkerContext {
         session_id: cx.scripts.session_id(),
         statement_id: cx.state.next_statement_id(),
-        current_user: SCRIPT_USER.into(),
-        scope_user: SCRIPT_USER.into(),
+        current_user: cx.grants.user.clone(),
+        scope_user: cx.grants.user.clone(),
         current_schema: Some(exasol_name(&cx.scripts.current_schema())),
         node_count: cx.state.node.count,
         node_id: cx.state.node.id,

@@ -3,7 +3,7 @@
 //! → `ascii` (the first character's code point), `LCASE`/`UCASE` → `lower`/`upper`,
 //! `ZEROIFNULL(x)` → `coalesce(x, 0)`, `NULLIFZERO(x)` → `nullif(x, 0)`, `LOCATE(sub, s)` →
 //! `strpos(s, sub)`, `HASH_MD5` → `md5`; and the niladic `DBTIMEZONE`, `SESSIONTIMEZONE` and
-//! `CURRENT_SCHEMA` → their values as string literals. Only plain (unqualified) names are
+//! `CURRENT_SCHEMA`, `CURRENT_USER` → their values as string literals. Only plain (unqualified) names are
 //! mapped: `schema.mod(…)` still calls a script.
 
 use std::ops::ControlFlow;
@@ -23,6 +23,8 @@ pub(crate) struct SessionValues {
     pub(crate) session_time_zone: String,
     /// `CURRENT_SCHEMA`, as Exasol shows it.
     pub(crate) current_schema: String,
+    /// `CURRENT_USER`: the session's user (`SYS` for the embedding program's).
+    pub(crate) current_user: String,
 }
 
 /// Rewrites the Exasol function calls of `statement` (see the module docs).
@@ -90,7 +92,12 @@ fn call(mut f: Function, name: &str, args: Vec<Expr>) -> Expr {
 }
 
 /// The niladic functions: a select item that is one of them keeps its name as the column's.
-const NILADIC: [&str; 3] = ["dbtimezone", "sessiontimezone", "current_schema"];
+const NILADIC: [&str; 4] = [
+    "dbtimezone",
+    "sessiontimezone",
+    "current_schema",
+    "current_user",
+];
 
 /// The niladic function `expr` calls, if it is a bare one.
 fn niladic(expr: &Expr) -> Option<String> {
@@ -128,6 +135,7 @@ impl VisitorMut for Mapper<'_> {
                     "dbtimezone" => Some(string(&self.values.db_time_zone)),
                     "sessiontimezone" => Some(string(&self.values.session_time_zone)),
                     "current_schema" => Some(string(&self.values.current_schema)),
+                    "current_user" => Some(string(&self.values.current_user)),
                     _ => None,
                 }
             }
@@ -154,6 +162,7 @@ impl VisitorMut for Mapper<'_> {
                     ("dbtimezone", []) => Some(string(&self.values.db_time_zone)),
                     ("sessiontimezone", []) => Some(string(&self.values.session_time_zone)),
                     ("current_schema", []) => Some(string(&self.values.current_schema)),
+                    ("current_user", []) => Some(string(&self.values.current_user)),
                     _ => None,
                 }
             }
@@ -177,6 +186,7 @@ mod tests {
             db_time_zone: "UTC".into(),
             session_time_zone: "EUROPE/BERLIN".into(),
             current_schema: "LAB".into(),
+            current_user: "ANN".into(),
         };
         map_exasol_functions(&mut statement, &values);
         statement.to_string()

@@ -204,6 +204,7 @@ mod tests {
             db_time_zone: "UTC".into(),
             session_time_zone: "UTC".into(),
             current_schema: "PUBLIC".into(),
+            current_user: "SYS".into(),
         };
         let cx = PassContext {
             scripts: &[],

@@ -154,6 +154,7 @@ mod tests {
             env: Vec::new(),
             code: String::new(),
             text: String::new(),
+            owner: None,
         })
     }
 
@@ -207,7 +208,7 @@ mod tests {
             entry("a", "g"),
             entry("b", "g"),
         ];
-        let imports = script_imports(entries, "public".into());
+        let imports = script_imports(entries, "public".into(), Vec::new());
         let name = |text: &str| imports.find(text).map(|s| s.qualified_name);
         assert_eq!(name("F").unwrap(), "public.f");
         assert_eq!(name(" LIB.F ").unwrap(), "lib.f");
@@ -273,7 +274,7 @@ mod tests {
             resolved_in("SELECT f(1), public.lower(x)", &entries, "c", &builtins).unwrap(),
             "SELECT f(1), \"public.lower\"(x)"
         );
-        let imports = script_imports(entries.to_vec(), "b".into());
+        let imports = script_imports(entries.to_vec(), "b".into(), Vec::new());
         assert_eq!(imports.find("f").unwrap().qualified_name, "b.f");
     }
 }

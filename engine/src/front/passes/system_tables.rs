@@ -1,7 +1,7 @@
 //! The pass that makes Exasol's system tables and `DUAL` reachable unqualified from any schema,
 //! as in Exasol: an unqualified reference to one of [`SYSTEM_TABLES`] becomes `sys.<name>`.
 
-use crate::catalog::system::{SYSTEM_SCHEMA, SYSTEM_TABLES};
+use crate::catalog::system::{SYSTEM_SCHEMA, is_system_table};
 
 /// Rewrites unqualified references to [`SYSTEM_TABLES`] as `sys.<name>`, unless `has_table`
 /// says the current schema has a table of that name, so that Exasol's system tables and `DUAL`
@@ -28,7 +28,7 @@ pub(crate) fn qualify_system_tables(
                 } else {
                     ident.value.to_ascii_lowercase()
                 };
-                if SYSTEM_TABLES.contains(&name.as_str()) && !(self.has_table)(&name) {
+                if is_system_table(&name) && !(self.has_table)(&name) {
                     *relation = ObjectName::from(vec![
                         Ident::new(SYSTEM_SCHEMA),
                         Ident::with_quote('"', name),

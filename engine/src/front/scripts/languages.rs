@@ -15,11 +15,14 @@ use super::dynamic::rewrite_dynamic_emits;
 use crate::catalog::scripts::ScriptCatalog;
 use crate::core::error::EngineError;
 use crate::core::names::exasol_name;
-use crate::udf::script::definition::{ScriptEntry, StoredOutput};
+use crate::core::privileges::{Grants, SystemPrivilege};
+use crate::front::privileges::ScriptRef;
+use crate::front::privileges::run::shown_script;
+use crate::udf::script::definition::{ConnectionEntry, ScriptEntry, StoredOutput};
 use crate::udf::script::links::{ScriptLinks, script_connections, script_imports};
 use crate::udf::script::names::{find_script, owns_plain_name, qualified_function};
 use crate::udf::script::options::take_options;
-use crate::udf::script::origin::{ScriptOrigin, TravelRuntime};
+use crate::udf::script::origin::{Denied, ScriptOrigin, TravelRuntime};
 use crate::udf::script::udf::{ScriptUdf, script_spec, script_udf, script_udf_named};
 
 /// The schema scripts are created in when the statement names none.
@@ -50,8 +53,12 @@ pub(crate) struct SessionScripts {
     /// The engine's node count (`exa.meta.node_count`).
     node_count: usize,
     languages: Mutex<BTreeMap<String, Runtime>>,
-    /// Catalog generation and current schema last registered, and the names registered then.
-    synced: Mutex<(u64, String, Vec<String>)>,
+    /// Catalog generation, current schema and grants last registered, and the names
+    /// registered then.
+    synced: Mutex<(u64, String, Vec<String>, Option<Arc<Grants>>)>,
+    /// What the session may do, as of its current statement: which scripts its scripts may
+    /// import and which connections they may read.
+    grants: Mutex<Arc<Grants>>,
     /// The current schema (`OPEN SCHEMA`), where unqualified scripts are created and found.
     current_schema: Mutex<String>,
     /// The session's built-in functions and Rust UDFs: their plain names are never a script's.
@@ -72,7 +79,8 @@ impl SessionScripts {
                 "PYTHON3".to_string(),
                 Runtime::BuiltinPython3,
             )])),
-            synced: Mutex::new((0, String::new(), Vec::new())),
+            synced: Mutex::new((0, String::new(), Vec::new(), None)),
+            grants: Mutex::new(Arc::new(Grants::sys())),
             current_schema: Mutex::new(DEFAULT_SCHEMA.to_string()),
             builtins: OnceLock::new(),
             builtin_python3: OnceLock::new(),
@@ -133,6 +141,7 @@ impl SessionScripts {
         catalog: &ScriptCatalog,
         allowed: bool,
         taken: &dyn Fn(&str) -> bool,
+        grants: &Grants,
     ) -> crate::Result<()> {
         let ddl = parse(text)?;
         if !allowed && !matches!(ddl, ScriptDdl::SetLanguages(_)) {
@@ -140,6 +149,7 @@ impl SessionScripts {
                 message: "script DDL is disabled in this engine (EngineOptions::script_ddl)".into(),
             });
         }
+        self.check_ddl(&ddl, catalog, grants)?;
         match ddl {
             ScriptDdl::SetLanguages(value) => {
                 let mut languages = BTreeMap::new();
@@ -220,6 +230,7 @@ impl SessionScripts {
                     env: options.env,
                     code,
                     text: create.text,
+                    owner: (!grants.owns(None)).then(|| grants.user.clone()),
                 };
                 // Types and signature are checked now, not at the first call (an `EMITS (...)`
                 // script with a stand-in column: its columns come with each call).
@@ -234,6 +245,65 @@ impl SessionScripts {
         }
     }
 
+    /// Ok when the session may run `ddl`: `CREATE SCRIPT` for a new script and for
+    /// `SCRIPT_LANGUAGES` (it names the executables scripts run in), owning the script or
+    /// `CREATE ANY SCRIPT` to replace it, owning it or `DROP ANY SCRIPT` to drop it.
+    fn check_ddl(
+        &self,
+        ddl: &ScriptDdl,
+        catalog: &ScriptCatalog,
+        grants: &Grants,
+    ) -> crate::Result<()> {
+        use SystemPrivilege::{CreateAnyScript, CreateScript, DropAnyScript};
+        let existing = |schema: &Option<String>, name: &str| {
+            let schema = schema.clone().unwrap_or_else(|| self.current_schema());
+            catalog
+                .entries()
+                .into_iter()
+                .find(|e| e.schema == schema && e.name == name)
+        };
+        let (what, needs, allowed) = match ddl {
+            ScriptDdl::SetLanguages(_) => (
+                "ALTER SESSION SET SCRIPT_LANGUAGES (it names the executables scripts run in)"
+                    .to_string(),
+                "the CREATE SCRIPT privilege",
+                grants.check_system(CreateScript),
+            ),
+            ScriptDdl::Create(create) => match existing(&create.schema, &create.name) {
+                Some(old) if create.or_replace => {
+                    let owned = grants.owns(old.owner.as_deref());
+                    (
+                        format!(
+                            "CREATE OR REPLACE SCRIPT {}",
+                            shown_script(&old.schema, &old.name)
+                        ),
+                        "owning it, or the CREATE ANY SCRIPT privilege",
+                        grants.check(|h, as_owner| {
+                            (as_owner && owned && h.has(CreateScript)) || h.has(CreateAnyScript)
+                        }),
+                    )
+                }
+                _ => (
+                    format!("CREATE SCRIPT {}", exasol_name(&create.name)),
+                    "the CREATE SCRIPT privilege",
+                    grants.check(|h, _| h.has(CreateScript) || h.has(CreateAnyScript)),
+                ),
+            },
+            ScriptDdl::Drop { schema, name, .. } => match existing(schema, name) {
+                Some(old) => {
+                    let owned = grants.owns(old.owner.as_deref());
+                    (
+                        format!("DROP SCRIPT {}", shown_script(&old.schema, &old.name)),
+                        "owning it, or the DROP ANY SCRIPT privilege",
+                        grants.check(|h, as_owner| (as_owner && owned) || h.has(DropAnyScript)),
+                    )
+                }
+                None => return Ok(()),
+            },
+        };
+        allowed.map_err(|d| crate::front::privileges::refusal(d, &what, needs))
+    }
+
     /// Registers the catalog's scripts in `ctx` if the catalog changed since the last time.
     pub(crate) fn sync(
         &self,
@@ -243,8 +313,9 @@ impl SessionScripts {
     ) {
         let generation = catalog.generation();
         let current = self.current_schema();
+        let grants = self.grants();
         let mut synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
-        if synced.0 == generation && synced.1 == current {
+        if synced.0 == generation && synced.1 == current && synced.3.as_ref() == Some(&grants) {
             return;
         }
         for name in synced.2.drain(..) {
@@ -253,15 +324,6 @@ impl SessionScripts {
         }
         let entries = catalog.entries();
         let connections = catalog.connections();
-        let links = ScriptLinks {
-            imports: script_imports(entries.clone(), current.clone()),
-            connections: script_connections(connections.clone()),
-            current_schema: current.clone(),
-            node_count: self.node_count,
-        };
-        // What each script's calls carry to a cluster's processes (shared by them all).
-        let travel_scripts = Arc::new(entries.clone());
-        let travel_connections = Arc::new(connections);
         let builtins = self.builtins();
         for entry in &entries {
             if entry.output == StoredOutput::DynamicEmits {
@@ -274,6 +336,7 @@ impl SessionScripts {
             }
             // Registered even when its language cannot run here, so that a call says why.
             let interpreter = self.interpreter(&entry.language);
+            let reach = self.reach(entry, &entries, &connections, &current, &grants);
             for function in functions {
                 let origin = ScriptOrigin {
                     entry: Arc::clone(entry),
@@ -281,15 +344,16 @@ impl SessionScripts {
                     runtime: self.travel_runtime(&entry.language),
                     session_id: self.session_id,
                     current_schema: current.clone(),
-                    scripts: Arc::clone(&travel_scripts),
-                    connections: Arc::clone(&travel_connections),
+                    scripts: Arc::clone(&reach.scripts),
+                    connections: Arc::clone(&reach.connections),
+                    denied: Arc::clone(&reach.denied),
                 };
                 match script_udf_named(
                     entry,
                     &function,
                     interpreter.clone(),
                     self.session_id,
-                    &links,
+                    &reach.links,
                 ) {
                     Ok(udf) => {
                         let udf = udf.travelling(Arc::new(origin));
@@ -302,6 +366,60 @@ impl SessionScripts {
         }
         synced.0 = generation;
         synced.1 = current;
+        synced.3 = Some(grants);
+    }
+
+    /// What the session may do, as of its current statement.
+    pub(crate) fn grants(&self) -> Arc<Grants> {
+        Arc::clone(&self.grants.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Sets what the session may do (at the start of each statement).
+    pub(crate) fn set_grants(&self, grants: Arc<Grants>) {
+        *self.grants.lock().unwrap_or_else(|e| e.into_inner()) = grants;
+    }
+
+    /// What script `entry` reaches when this session runs it: the scripts it may import (those
+    /// the session may execute) and the connections it may read (`ACCESS` on them, for it or
+    /// for any script); the others say why they are out of reach. Also returned: those lists,
+    /// as its calls carry them to a cluster's processes.
+    fn reach(
+        &self,
+        entry: &ScriptEntry,
+        entries: &[Arc<ScriptEntry>],
+        connections: &[ConnectionEntry],
+        current: &str,
+        grants: &Grants,
+    ) -> Reach {
+        let key = format!("{}.{}", entry.schema, entry.name);
+        let (allowed, denied): (Vec<_>, Vec<_>) = entries
+            .iter()
+            .cloned()
+            .partition(|e| crate::front::privileges::check_execute(grants, &script_ref(e)).is_ok());
+        let (readable, hidden): (Vec<_>, Vec<_>) = connections.iter().cloned().partition(|c| {
+            grants
+                .may_access_connection(&c.name, c.owner.as_deref(), &key)
+                .is_ok()
+        });
+        let denied = Denied {
+            scripts: denied
+                .iter()
+                .map(|e| (e.schema.clone(), e.name.clone()))
+                .collect(),
+            connections: hidden.into_iter().map(|c| c.name).collect(),
+        };
+        let links = ScriptLinks {
+            imports: script_imports(allowed.clone(), current.to_string(), denied.scripts.clone()),
+            connections: script_connections(readable.clone(), denied.connections.clone()),
+            current_schema: current.to_string(),
+            node_count: self.node_count,
+        };
+        Reach {
+            links,
+            scripts: Arc::new(allowed),
+            connections: Arc::new(readable),
+            denied: Arc::new(denied),
+        }
     }
 
     /// The session's number, as scripts see it (`exa.meta.session_id`).
@@ -320,22 +438,21 @@ impl SessionScripts {
         let entries = catalog.entries();
         let current = self.current_schema();
         let entry = find_script(name, &entries, &current)?;
+        let grants = self.grants();
+        crate::front::privileges::check_execute(&grants, &script_ref(&entry))?;
         let interpreter =
             self.interpreter(&entry.language)
                 .map_err(|why| EngineError::ScriptDefinition {
                     message: format!("script {}.{}: {why}", entry.schema, entry.name),
                 })?;
+        let links = self
+            .reach(&entry, &entries, &catalog.connections(), &current, &grants)
+            .links;
         let mut entry = entry.as_ref().clone();
         if entry.output == StoredOutput::DynamicEmits {
             // Its columns are not needed for a single call.
             entry.output = StoredOutput::Emits(Vec::new());
         }
-        let links = ScriptLinks {
-            imports: script_imports(entries, current.clone()),
-            connections: script_connections(catalog.connections()),
-            current_schema: current,
-            node_count: self.node_count,
-        };
         script_spec(&entry, interpreter, &links)
     }
 
@@ -407,14 +524,7 @@ impl SessionScripts {
         let (rewritten, calls) = rewrite_dynamic_emits(text, &find)?;
         let mut udfs = Vec::with_capacity(calls.len());
         let connections = catalog.connections();
-        let travel_scripts = Arc::new(all.clone());
-        let travel_connections = Arc::new(connections.clone());
-        let links = ScriptLinks {
-            imports: script_imports(all, current.clone()),
-            connections: script_connections(connections),
-            current_schema: current.clone(),
-            node_count: self.node_count,
-        };
+        let grants = self.grants();
         for call in calls {
             let Some(entry) = dynamic
                 .iter()
@@ -422,6 +532,8 @@ impl SessionScripts {
             else {
                 continue;
             };
+            crate::front::privileges::check_execute(&grants, &script_ref(entry))?;
+            let reach = self.reach(entry, &all, &connections, &current, &grants);
             let mut entry = (**entry).clone();
             let interpreter = self
                 .interpreter(&entry.language)
@@ -432,8 +544,14 @@ impl SessionScripts {
                 (Some(columns), _) => columns,
                 (None, Some(target)) if !target.is_empty() => target.to_vec(),
                 (None, _) => {
-                    default_output_columns(&entry, interpreter.clone(), &links, self.session_id)
-                        .await?
+                    default_output_columns(
+                        &entry,
+                        interpreter.clone(),
+                        &reach.links,
+                        self.session_id,
+                        &grants.user,
+                    )
+                    .await?
                 }
             };
             entry.output = StoredOutput::Emits(columns);
@@ -444,8 +562,9 @@ impl SessionScripts {
                 runtime: self.travel_runtime(&entry.language),
                 session_id: self.session_id,
                 current_schema: current.clone(),
-                scripts: Arc::clone(&travel_scripts),
-                connections: Arc::clone(&travel_connections),
+                scripts: Arc::clone(&reach.scripts),
+                connections: Arc::clone(&reach.connections),
+                denied: Arc::clone(&reach.denied),
             };
             udfs.push(
                 script_udf_named(
@@ -453,7 +572,7 @@ impl SessionScripts {
                     &call.function,
                     Ok(interpreter),
                     self.session_id,
-                    &links,
+                    &reach.links,
                 )?
                 .travelling(Arc::new(origin)),
             );
@@ -469,6 +588,7 @@ async fn default_output_columns(
     interpreter: PathBuf,
     links: &ScriptLinks,
     session_id: u64,
+    user: &str,
 ) -> crate::Result<Vec<(String, String)>> {
     let dynamic_err = |message: &str| EngineError::ScriptDefinition {
         message: format!("script {}.{}: {message}", entry.schema, entry.name),
@@ -485,8 +605,8 @@ async fn default_output_columns(
     let spec = script_spec(&spec_entry, interpreter, links)?;
     let ctx = WorkerContext {
         session_id,
-        current_user: "SYS".into(),
-        scope_user: "SYS".into(),
+        current_user: user.to_string(),
+        scope_user: user.to_string(),
         current_schema: Some(exasol_name(&links.current_schema)),
         node_count: links.node_count,
         ..WorkerContext::default()
@@ -510,4 +630,24 @@ fn bad_languages(pair: &str) -> EngineError {
     EngineError::ScriptDefinition {
         message: format!("SCRIPT_LANGUAGES entry {pair:?} is not understood; accepted: {ACCEPTED}"),
     }
+}
+
+/// The privilege checks' view of a script.
+pub(crate) fn script_ref(entry: &ScriptEntry) -> ScriptRef {
+    ScriptRef {
+        key: format!("{}.{}", entry.schema, entry.name),
+        owner: entry.owner.clone(),
+    }
+}
+
+/// What a script reaches when a session runs it ([`SessionScripts::reach`]).
+struct Reach {
+    /// Its links in this process.
+    links: ScriptLinks,
+    /// The scripts it may import, as its calls carry them.
+    scripts: Arc<Vec<Arc<ScriptEntry>>>,
+    /// The connections it may read, as its calls carry them.
+    connections: Arc<Vec<ConnectionEntry>>,
+    /// What it may not reach.
+    denied: Arc<Denied>,
 }

@@ -27,6 +27,9 @@ pub(crate) struct ScriptEntry {
     pub(crate) code: String,
     /// The statement as the user wrote it.
     pub(crate) text: String,
+    /// Its owner, the user who created it (`None`: SYS, and scripts stored before owners).
+    #[serde(default)]
+    pub(crate) owner: Option<String>,
 }
 
 /// The output clause of a stored script.
@@ -105,6 +108,9 @@ pub(crate) struct ConnectionEntry {
     pub(crate) password: String,
     /// When it was created, in microseconds since the Unix epoch (`CREATED` of the system views).
     pub(crate) created_micros: i64,
+    /// Its owner, the user who created it (`None`: SYS, and connections stored before owners).
+    #[serde(default)]
+    pub(crate) owner: Option<String>,
 }
 
 /// The password stays out of logs and debug output.

@@ -36,10 +36,26 @@ impl Default for ScriptLinks {
 }
 
 /// What `exa.import_script(name)` finds among `entries`: the script `schema.name` names, or the
-/// one a plain `name` calls in SQL.
-pub(crate) fn script_imports(entries: Vec<Arc<ScriptEntry>>, current: String) -> ScriptImports {
+/// one a plain `name` calls in SQL. Scripts in `denied` (schema, name) exist but the session
+/// may not execute them: importing one says so.
+pub(crate) fn script_imports(
+    entries: Vec<Arc<ScriptEntry>>,
+    current: String,
+    denied: Vec<(String, String)>,
+) -> ScriptImports {
     ScriptImports::new(move |text| {
         let (schema, name) = split_script_name(text)?;
+        let target = (
+            schema.clone().unwrap_or_else(|| current.clone()),
+            name.clone(),
+        );
+        if denied.contains(&target) {
+            return Err(format!(
+                "insufficient privileges: importing script {} needs EXECUTE on it (or EXECUTE \
+                 ANY SCRIPT)",
+                qualified_function(&target.0, &target.1)
+            ));
+        }
         let found: Vec<&ScriptEntry> = match &schema {
             Some(schema) => entries
                 .iter()
@@ -70,14 +86,24 @@ pub(crate) fn script_imports(entries: Vec<Arc<ScriptEntry>>, current: String) ->
 }
 
 /// `exa.get_connection(name)`'s lookup: a snapshot of the catalog's connections (a change to
-/// them bumps the catalog's generation, so sessions register their scripts again).
-pub(crate) fn script_connections(connections: Vec<ConnectionEntry>) -> ScriptConnections {
+/// them bumps the catalog's generation, so sessions register their scripts again). Those named
+/// in `denied` exist but the script may not read them: asking for one says so.
+pub(crate) fn script_connections(
+    connections: Vec<ConnectionEntry>,
+    denied: Vec<String>,
+) -> ScriptConnections {
     let by_name: BTreeMap<String, ConnectionEntry> = connections
         .into_iter()
         .map(|c| (c.name.clone(), c))
         .collect();
     ScriptConnections::new(move |name| {
         let folded = folded_connection_name(name);
+        if denied.contains(&folded) {
+            return Err(format!(
+                "insufficient privileges for accessing connection {folded}: it needs ACCESS ON \
+                 CONNECTION {folded} (for this script or any) or ACCESS ANY CONNECTION"
+            ));
+        }
         by_name
             .get(&folded)
             .map(|c| {

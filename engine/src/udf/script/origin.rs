@@ -39,8 +39,20 @@ pub(crate) struct ScriptOrigin {
     pub(crate) current_schema: String,
     /// Every script of the catalog, for `exa.import_script` (shared by a session's scripts).
     pub(crate) scripts: Arc<Vec<Arc<ScriptEntry>>>,
-    /// Every connection of the catalog, for `exa.get_connection`.
+    /// Every connection of the catalog the script may read, for `exa.get_connection`.
     pub(crate) connections: Arc<Vec<ConnectionEntry>>,
+    /// What the session's privileges keep out of the script's reach: scripts it may not
+    /// import (schema, name) and connections it may not read, so that asking says why.
+    pub(crate) denied: Arc<Denied>,
+}
+
+/// Scripts (schema, name) and connections a running script may not reach.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Denied {
+    /// Scripts the session may not execute.
+    pub(crate) scripts: Vec<(String, String)>,
+    /// Connections the script may not read.
+    pub(crate) connections: Vec<String>,
 }
 
 /// [`ScriptOrigin`] as it is written.
@@ -53,6 +65,7 @@ struct OriginRef<'a> {
     current_schema: &'a str,
     scripts: Vec<&'a ScriptEntry>,
     connections: &'a [ConnectionEntry],
+    denied: &'a Denied,
 }
 
 /// [`ScriptOrigin`] as it is read.
@@ -65,6 +78,8 @@ struct OriginOwned {
     current_schema: String,
     scripts: Vec<ScriptEntry>,
     connections: Vec<ConnectionEntry>,
+    #[serde(default)]
+    denied: Denied,
 }
 
 impl ScriptOrigin {
@@ -78,6 +93,7 @@ impl ScriptOrigin {
             current_schema: &self.current_schema,
             scripts: self.scripts.iter().map(Arc::as_ref).collect(),
             connections: &self.connections,
+            denied: &self.denied,
         })
     }
 
@@ -92,6 +108,7 @@ impl ScriptOrigin {
             current_schema: owned.current_schema,
             scripts: Arc::new(owned.scripts.into_iter().map(Arc::new).collect()),
             connections: Arc::new(owned.connections),
+            denied: Arc::new(owned.denied),
         })
     }
 }

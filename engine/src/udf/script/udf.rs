@@ -378,8 +378,8 @@ impl ScriptRunner {
                         node_id: ctx.node_id,
                         vm_id: ctx.instance_id,
                         device: ctx.device.clone(),
-                        current_user: SCRIPT_USER.into(),
-                        scope_user: SCRIPT_USER.into(),
+                        current_user: ctx.user.clone().unwrap_or_else(|| SCRIPT_USER.into()),
+                        scope_user: ctx.user.clone().unwrap_or_else(|| SCRIPT_USER.into()),
                         current_schema: Some(exasol_name(&self.current_schema)),
                         memory_limit: ctx.memory_limit.unwrap_or(0),
                         ..WorkerContext::default()
@@ -441,8 +441,15 @@ impl ScriptOrigin {
             TravelRuntime::Unavailable(why) => Err(why.clone()),
         };
         let links = ScriptLinks {
-            imports: script_imports(self.scripts.to_vec(), self.current_schema.clone()),
-            connections: script_connections(self.connections.to_vec()),
+            imports: script_imports(
+                self.scripts.to_vec(),
+                self.current_schema.clone(),
+                self.denied.scripts.clone(),
+            ),
+            connections: script_connections(
+                self.connections.to_vec(),
+                self.denied.connections.clone(),
+            ),
             current_schema: self.current_schema.clone(),
             node_count,
         };

@@ -1,0 +1,285 @@
+//! Users, privileges and consumer groups on a real engine: what survives a restart of the
+//! catalog, `Engine::session_as`, `DROP USER` ending a waiting statement, and the GPU queue's
+//! consumer-group precedence — a high group's statements overtake a low one's, and the low one
+//! still gets the GPU within the stated bound.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use accelsql_engine::{Engine, EngineError, EngineOptions, SchedulerConfig, Session, testing};
+use futures::StreamExt;
+
+fn engine_with(data_dir: Option<&Path>, aging: Duration) -> Engine {
+    let engine = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(1),
+        data_dir: data_dir.map(Path::to_path_buf),
+        password_rounds: 1000,
+        gpu_precedence_aging: aging,
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    testing::register_fixtures(&engine).unwrap();
+    engine
+}
+
+async fn run(s: &Session, sql: &str) -> Vec<String> {
+    testing::query_rows(s, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Reads `stream` to its end; the error it ends with, if any.
+async fn error_of(
+    mut stream: accelsql_engine::datafusion::execution::SendableRecordBatchStream,
+) -> Option<EngineError> {
+    while let Some(next) = stream.next().await {
+        if let Err(e) = next {
+            return Some(EngineError::from(e));
+        }
+    }
+    None
+}
+
+/// Waits until `cond` holds (at most 10 s).
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(10), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn users_and_grants_survive_a_restart_and_passwords_are_only_hashed() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = engine_with(Some(dir.path()), Duration::from_millis(10));
+        let sys = engine.session();
+        run(&sys, "CREATE USER ann IDENTIFIED BY \"very-secret-pw\"").await;
+        run(&sys, "CREATE ROLE gpu_users").await;
+        run(&sys, "GRANT CREATE SESSION, USE GPU TO gpu_users").await;
+        run(&sys, "GRANT gpu_users TO ann").await;
+        run(&sys, "CREATE CONSUMER GROUP etl WITH PRECEDENCE = '700'").await;
+        run(&sys, "ALTER USER ann SET CONSUMER_GROUP = etl").await;
+        assert!(engine.verify_password("ann", "very-secret-pw"));
+        assert!(!engine.verify_password("ann", "wrong"));
+        assert!(!engine.verify_password("nobody", "very-secret-pw"));
+    }
+    let catalog = dir.path().join("scripts.json");
+    let text = std::fs::read_to_string(&catalog).unwrap();
+    assert!(!text.contains("very-secret-pw"), "a password in the clear");
+    assert!(text.contains("pbkdf2-sha256:1000:"), "{text}");
+    let mode = std::fs::metadata(&catalog).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    let engine = engine_with(Some(dir.path()), Duration::from_millis(10));
+    assert!(engine.verify_password("ANN", "very-secret-pw"));
+    let ann = engine.session_as("ann").unwrap();
+    assert_eq!(ann.account(), "ANN");
+    assert_eq!(run(&ann, "SELECT CURRENT_USER").await, ["ANN"]);
+    assert_eq!(run(&ann, "SELECT gpu_probe_required()").await, ["0"]);
+    let e = ann
+        .sql("CREATE USER bob IDENTIFIED BY \"x\"")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "42501", "{e}");
+    // A revoke applies from the next statement of a session that is open.
+    engine
+        .session()
+        .sql("REVOKE USE GPU FROM gpu_users")
+        .await
+        .unwrap();
+    let e = ann.sql("SELECT gpu_probe_required()").await.unwrap_err();
+    assert_eq!(e.code(), "42501", "{e}");
+    assert!(e.to_string().contains("USE GPU"), "{e}");
+
+    let e = engine.session_as("nobody").unwrap_err();
+    assert_eq!(e.code(), "42704", "{e}");
+    // The users file's hashes come over unchanged.
+    let hash = accelsql_engine::hash_password("imported", 1000).unwrap();
+    assert!(engine.import_user("CAROL", &hash).unwrap());
+    assert!(engine.verify_password("carol", "imported"));
+    assert!(engine.import_user("CAROL", "md5:nope").is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_user_ends_its_sessions_and_frees_their_place_in_the_queue() {
+    let engine = engine_with(None, Duration::from_millis(10));
+    let sys = engine.session();
+    run(&sys, "CREATE USER ann IDENTIFIED BY \"pw\"").await;
+    run(&sys, "GRANT CREATE SESSION, USE GPU TO ann").await;
+    run(&sys, "SET datafusion.execution.batch_size = 1").await;
+    let holder = sys
+        .sql_stream("SELECT slow_gpu(20) FROM generate_series(1, 50)")
+        .await
+        .unwrap();
+    let holder = tokio::spawn(error_of(holder));
+    until("the lease is held", || {
+        engine.lease_queue().snapshot().holder.is_some()
+    })
+    .await;
+    let ann = engine.session_as("ann").unwrap();
+    let waiting = ann.sql_stream("SELECT slow_gpu(1)").await.unwrap();
+    let waiting = tokio::spawn(error_of(waiting));
+    until("ann waits", || {
+        engine.lease_queue().snapshot().waiting.len() == 1
+    })
+    .await;
+    let other = engine.session();
+    run(&other, "DROP USER ann").await;
+    let e = waiting.await.unwrap().expect("ann's statement should stop");
+    assert_eq!(e.code(), "57P01", "{e}");
+    assert!(engine.lease_queue().snapshot().waiting.is_empty());
+    let e = ann.sql("SELECT 1").await.unwrap_err();
+    assert_eq!(e.code(), "57P01", "{e}");
+    assert!(holder.await.unwrap().is_none());
+}
+
+/// Two users in groups LOW (precedence 100) and HIGH (900), both with USE GPU.
+async fn two_groups(engine: &Engine) -> (Session, Session) {
+    let sys = engine.session();
+    for (user, group) in [("low_u", "LOW"), ("high_u", "HIGH")] {
+        run(&sys, &format!("CREATE USER {user} IDENTIFIED BY \"pw\"")).await;
+        run(&sys, &format!("GRANT CREATE SESSION, USE GPU TO {user}")).await;
+        run(
+            &sys,
+            &format!("ALTER USER {user} SET CONSUMER_GROUP = {group}"),
+        )
+        .await;
+    }
+    (
+        engine.session_as("low_u").unwrap(),
+        engine.session_as("high_u").unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_high_precedence_group_overtakes_a_low_one_in_the_gpu_queue() {
+    // No aging: precedence alone decides.
+    let engine = engine_with(None, Duration::ZERO);
+    let (low, high) = two_groups(&engine).await;
+    let sys = engine.session();
+    let holder = sys.sql_stream("SELECT slow_gpu(300)").await.unwrap();
+    let holder = tokio::spawn(error_of(holder));
+    until("the lease is held", || {
+        engine.lease_queue().snapshot().holder.is_some()
+    })
+    .await;
+    let low_stream = low.sql_stream("SELECT slow_gpu(50)").await.unwrap();
+    let low_task = tokio::spawn(async move {
+        let e = error_of(low_stream).await;
+        (e, Instant::now())
+    });
+    until("low waits", || {
+        engine.lease_queue().snapshot().waiting.len() == 1
+    })
+    .await;
+    let high_stream = high.sql_stream("SELECT slow_gpu(50)").await.unwrap();
+    let high_task = tokio::spawn(async move {
+        let e = error_of(high_stream).await;
+        (e, Instant::now())
+    });
+    until("both wait", || {
+        engine.lease_queue().snapshot().waiting.len() == 2
+    })
+    .await;
+    // accelsql.gpu_leases shows each waiter's group and precedence, in grant order.
+    let rows = run(
+        &sys,
+        "SELECT consumer_group || ' ' || CAST(precedence AS VARCHAR) FROM accelsql.gpu_leases \
+         WHERE state = 'waiting'",
+    )
+    .await;
+    assert_eq!(rows, ["HIGH 900", "LOW 100"]);
+    assert!(holder.await.unwrap().is_none());
+    let (e_low, low_done) = low_task.await.unwrap();
+    let (e_high, high_done) = high_task.await.unwrap();
+    assert!(e_low.is_none() && e_high.is_none(), "{e_low:?} {e_high:?}");
+    assert!(
+        high_done < low_done,
+        "the later HIGH statement should have had the GPU first"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_low_group_still_gets_the_gpu_within_the_aging_bound() {
+    // One point of precedence per millisecond of waiting: LOW (100) outranks any newly arrived
+    // HIGH (900) statement after 800 ms.
+    let aging = Duration::from_millis(1);
+    let engine = engine_with(None, aging);
+    let (low, high) = two_groups(&engine).await;
+    let high = std::sync::Arc::new(high);
+    // A stream of HIGH statements, each holding the GPU ~30 ms, one always waiting, for 4 s.
+    let stop_at = Instant::now() + Duration::from_secs(4);
+    let mut feeders = Vec::new();
+    for _ in 0..2 {
+        let high = std::sync::Arc::clone(&high);
+        feeders.push(tokio::spawn(async move {
+            let mut ran = 0;
+            while Instant::now() < stop_at {
+                high.sql("SELECT slow_gpu(30)").await.unwrap();
+                ran += 1;
+            }
+            ran
+        }));
+    }
+    until("HIGH holds the GPU", || {
+        engine.lease_queue().snapshot().holder.is_some()
+    })
+    .await;
+    let started = Instant::now();
+    low.sql("SELECT slow_gpu(1)").await.unwrap();
+    let waited = started.elapsed();
+    let mut high_ran = 0;
+    for f in feeders {
+        high_ran += f.await.unwrap();
+    }
+    // The bound: (900 − 100) points × 1 ms, plus the holds of the statements ahead of it then
+    // (the holder and one waiter of ~30 ms each) — with slack for a loaded machine.
+    let bound = aging * 800 + Duration::from_millis(60);
+    assert!(
+        waited < bound + Duration::from_millis(1500),
+        "LOW waited {waited:?}; the bound is {bound:?}"
+    );
+    // Without aging it would have waited for the whole stream (4 s): HIGH went first meanwhile.
+    assert!(
+        waited > Duration::from_millis(500),
+        "LOW went first after {waited:?}: HIGH's precedence was not applied"
+    );
+    assert!(high_ran > 10, "{high_ran}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_gpu_waiters_refuses_one_more_waiter_of_the_group() {
+    let engine = engine_with(None, Duration::from_millis(10));
+    let sys = engine.session();
+    run(&sys, "CREATE USER ann IDENTIFIED BY \"pw\"").await;
+    run(&sys, "GRANT CREATE SESSION, USE GPU TO ann").await;
+    run(
+        &sys,
+        "CREATE CONSUMER GROUP capped WITH MAX_GPU_WAITERS = 1",
+    )
+    .await;
+    run(&sys, "ALTER USER ann SET CONSUMER_GROUP = capped").await;
+    let holder = sys.sql_stream("SELECT slow_gpu(300)").await.unwrap();
+    let holder = tokio::spawn(error_of(holder));
+    until("the lease is held", || {
+        engine.lease_queue().snapshot().holder.is_some()
+    })
+    .await;
+    let first = engine.session_as("ann").unwrap();
+    let waiting = first.sql_stream("SELECT slow_gpu(1)").await.unwrap();
+    let waiting = tokio::spawn(error_of(waiting));
+    until("ann waits", || {
+        engine.lease_queue().snapshot().waiting.len() == 1
+    })
+    .await;
+    let second = engine.session_as("ann").unwrap();
+    let e = second.sql("SELECT slow_gpu(1)").await.unwrap_err();
+    assert_eq!(e.code(), "57G04", "{e}");
+    assert!(e.to_string().contains("CAPPED"), "{e}");
+    assert!(waiting.await.unwrap().is_none());
+    assert!(holder.await.unwrap().is_none());
+}
