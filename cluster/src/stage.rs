@@ -245,7 +245,7 @@ impl QueryStageExecutor for LeasedStage {
                     if lease.is_ok() {
                         hold_deadline = self
                             .engine
-                            .max_lease_hold()
+                            .max_lease_hold_for(&self.plan)
                             .map(|limit| (Instant::now() + limit, limit));
                     }
                 }

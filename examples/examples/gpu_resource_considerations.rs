@@ -2,6 +2,9 @@
 //! Exasol's accelerator annotations, run on simulated GPUs by default (real ones where present:
 //! set `ACCELSQL_SIMULATED_GPUS=0` on a GPU server).
 //!
+//! It runs as the user `NOTEBOOK`, granted `CREATE SESSION, CREATE SCRIPT, CREATE TABLE, USE GPU`
+//! and nothing more.
+//!
 //! Run: `cargo run -p accelsql-examples --example gpu_resource_considerations`.
 //! Needs `python3` on PATH.
 
@@ -78,7 +81,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let engine = Engine::with_config(config)?;
     println!("GPUs: {}\n", engine.devices().len());
-    let setup = engine.session();
+    // The notebook runs as a user granted just what it needs (the embedding program's own
+    // sessions are SYS, with every privilege): to log in, create its scripts and its table, and
+    // use the GPUs.
+    engine
+        .session()
+        .sql(
+            "CREATE USER notebook IDENTIFIED BY \"notebook-pw\"; \
+             GRANT CREATE SESSION, CREATE SCRIPT, CREATE TABLE, USE GPU TO notebook",
+        )
+        .await?;
+    let setup = engine.session_as("notebook")?;
     setup.sql(SCRIPTS).await?;
     setup
         .sql(
@@ -92,7 +105,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Two sessions run the GPU-required script at once: the node lease serializes them, so one
     // call's START comes after the other's END.
     println!("-- two sessions, each SELECT long_running_gpu(1.0), at the same time");
-    let (a, b) = (engine.session(), engine.session());
+    let (a, b) = (engine.session_as("notebook")?, engine.session_as("notebook")?);
     let query = "SELECT long_running_gpu(1.0)";
     let (ra, rb) = tokio::join!(a.sql(query), b.sql(query));
     for (name, result) in [("session A", ra), ("session B", rb)] {

@@ -268,9 +268,14 @@ impl Server {
             max_sessions: options.max_sessions.max(1),
             max_per_user: options.max_sessions_per_user.max(1),
         };
+        let login = match gate {
+            // Without authentication every local process is trusted as before.
+            Gate::Open => Login::new(gate),
+            gate => Login::new(gate).with_catalog(engine.clone()),
+        };
         let service = AccelsqlFlightSql::new(
             engine,
-            Login::new(gate),
+            login,
             limits,
             connections,
             options.max_statements_per_user,

@@ -72,6 +72,9 @@ impl Bucket {
 /// The server's login checks.
 pub(crate) struct Login {
     gate: Gate,
+    /// The engine whose catalog users (`CREATE USER`) may log in with their own passwords,
+    /// whatever the gate.
+    catalog: Option<accelsql_engine::Engine>,
     buckets: Mutex<HashMap<String, Bucket>>,
     /// Password hashing runs only on this many blocking threads at once.
     hashing: Semaphore,
@@ -82,9 +85,17 @@ impl Login {
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
         Self {
             gate,
+            catalog: None,
             buckets: Mutex::default(),
             hashing: Semaphore::new((threads / 4).clamp(1, 4)),
         }
+    }
+
+    /// Lets the users of `engine`'s catalog log in with their passwords; such a user's name
+    /// is looked up there first.
+    pub(crate) fn with_catalog(mut self, engine: accelsql_engine::Engine) -> Self {
+        self.catalog = Some(engine);
+        self
     }
 
     /// Whether clients must log in.
@@ -135,7 +146,32 @@ impl Login {
             format!("peer:{}", peer.map_or("?".into(), |p| p.to_string())),
         ];
         self.admit(&keys, &user, peer)?;
+        let catalog_user = self
+            .catalog
+            .as_ref()
+            .filter(|engine| {
+                engine
+                    .user_name(&user)
+                    .is_some_and(|n| n != accelsql_engine::SYS_USER)
+            })
+            .cloned();
         let ok = match (&self.gate, users) {
+            // A catalog user's own password, checked like the users file's: on the pool.
+            _ if catalog_user.is_some() => {
+                let _permit = self
+                    .hashing
+                    .acquire()
+                    .await
+                    .map_err(|_| ServerError::Internal {
+                        message: "the password hashing pool is closed".into(),
+                    })?;
+                let (name, engine) = (user.clone(), catalog_user);
+                tokio::task::spawn_blocking(move || {
+                    engine.is_some_and(|e| e.verify_password(&name, &password))
+                })
+                .await
+                .unwrap_or(false)
+            }
             (Gate::Token(token), _) => constant_time_eq(password.as_bytes(), token.as_bytes()),
             (_, Some(users)) => {
                 let _permit = self

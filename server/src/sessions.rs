@@ -362,10 +362,22 @@ impl Sessions {
             });
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let session = self.engine.session();
-        // Only the admin sees other sessions' SQL and calls (and not when restricted).
-        let admin = user != "-" && self.admin.as_deref() == Some(user);
-        session.set_user(user, admin);
+        // A user of the engine's catalog (CREATE USER) gets a session with its privileges;
+        // others (the users file's, the token's) the server's own, as before.
+        let catalog_user = (user != "-")
+            .then(|| self.engine.user_name(user))
+            .flatten()
+            .filter(|name| name != accelsql_engine::SYS_USER);
+        let session = match catalog_user {
+            Some(name) => self.engine.session_as(&name)?,
+            None => {
+                let session = self.engine.session();
+                // Only the admin sees other sessions' SQL and calls (and not when restricted).
+                let admin = user != "-" && self.admin.as_deref() == Some(user);
+                session.set_user(user, admin);
+                session
+            }
+        };
         Ok(Arc::new(ClientSession::new(id, user.to_string(), session)))
     }
 
@@ -448,7 +460,12 @@ impl Sessions {
     pub(crate) fn reap(&self) -> usize {
         let mut ended = Vec::new();
         lock(&self.sessions).retain(|_, client| {
-            let keep = client.idle_for() < self.limits.idle_timeout
+            // The server's bound, or the user's consumer group's IDLE_TIMEOUT if smaller.
+            let idle_limit = client
+                .session
+                .idle_timeout()
+                .map_or(self.limits.idle_timeout, |g| g.min(self.limits.idle_timeout));
+            let keep = client.idle_for() < idle_limit
                 && client
                     .orphaned_for(&self.connections)
                     .is_none_or(|orphaned| orphaned < self.limits.grace);

@@ -849,3 +849,84 @@ fn malformed_requests_are_refused_and_never_stop_the_server() {
         server.stop().await.unwrap();
     });
 }
+
+/// Strings of the first column of `batches`.
+fn strings_of(batches: &[RecordBatch]) -> Vec<String> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            let column = accelsql_engine::datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8)
+                .unwrap();
+            let column = column.as_string::<i32>().clone();
+            (0..column.len()).map(move |i| column.value(i).to_string()).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn catalog_users_log_in_with_their_passwords_and_see_only_what_they_may() {
+    mt().block_on(async {
+        let engine = Engine::with_options(EngineOptions {
+            scheduler: SchedulerConfig::default().with_simulated_gpus(1),
+            password_rounds: 1000,
+            ..EngineOptions::default()
+        })
+        .unwrap();
+        accelsql_engine::testing::register_fixtures(&engine).unwrap();
+        let sys = engine.session();
+        for sql in [
+            "CREATE USER ann IDENTIFIED BY \"ann-pw\"",
+            "CREATE USER bob IDENTIFIED BY \"bob-pw\"",
+            "CREATE USER eve IDENTIFIED BY \"eve-pw\"",
+            "GRANT CREATE SESSION TO ann, bob",
+            "GRANT CREATE SCRIPT, USE GPU TO ann",
+        ] {
+            sys.sql(sql).await.unwrap();
+        }
+        // The default server (a token): catalog users log in with their own passwords.
+        let server = start(&engine, None).await;
+        let mut ann = client(&server).await;
+        ann.clear_token();
+        ann.handshake("ann", "ann-pw").await.unwrap();
+        let mut bob = client(&server).await;
+        bob.clear_token();
+        bob.handshake("BOB", "bob-pw").await.unwrap();
+        assert_eq!(strings_of(&query(&mut ann, "SELECT CURRENT_USER").await.unwrap()), ["ANN"]);
+        assert_eq!(strings_of(&query(&mut bob, "SELECT CURRENT_USER").await.unwrap()), ["BOB"]);
+        // A wrong password, and a user without CREATE SESSION, are refused.
+        let mut other = client(&server).await;
+        other.clear_token();
+        assert!(other.handshake("ann", "bob-pw").await.is_err());
+        assert!(other.handshake("eve", "eve-pw").await.is_err());
+
+        query(
+            &mut ann,
+            "CREATE PYTHON3 SCALAR SCRIPT ann_f(x INT) RETURNS INT AS\ndef run(ctx):\n    return ctx.x + 1\n/",
+        )
+        .await
+        .unwrap();
+        assert_eq!(strings_of(&query(&mut ann, "SELECT ann_f(1)").await.unwrap()), ["2"]);
+        // Bob may neither run nor see ann's script, nor read the DBA views, nor use the GPU.
+        let e = query(&mut bob, "SELECT ann_f(1)").await.unwrap_err();
+        assert_eq!(code(&e), "42501", "{e}");
+        assert_eq!(status(&e).code(), Code::PermissionDenied);
+        let visible = query(&mut bob, "SELECT count(*) FROM exa_all_scripts").await.unwrap();
+        assert_eq!(single_i64(&visible), 0);
+        let e = query(&mut bob, "SELECT * FROM exa_dba_users").await.unwrap_err();
+        assert_eq!(code(&e), "42501", "{e}");
+        let e = query(&mut bob, "SELECT gpu_probe_required()").await.unwrap_err();
+        assert_eq!(code(&e), "42501", "{e}");
+        assert_eq!(
+            strings_of(&query(&mut ann, "SELECT gpu_probe_required()").await.unwrap()),
+            ["0"]
+        );
+        // Once granted, from bob's next statement on.
+        sys.sql("GRANT EXECUTE ON SCRIPT ann_f TO bob").await.unwrap();
+        assert_eq!(strings_of(&query(&mut bob, "SELECT ann_f(2)").await.unwrap()), ["3"]);
+        // DROP USER ends the user's sessions.
+        sys.sql("DROP USER bob").await.unwrap();
+        let e = query(&mut bob, "SELECT 1").await.unwrap_err();
+        assert_eq!(status(&e).code(), Code::Unauthenticated, "{e}");
+        server.stop().await.unwrap();
+    });
+}

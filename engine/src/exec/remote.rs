@@ -471,6 +471,18 @@ fn damaged(name: &str, why: impl std::fmt::Display) -> EngineError {
 /// The placed accelsql calls that `plan` runs: scalar calls in its expressions, and SET RETURNS
 /// calls of aggregations that produce their result (a partial aggregation only gathers rows),
 /// and EMITS calls.
+/// The longest the statement of a task's `plan` may hold this node's lease: the engine's
+/// bound, or its user's consumer group's `GPU_LEASE_HOLD_LIMIT` (carried by its placed
+/// calls) if smaller.
+pub(crate) fn hold_limit_for_plan(
+    engine: Option<Duration>,
+    plan: &Arc<dyn ExecutionPlan>,
+) -> Option<Duration> {
+    let calls = placed_calls(plan);
+    let class = calls.iter().find_map(|c| c.gpu_class.as_ref());
+    crate::exec::stream::hold_limit(engine, class)
+}
+
 fn placed_calls(plan: &Arc<dyn ExecutionPlan>) -> Vec<Arc<PlacedCall>> {
     let mut out = Vec::new();
     let _ = plan.apply(|node| {

@@ -107,6 +107,12 @@ impl Engine {
         self.inner.state.max_lease_hold
     }
 
+    /// The longest a cluster task's statement may hold this node's GPU lease: the engine's
+    /// bound, or the consumer group's `GPU_LEASE_HOLD_LIMIT` its placed calls carry, if smaller.
+    pub fn max_lease_hold_for(&self, plan: &Arc<dyn ExecutionPlan>) -> Option<std::time::Duration> {
+        crate::exec::remote::hold_limit_for_plan(self.inner.state.max_lease_hold, plan)
+    }
+
     /// The node lease queue (for introspection).
     pub fn lease_queue(&self) -> &LeaseQueue {
         &self.inner.state.queue

@@ -362,6 +362,18 @@ impl Session {
         grants
     }
 
+    /// The idle timeout of the session's user's consumer group (`IDLE_TIMEOUT`), if it has one:
+    /// a server ends the session after this long without a statement (or sooner, by its own
+    /// bound).
+    pub fn idle_timeout(&self) -> Option<std::time::Duration> {
+        let security = self.engine.scripts().security();
+        security
+            .group_of(&self.identity.account())
+            .and_then(|g| g.idle_timeout)
+            .filter(|s| *s > 0)
+            .map(std::time::Duration::from_secs)
+    }
+
     /// The user whose privileges this session has: `SYS` for the embedding program's sessions,
     /// else the catalog user it was opened for ([`Engine::session_as`]).
     pub fn account(&self) -> String {

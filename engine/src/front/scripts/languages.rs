@@ -46,6 +46,10 @@ impl std::fmt::Display for Runtime {
     }
 }
 
+/// What a session last registered its scripts for: the catalog generation, the current
+/// schema and the grants, and the function names registered then.
+type Synced = (u64, String, Vec<String>, Option<Arc<Grants>>);
+
 /// A session's script state.
 #[derive(Debug)]
 pub(crate) struct SessionScripts {
@@ -55,7 +59,7 @@ pub(crate) struct SessionScripts {
     languages: Mutex<BTreeMap<String, Runtime>>,
     /// Catalog generation, current schema and grants last registered, and the names
     /// registered then.
-    synced: Mutex<(u64, String, Vec<String>, Option<Arc<Grants>>)>,
+    synced: Mutex<Synced>,
     /// What the session may do, as of its current statement: which scripts its scripts may
     /// import and which connections they may read.
     grants: Mutex<Arc<Grants>>,
