@@ -437,9 +437,20 @@ pub(crate) fn register(
             ],
             Box::new({
                 let restricted = Arc::clone(restricted);
+                let who = Arc::clone(who);
                 move |engine| {
                     let restricted = restricted.load(Ordering::Acquire);
-                    let scripts = engine.scripts.entries();
+                    // The scripts the session may run, as EXA_ALL_SCRIPTS shows them.
+                    let grants = who.grants();
+                    let scripts: Vec<_> = engine
+                        .scripts
+                        .entries()
+                        .into_iter()
+                        .filter(|e| {
+                            let key = format!("{}.{}", e.schema, e.name);
+                            grants.may_execute(&key, e.owner.as_deref()).is_ok()
+                        })
+                        .collect();
                     let column = |f: &dyn Fn(&ScriptEntry) -> String| {
                         strings(scripts.iter().map(|e| Some(f(e))))
                     };

@@ -283,3 +283,76 @@ async fn max_gpu_waiters_refuses_one_more_waiter_of_the_group() {
     assert!(waiting.await.unwrap().is_none());
     assert!(holder.await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn files_need_their_privileges_reading_and_writing_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let table_dir = dir.path().join("t");
+    std::fs::create_dir(&table_dir).unwrap();
+    std::fs::write(table_dir.join("part-0.csv"), "a\n1\n2\n").unwrap();
+    let engine = engine_with(None, Duration::from_millis(10));
+    let sys = engine.session();
+    run(&sys, "CREATE USER ann IDENTIFIED BY \"pw\"").await;
+    run(&sys, "GRANT CREATE SESSION, CREATE TABLE TO ann").await;
+    let ann = engine.session_as("ann").unwrap();
+    let create = format!(
+        "CREATE EXTERNAL TABLE t (a BIGINT) STORED AS CSV LOCATION '{}/' OPTIONS ('format.has_header' 'true')",
+        table_dir.display()
+    );
+    let e = ann.sql(&create).await.unwrap_err();
+    assert_eq!(e.code(), "42501", "{e}");
+    assert!(e.to_string().contains("READ SERVER FILES"), "{e}");
+    run(&sys, "GRANT READ SERVER FILES TO ann").await;
+    run(&ann, &create).await;
+    assert_eq!(run(&ann, "SELECT sum(a) FROM t").await, ["3"]);
+    // Reading is not writing: an INSERT into the file-backed table writes the server's files.
+    let e = ann.sql("INSERT INTO t VALUES (3)").await.unwrap_err();
+    assert_eq!(e.code(), "42501", "{e}");
+    assert!(e.to_string().contains("WRITE SERVER FILES"), "{e}");
+    let out = dir.path().join("out.csv");
+    let copy = format!("COPY (SELECT 1 AS x) TO '{}' STORED AS CSV", out.display());
+    let e = ann.sql(&copy).await.unwrap_err();
+    assert!(e.to_string().contains("WRITE SERVER FILES"), "{e}");
+    assert!(!out.exists());
+    run(&sys, "GRANT WRITE SERVER FILES TO ann").await;
+    run(&ann, "INSERT INTO t VALUES (3)").await;
+    assert_eq!(run(&ann, "SELECT sum(a) FROM t").await, ["6"]);
+    run(&ann, &copy).await;
+    assert!(out.exists());
+    // A table of the session's own (in memory) needs no file privilege.
+    run(&ann, "CREATE TABLE m (x INT)").await;
+    run(&ann, "INSERT INTO m VALUES (1)").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_query_timeout_bounds_its_users_statements() {
+    let engine = engine_with(None, Duration::from_millis(10));
+    let sys = engine.session();
+    run(&sys, "CREATE USER ann IDENTIFIED BY \"pw\"").await;
+    run(&sys, "GRANT CREATE SESSION, USE GPU TO ann").await;
+    run(&sys, "CREATE CONSUMER GROUP quick WITH QUERY_TIMEOUT = 1").await;
+    run(&sys, "ALTER USER ann SET CONSUMER_GROUP = quick").await;
+    let ann = engine.session_as("ann").unwrap();
+    // One-row batches make the statement below long; that setting needs ALTER SESSION.
+    let e = ann
+        .sql("SET datafusion.execution.batch_size = 1")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "42501", "{e}");
+    run(&sys, "GRANT ALTER SESSION TO ann").await;
+    run(&ann, "SET datafusion.execution.batch_size = 1").await;
+    // About 10 s of GPU work; the group's 1 s ends it (the session set no bound of its own).
+    let started = Instant::now();
+    let e = ann
+        .sql("SELECT slow_gpu(50) FROM generate_series(1, 200)")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "57T01", "{e}");
+    assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+    // A session's own smaller bound still applies; SYS's statements are not the group's.
+    run(&sys, "SET datafusion.execution.batch_size = 1").await;
+    assert_eq!(
+        run(&sys, "SELECT count(slow_gpu(1)) FROM generate_series(1, 1500)").await,
+        ["1500"]
+    );
+}

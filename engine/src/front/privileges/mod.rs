@@ -159,6 +159,12 @@ fn check_node(node: &LogicalPlan, grants: &Grants, own: &AccelsqlOptions) -> Res
                 table.locations.join(", ")
             ),
         ),
+        // Inserting into a table whose rows live in files (an external table) writes them.
+        LogicalPlan::Dml(dml) if writes_files(dml) => require(
+            grants,
+            WriteServerFiles,
+            &format!("writing into {}, whose rows are files on the server", dml.table_name),
+        ),
         LogicalPlan::Ddl(DdlStatement::CreateFunction(f)) => require(
             grants,
             CreateScript,
@@ -185,6 +191,15 @@ fn check_node(node: &LogicalPlan, grants: &Grants, own: &AccelsqlOptions) -> Res
     }
 }
 
+/// Whether `dml` writes into a table backed by files (a listing table: `CREATE EXTERNAL TABLE`).
+fn writes_files(dml: &datafusion::logical_expr::DmlStatement) -> bool {
+    datafusion::datasource::source_as_provider(&dml.target).is_ok_and(|provider| {
+        provider
+            .downcast_ref::<datafusion::datasource::listing::ListingTable>()
+            .is_some()
+    })
+}
+
 /// Whether the session may set `name` to `value` (`None`: reset it to its default): anything
 /// with `ALTER SESSION`; without it the free settings, and the bounds only lowered.
 pub(crate) fn check_setting(
@@ -196,7 +211,11 @@ pub(crate) fn check_setting(
     let Err(denial) = grants.check_system(SystemPrivilege::AlterSession) else {
         return Ok(());
     };
-    let refused = |what: String| refusal(denial, &what, "the ALTER SESSION privilege");
+    let refused = |what: String| {
+        let hint = "; without it a session may change only how statements are parsed and results \
+                    look, and only lower its bounds";
+        refusal(denial, &what, &format!("the ALTER SESSION privilege{hint}"))
+    };
     let name = name.trim().to_ascii_lowercase();
     if FREE_SETTINGS.contains(&name.as_str()) {
         return Ok(());
@@ -204,8 +223,8 @@ pub(crate) fn check_setting(
     if LIMIT_SETTINGS.contains(&name.as_str()) {
         let Some(value) = value else {
             return Err(refused(format!(
-                "RESET {name} could lift the bound this session runs under; SET it to a lower \
-                 value instead"
+                "RESET {name} (it could lift the bound this session runs under: SET it to a \
+                 lower value instead)"
             )));
         };
         let value = value.trim();
@@ -226,8 +245,8 @@ pub(crate) fn check_setting(
         };
     }
     Err(refused(format!(
-        "setting {name} (it could lift a resource limit or reach the server's files); without \
-         it a session may change {} and lower {}",
+        "setting {name} (it could lift a resource limit or reach the server's files; free: {}; \
+         lower only: {})",
         FREE_SETTINGS.join(", "),
         LIMIT_SETTINGS.join(", ")
     )))
@@ -247,8 +266,7 @@ fn only_lower<T: PartialOrd>(
         (Some(wanted), Some(current)) if wanted <= current => Ok(()),
         (Some(_), None) => Ok(()),
         (_, current) => Err(format!(
-            "SET {name} = '{value}' would raise its bound ({} now); without it a session may \
-             only lower it",
+            "raising {name} to '{value}' ({} now)",
             current.map_or_else(|| "none".to_string(), show)
         )),
     }
