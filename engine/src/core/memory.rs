@@ -5,8 +5,9 @@
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::path::Path;
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use accelsql_gpu_scheduler::units::format_bytes;
 use datafusion::common::resources_datafusion_err;
@@ -90,9 +91,75 @@ pub(crate) fn session_runtime(engine: &RuntimeEnv, pool: Arc<SessionPool>) -> Ar
     Arc::new(runtime)
 }
 
+/// A budget several sessions share: all sessions of one user (a consumer group's
+/// `USER_TEMP_DB_RAM_LIMIT`), or of one group (`GROUP_TEMP_DB_RAM_LIMIT`).
+#[derive(Debug)]
+pub(crate) struct SharedBudget {
+    /// What it is, as errors name it: `user ANN`, `consumer group ETL`.
+    what: String,
+    /// The limit in bytes (`usize::MAX`: none).
+    limit: AtomicUsize,
+    used: AtomicUsize,
+}
+
+impl SharedBudget {
+    /// Adds `bytes` unless that passes the limit; the limit and what is in use otherwise.
+    fn try_add(&self, bytes: usize) -> std::result::Result<(), (usize, usize)> {
+        let limit = self.limit.load(Ordering::Acquire);
+        let mut used = self.used.load(Ordering::Acquire);
+        loop {
+            let wanted = used.saturating_add(bytes);
+            if wanted > limit {
+                return Err((limit, used));
+            }
+            match self
+                .used
+                .compare_exchange_weak(used, wanted, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(()),
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    fn sub(&self, bytes: usize) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                Some(u.saturating_sub(bytes))
+            });
+    }
+}
+
+/// The shared budgets of an engine's users and consumer groups, by name.
+#[derive(Debug, Default)]
+pub(crate) struct SharedBudgets {
+    budgets: Mutex<HashMap<String, Arc<SharedBudget>>>,
+}
+
+impl SharedBudgets {
+    /// The budget named `what`, with its limit set to `limit` (`None`: none).
+    pub(crate) fn get(&self, what: &str, limit: Option<u64>) -> Arc<SharedBudget> {
+        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        let budget = budgets
+            .entry(what.to_string())
+            .or_insert_with(|| {
+                Arc::new(SharedBudget {
+                    what: what.to_string(),
+                    limit: AtomicUsize::new(usize::MAX),
+                    used: AtomicUsize::new(0),
+                })
+            })
+            .clone();
+        let limit = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        budget.limit.store(limit, Ordering::Release);
+        budget
+    }
+}
+
 /// One session's memory: every reservation counts against the session's budget
-/// (`accelsql.memory_limit`) and against the engine's pool; whichever is full first refuses it
-/// (53200).
+/// (`accelsql.memory_limit`), against the shared budgets of its user and consumer group, and
+/// against the engine's pool; whichever is full first refuses it (53200).
 #[derive(Debug)]
 pub struct SessionPool {
     engine: Arc<dyn MemoryPool>,
@@ -100,6 +167,9 @@ pub struct SessionPool {
     /// The budget in bytes; `usize::MAX`: none (only the engine's pool bounds the session).
     budget: AtomicUsize,
     used: AtomicUsize,
+    /// The user's and the group's shared budgets (changed only while nothing is reserved, so
+    /// that every byte is given back to the budgets it was taken from).
+    shared: RwLock<Vec<Arc<SharedBudget>>>,
 }
 
 impl SessionPool {
@@ -110,7 +180,24 @@ impl SessionPool {
             session,
             budget: AtomicUsize::new(usize::MAX),
             used: AtomicUsize::new(0),
+            shared: RwLock::new(Vec::new()),
         }
+    }
+
+    /// Makes `shared` the budgets the session's reservations also count against, if the
+    /// session holds nothing now (else the current ones stay until it does).
+    pub(crate) fn set_shared(&self, shared: Vec<Arc<SharedBudget>>) {
+        let mut current = self.shared.write().unwrap_or_else(|e| e.into_inner());
+        if self.used() == 0 {
+            *current = shared;
+        }
+    }
+
+    fn shared(&self) -> Vec<Arc<SharedBudget>> {
+        self.shared
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Sets the session's budget (`None`: none of its own).
@@ -174,11 +261,19 @@ impl MemoryPool for SessionPool {
     }
 
     fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        let shared = self.shared.read().unwrap_or_else(|e| e.into_inner());
+        for budget in shared.iter() {
+            budget.used.fetch_add(additional, Ordering::AcqRel);
+        }
         self.used.fetch_add(additional, Ordering::AcqRel);
         self.engine.grow(reservation, additional);
     }
 
     fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        let shared = self.shared.read().unwrap_or_else(|e| e.into_inner());
+        for budget in shared.iter() {
+            budget.sub(shrink);
+        }
         self.used.fetch_sub(shrink, Ordering::AcqRel);
         self.engine.shrink(reservation, shrink);
     }
@@ -207,7 +302,28 @@ impl MemoryPool for SessionPool {
                 Err(now) => used = now,
             }
         }
+        let shared = self.shared();
+        for (i, budget) in shared.iter().enumerate() {
+            if let Err((limit, in_use)) = budget.try_add(additional) {
+                for taken in &shared[..i] {
+                    taken.sub(additional);
+                }
+                self.used.fetch_sub(additional, Ordering::AcqRel);
+                return Err(resources_datafusion_err!(
+                    "{} needs {} more, which is past the memory limit of {} ({} for all its \
+                     sessions, {} in use; its consumer group's TEMP_DB_RAM_LIMIT)",
+                    reservation.consumer().name(),
+                    format_bytes(additional as u64),
+                    budget.what,
+                    format_bytes(limit as u64),
+                    format_bytes(in_use as u64)
+                ));
+            }
+        }
         if let Err(e) = self.engine.try_grow(reservation, additional) {
+            for budget in &shared {
+                budget.sub(additional);
+            }
             self.used.fetch_sub(additional, Ordering::AcqRel);
             return Err(e);
         }

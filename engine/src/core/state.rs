@@ -39,6 +39,8 @@ pub(crate) struct EngineState {
     pub(crate) node: NodeIdentity,
     /// [`EngineOptions::password_rounds`].
     pub(crate) password_rounds: u32,
+    /// The memory budgets users' and consumer groups' sessions share.
+    pub(crate) shared_budgets: super::memory::SharedBudgets,
     /// [`EngineOptions::distributor`].
     pub(crate) distributor: Option<Arc<dyn PlanDistributor>>,
     next_statement: AtomicU64,
@@ -95,6 +97,7 @@ impl EngineState {
             runtime,
             node: options.node,
             password_rounds: options.password_rounds,
+            shared_budgets: Default::default(),
             distributor: options.distributor.clone(),
             next_statement: AtomicU64::new(1),
             next_session: AtomicU64::new(1),

@@ -1060,6 +1060,18 @@ impl Session {
         }
         let wait_timeout = own.gpu_wait_timeout()?.or(engine.default_wait_timeout);
         self.memory.set_budget(memory_limit);
+        // A group's USER_ and GROUP_TEMP_DB_RAM_LIMIT: budgets its users' sessions share.
+        if let Some(group) = group {
+            self.memory.set_shared(vec![
+                engine
+                    .shared_budgets
+                    .get(&format!("user {}", grants.user), group.user_ram_limit),
+                engine.shared_budgets.get(
+                    &format!("consumer group {}", group.name),
+                    group.group_ram_limit,
+                ),
+            ]);
+        }
         let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
         // Writes (INSERT into this session's tables, COPY TO) change this process's state:
         // they run here; queries go to the distributor, if any.

@@ -356,3 +356,30 @@ async fn a_groups_query_timeout_bounds_its_users_statements() {
         ["1500"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_memory_limits_bound_its_users_sessions_together() {
+    let engine = engine_with(None, Duration::from_millis(10));
+    let sys = engine.session();
+    run(&sys, "CREATE USER ann IDENTIFIED BY \"pw\"").await;
+    run(&sys, "GRANT CREATE SESSION TO ann").await;
+    run(
+        &sys,
+        "CREATE CONSUMER GROUP small WITH USER_TEMP_DB_RAM_LIMIT = '1M', GROUP_TEMP_DB_RAM_LIMIT = '64M'",
+    )
+    .await;
+    run(&sys, "ALTER USER ann SET CONSUMER_GROUP = small").await;
+    // Each 8192-row batch of ~500-byte strings is ~4 MB: past the user's 1 MiB.
+    let big = "SELECT concat(repeat('x', 500), v) FROM generate_series(1, 20000) t(v)";
+    let ann = engine.session_as("ann").unwrap();
+    let e = ann.sql(big).await.unwrap_err();
+    assert_eq!(e.code(), "53200", "{e}");
+    assert!(e.to_string().contains("user ANN"), "{e}");
+    assert_eq!(ann.memory().used(), 0);
+    // Small statements go on; SYS is not in the group.
+    assert_eq!(run(&ann, "SELECT count(*) FROM generate_series(1, 1000)").await, ["1000"]);
+    assert_eq!(run(&sys, &format!("SELECT count(*) FROM ({big})")).await, ["20000"]);
+    // Lifted, the same statement runs.
+    run(&sys, "ALTER CONSUMER GROUP small SET USER_TEMP_DB_RAM_LIMIT = '0'").await;
+    assert_eq!(ann.sql(big).await.unwrap().iter().map(|b| b.num_rows()).sum::<usize>(), 20000);
+}
