@@ -139,13 +139,24 @@ def print_sessions(frames):
 
 
 def connect(target):
-    """A connection to ``target``: (simulated GPUs, data directory) in process, or a server's
-    (URL, user, password)."""
+    """A connection to ``target``: (simulated GPUs, data directory, catalog user or None) in
+    process, or a server's (URL, user, password)."""
     if isinstance(target[0], str):
         url, user, password = target
         return accelsql.connect(url, user=user, password=password)
-    gpus, data_dir = target
-    return accelsql.connect(gpus, data_dir=data_dir)
+    gpus, data_dir, user = target
+    return accelsql.connect(gpus, data_dir=data_dir, user=user)
+
+
+# What the notebook needs, and nothing more, when it runs as a user of its own (--as-user).
+NOTEBOOK_PRIVILEGES = "CREATE SESSION, CREATE SCRIPT, CREATE TABLE, USE GPU"
+
+
+def create_notebook_user(gpus, data_dir, name):
+    """Creates catalog user ``name`` (as the embedding program, SYS) with NOTEBOOK_PRIVILEGES."""
+    with accelsql.connect(gpus, data_dir=data_dir) as sys_conn:
+        sys_conn.execute(f'CREATE USER "{name}" IDENTIFIED BY "{os.urandom(12).hex()}"')
+        sys_conn.execute(f'GRANT {NOTEBOOK_PRIVILEGES} TO "{name}"')
 
 
 def run_in_threads(target):
@@ -186,6 +197,11 @@ def main():
     parser.add_argument("--server", metavar="URL", help="be a client of `accelsql serve` at URL (grpc://host:port)")
     parser.add_argument("--user", help="the server's user (when it has a users file)")
     parser.add_argument("--password", help="that user's password")
+    parser.add_argument(
+        "--as-user",
+        metavar="NAME",
+        help=f"in process: run as a new catalog user granted only {NOTEBOOK_PRIVILEGES}",
+    )
     args = parser.parse_args()
 
     if args.server:
@@ -201,7 +217,12 @@ def main():
         if args.processes:
             # Engines of different processes share the devices through cross-process locks.
             os.environ.setdefault("ACCELSQL_DEVICE_LOCK_DIR", os.path.join(data_dir, "device-locks"))
-        target = (gpus, data_dir)
+        user = None
+        if args.as_user:
+            user = args.as_user.upper()
+            create_notebook_user(gpus, data_dir, user)
+            print(f"running as {user}, granted {NOTEBOOK_PRIVILEGES}")
+        target = (gpus, data_dir, user)
 
     conn = connect(target)
     kind = "the server's" if args.server else ("simulated" if gpus else "real")

@@ -1,11 +1,13 @@
-//! The `accelsql` command: the SQL shell (the default), `accelsql gpu status|run`, and
-//! `accelsql serve` (the Flight SQL server).
+//! The `accelsql` command: the SQL shell (the default), `accelsql gpu status|run`,
+//! `accelsql serve` (the Flight SQL server) and `accelsql users import` (a users file into a
+//! data directory's catalog).
 
 mod cluster;
 mod error;
 mod gpu;
 mod serve;
 mod shell;
+mod users;
 
 use std::process::ExitCode;
 
@@ -46,6 +48,10 @@ enum Command {
     /// each), or a local cluster of both for trying it out.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Manage the catalog's users (`CREATE USER`'s): `accelsql users import FILE --data-dir DIR`
+    /// moves a server's users file into it.
+    #[command(subcommand)]
+    Users(users::UsersCommand),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +69,7 @@ fn main() -> ExitCode {
         Some(Command::Gpu(command)) => gpu::run(command),
         Some(Command::Serve(args)) => serve::run(*args),
         Some(Command::Cluster(command)) => cluster::run(command),
+        Some(Command::Users(command)) => users::run(command),
         None => shell::run(&cli.shell),
     };
     match outcome {
@@ -97,9 +104,12 @@ mod tests {
             "--timing",
             "--simulated-gpus",
             "2",
+            "--user",
+            "ann",
         ])
         .unwrap();
         assert!(cli.command.is_none());
+        assert_eq!(cli.shell.user.as_deref(), Some("ann"));
         assert_eq!(cli.shell.sql.as_deref(), Some("SELECT 1"));
         assert_eq!(cli.shell.format, OutputFormat::Csv);
         assert!(cli.shell.timing);

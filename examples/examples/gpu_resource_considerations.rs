@@ -105,7 +105,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Two sessions run the GPU-required script at once: the node lease serializes them, so one
     // call's START comes after the other's END.
     println!("-- two sessions, each SELECT long_running_gpu(1.0), at the same time");
-    let (a, b) = (engine.session_as("notebook")?, engine.session_as("notebook")?);
+    let (a, b) = (
+        engine.session_as("notebook")?,
+        engine.session_as("notebook")?,
+    );
     let query = "SELECT long_running_gpu(1.0)";
     let (ra, rb) = tokio::join!(a.sql(query), b.sql(query));
     for (name, result) in [("session A", ra), ("session B", rb)] {

@@ -46,8 +46,11 @@ class UdfContext:
 class NativeConnection:
     """A session on the engine this process shares for (simulated_gpus, data_dir); wrapped by accelsql.Connection."""
 
-    def __new__(cls, simulated_gpus: Optional[int] = None, data_dir: Optional[str] = None) -> "NativeConnection":
-        """Opens a session on the shared engine (created on first use)."""
+    def __new__(
+        cls, simulated_gpus: Optional[int] = None, data_dir: Optional[str] = None, user: Optional[str] = None
+    ) -> "NativeConnection":
+        """Opens a session on the shared engine (created on first use): SYS's, or catalog user ``user``'s
+        (AccelsqlError 42704 when there is none, 42501 when it lacks CREATE SESSION)."""
     def query(self, sql: str) -> Tuple[pa.Table, bool]:
         """Runs sql with the GIL released; the last statement's result and whether it is DML."""
     def import_arrow(self, data: Any, table: str) -> int:

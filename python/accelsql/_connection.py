@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Tu
 
 import pyarrow as pa
 
-from ._accelsql import NativeConnection
+from ._accelsql import AccelsqlError, NativeConnection
 from ._remote import RemoteNative, is_remote
 from ._statement import Statement
 
@@ -52,6 +52,7 @@ class Connection:
     ) -> None:
         """See :func:`connect`."""
         self._native: Any
+        default_python = script_python == CURRENT_INTERPRETER
         if is_remote(simulated_gpus):
             if data_dir is not None:
                 raise ValueError("data_dir is the server's (accelsql serve --data-dir), not a client's")
@@ -60,10 +61,13 @@ class Connection:
             if script_python == CURRENT_INTERPRETER:
                 script_python = None
         else:
-            if user is not None or password is not None:
-                raise ValueError("user and password are for a server: connect('grpc://host:port', ...)")
+            if password is not None:
+                raise ValueError(
+                    "password is for a server: connect('grpc://host:port', ...); in process, "
+                    "user= alone picks the catalog user"
+                )
             self._native = NativeConnection(
-                simulated_gpus, os.fspath(data_dir) if data_dir is not None else None
+                simulated_gpus, os.fspath(data_dir) if data_dir is not None else None, user
             )
         if script_python == CURRENT_INTERPRETER:
             script_python = sys.executable or None
@@ -72,7 +76,13 @@ class Connection:
                 raise ValueError(
                     f"script_python must be an absolute path without spaces or quotes: {script_python!r}"
                 )
-            self.execute(f"ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3={script_python}'")
+            try:
+                self.execute(f"ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3={script_python}'")
+            except AccelsqlError as e:
+                # A catalog user without CREATE SCRIPT may not name interpreters: the default
+                # one is then left to the engine; one asked for by name is an error.
+                if not (default_python and user is not None and e.code == "42501"):
+                    raise
         self.set("identifier_case", "lower" if lower_ident else "upper")
         for name, value in settings.items():
             self.set(name, value)
@@ -258,6 +268,13 @@ def connect(
     ``data_dir`` is then the server's; ``script_python`` defaults to the server's ``python3``;
     ``register_udf`` and ``restricted=True`` are in-process only (the server decides
     restrictions: ``--restricted``).
+
+    In process, ``user`` picks a catalog user (``CREATE USER``, ``accelsql users import``) of the
+    engine, no password asked: the connection has that user's privileges (``CURRENT_USER`` is
+    its name; found as written, else upper case) and raises :class:`AccelsqlError` 42704 when
+    there is no such user, 42501 when it lacks ``CREATE SESSION``. None (the default): the
+    engine's own user SYS, with every privilege. The default ``script_python`` is not set for a
+    user without ``CREATE SCRIPT`` (``python3`` on PATH then).
 
     - ``simulated_gpus``: use that many simulated GPUs (leases, placement and device pinning
       behave as on real ones); None: the devices NVML finds (or ``ACCELSQL_SIMULATED_GPUS``),

@@ -40,13 +40,16 @@ impl NativeConnection {
 
 #[pymethods]
 impl NativeConnection {
-    /// Opens a session on the shared engine for (`simulated_gpus`, `data_dir`).
+    /// Opens a session on the shared engine for (`simulated_gpus`, `data_dir`): the engine's
+    /// own (SYS, every privilege), or with `user` a session of that catalog user
+    /// (`Engine::session_as`: 42704 when there is none, 42501 without CREATE SESSION).
     #[new]
-    #[pyo3(signature = (simulated_gpus=None, data_dir=None))]
+    #[pyo3(signature = (simulated_gpus=None, data_dir=None, user=None))]
     fn new(
         py: Python<'_>,
         simulated_gpus: Option<usize>,
         data_dir: Option<PathBuf>,
+        user: Option<String>,
     ) -> PyResult<Self> {
         // One spelling per directory, so that its connections share one engine: made first
         // (the engine would make it), then resolved. A directory that cannot be made is the
@@ -64,7 +67,10 @@ impl NativeConnection {
         let session = {
             let runtime = crate::process::runtime()?;
             let _entered = runtime.enter();
-            engine.session()
+            match user {
+                Some(user) => engine.session_as(&user).map_err(engine_error)?,
+                None => engine.session(),
+            }
         };
         Ok(Self {
             session: Mutex::new(Some(Arc::new(session))),

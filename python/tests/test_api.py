@@ -142,3 +142,24 @@ def test_the_package_exports_its_api():
         if name != "__version__":
             assert getattr(accelsql, name).__doc__, name
     assert issubclass(accelsql.AccelsqlError, Exception)
+
+
+def test_user_picks_a_catalog_user_in_process(tmp_path):
+    """connect(user=...) in process: a session of that catalog user, with its privileges only."""
+    with accelsql.connect(simulated_gpus=2, data_dir=tmp_path) as admin:
+        assert admin.execute("SELECT CURRENT_USER").fetchval() == "SYS"
+        admin.execute('CREATE USER ann IDENTIFIED BY "pw"')
+        with pytest.raises(accelsql.AccelsqlError) as e:
+            accelsql.connect(simulated_gpus=2, data_dir=tmp_path, user="ann")
+        assert e.value.code == "42501"
+        admin.execute("GRANT CREATE SESSION TO ann")
+        with accelsql.connect(simulated_gpus=2, data_dir=tmp_path, user="ann") as ann:
+            assert ann.execute("SELECT CURRENT_USER").fetchval() == "ANN"
+            with pytest.raises(accelsql.AccelsqlError) as e:
+                ann.execute('CREATE USER bob IDENTIFIED BY "pw"')
+            assert e.value.code == "42501"
+    with pytest.raises(accelsql.AccelsqlError) as e:
+        accelsql.connect(simulated_gpus=2, data_dir=tmp_path, user="nobody")
+    assert e.value.code == "42704"
+    with pytest.raises(ValueError):
+        accelsql.connect(simulated_gpus=2, data_dir=tmp_path, user="ann", password="pw")

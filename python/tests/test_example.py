@@ -19,3 +19,18 @@ def test_the_notebook_example_runs():
     assert "ERROR [22069]" in out, out
     assert "population_per_country" in out, out
     assert "device_of" in out, out
+
+
+def test_the_notebook_example_runs_as_a_user_granted_just_what_it_needs():
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--simulated-gpus", "2", "--as-user", "notebook"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert "running as NOTEBOOK" in out, out
+    assert "=> serialized" in out, out
+    assert "ERROR [22069]" in out, out
+    assert "ERROR [42501]" not in out, out
+    assert "population_per_country" in out, out

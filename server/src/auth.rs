@@ -14,12 +14,7 @@ use crate::error::{Result, ServerError};
 use crate::unauthenticated_err;
 
 /// PBKDF2 rounds for new entries (OWASP's 2023 figure for HMAC-SHA256).
-pub const DEFAULT_ROUNDS: u32 = 600_000;
-/// The scheme tag of an entry.
-const SCHEME: &str = "pbkdf2-sha256";
-/// Salt and hash lengths in bytes.
-const SALT_LEN: usize = 16;
-const HASH_LEN: usize = 32;
+pub const DEFAULT_ROUNDS: u32 = accelsql_engine::DEFAULT_ROUNDS;
 
 /// Base64 as clients send it: the standard alphabet, with or without `=` padding (Go's
 /// `RawStdEncoding` sends none).
@@ -28,19 +23,13 @@ const LENIENT_BASE64: GeneralPurpose = GeneralPurpose::new(
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
 
-/// One user's stored credentials.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
-    rounds: u32,
-    salt: Vec<u8>,
-    hash: Vec<u8>,
-}
-
 /// The users a server accepts: `NAME:pbkdf2-sha256:ROUNDS:SALT:HASH` per line (salt and hash in
 /// base64); `#` starts a comment line. Made and changed by `accelsql serve add-user`.
 #[derive(Debug, Clone, Default)]
 pub struct Users {
-    entries: HashMap<String, Entry>,
+    /// Each user's hash, `pbkdf2-sha256:ROUNDS:SALT:HASH` (the engine's catalog keeps the same
+    /// form: `accelsql users import` moves them over unchanged).
+    entries: HashMap<String, String>,
 }
 
 impl Users {
@@ -83,17 +72,12 @@ impl Users {
     /// Whether `password` is `user`'s. Unknown users cost as much time as known ones.
     pub fn verify(&self, user: &str, password: &str) -> bool {
         match self.entries.get(user) {
-            Some(entry) => {
-                let hash = derive(password, &entry.salt, entry.rounds);
-                constant_time_eq(&hash, &entry.hash)
-            }
+            Some(hash) => accelsql_engine::verify_password(hash, password),
             None => {
-                let rounds = self
-                    .entries
-                    .values()
-                    .next()
-                    .map_or(DEFAULT_ROUNDS, |e| e.rounds);
-                let _ = derive(password, &[0; SALT_LEN], rounds);
+                // As long as a known user's check takes.
+                if let Some(hash) = self.entries.values().next() {
+                    let _ = accelsql_engine::verify_password(hash, password);
+                }
                 false
             }
         }
@@ -123,43 +107,15 @@ fn check_owner_only(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn parse_line(line: &str) -> std::result::Result<(String, Entry), String> {
-    let fields: Vec<&str> = line.split(':').collect();
-    let [name, scheme, rounds, salt, hash] = fields[..] else {
-        return Err(format!(
-            "expected NAME:{SCHEME}:ROUNDS:SALT:HASH, found {} fields",
-            fields.len()
-        ));
+fn parse_line(line: &str) -> std::result::Result<(String, String), String> {
+    let Some((name, hash)) = line.split_once(':') else {
+        return Err("expected NAME:pbkdf2-sha256:ROUNDS:SALT:HASH, found 1 field".into());
     };
     if name.is_empty() {
         return Err("the user name is empty".into());
     }
-    if scheme != SCHEME {
-        return Err(format!(
-            "unknown hash scheme {scheme:?} (expected {SCHEME})"
-        ));
-    }
-    let rounds: u32 = rounds
-        .parse()
-        .ok()
-        .filter(|r| *r > 0)
-        .ok_or_else(|| format!("bad round count {rounds:?}"))?;
-    let salt = LENIENT_BASE64
-        .decode(salt)
-        .map_err(|e| format!("bad salt: {e}"))?;
-    let hash = LENIENT_BASE64
-        .decode(hash)
-        .map_err(|e| format!("bad hash: {e}"))?;
-    if hash.len() != HASH_LEN {
-        return Err(format!("the hash has {} bytes, not {HASH_LEN}", hash.len()));
-    }
-    Ok((name.to_string(), Entry { rounds, salt, hash }))
-}
-
-fn derive(password: &str, salt: &[u8], rounds: u32) -> [u8; HASH_LEN] {
-    let mut out = [0u8; HASH_LEN];
-    pbkdf2::pbkdf2_hmac::<sha2::Sha256>(password.as_bytes(), salt, rounds, &mut out);
-    out
+    accelsql_engine::check_hash(hash)?;
+    Ok((name.to_string(), hash.to_string()))
 }
 
 pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -175,14 +131,9 @@ pub fn hash_entry(user: &str, password: &str, rounds: u32) -> Result<String> {
             ),
         });
     }
-    let salt: [u8; SALT_LEN] = random_bytes()?;
-    let hash = derive(password, &salt, rounds);
-    let b64 = base64::engine::general_purpose::STANDARD_NO_PAD;
-    Ok(format!(
-        "{user}:{SCHEME}:{rounds}:{}:{}",
-        b64.encode(salt),
-        b64.encode(hash)
-    ))
+    let hash = accelsql_engine::hash_password(password, rounds)
+        .map_err(|message| ServerError::Config { message })?;
+    Ok(format!("{user}:{hash}"))
 }
 
 /// Adds `user` to the users file at `path` (made, owner-only, if missing), replacing an entry of

@@ -156,36 +156,19 @@ impl Login {
             })
             .cloned();
         let ok = match (&self.gate, users) {
-            // A catalog user's own password, checked like the users file's: on the pool.
+            // A catalog user's own password, checked like the users file's.
             _ if catalog_user.is_some() => {
-                let _permit = self
-                    .hashing
-                    .acquire()
-                    .await
-                    .map_err(|_| ServerError::Internal {
-                        message: "the password hashing pool is closed".into(),
-                    })?;
-                let (name, engine) = (user.clone(), catalog_user);
-                tokio::task::spawn_blocking(move || {
-                    engine.is_some_and(|e| e.verify_password(&name, &password))
+                let name = user.clone();
+                self.hash_check(move || {
+                    catalog_user.is_some_and(|e| e.verify_password(&name, &password))
                 })
-                .await
-                .unwrap_or(false)
+                .await?
             }
             (Gate::Token(token), _) => constant_time_eq(password.as_bytes(), token.as_bytes()),
             (_, Some(users)) => {
-                let _permit = self
-                    .hashing
-                    .acquire()
-                    .await
-                    .map_err(|_| ServerError::Internal {
-                        message: "the password hashing pool is closed".into(),
-                    })?;
                 let name = user.clone();
-                // Hashing takes a while: off the async threads, a few at a time.
-                tokio::task::spawn_blocking(move || users.verify(&name, &password))
-                    .await
-                    .unwrap_or(false)
+                self.hash_check(move || users.verify(&name, &password))
+                    .await?
             }
             (_, None) => false,
         };
@@ -194,6 +177,19 @@ impl Login {
         }
         self.failed(&keys);
         Err(unauthenticated_err!("wrong user or password"))
+    }
+
+    /// Runs a password check: hashing takes a while, so off the async threads, a few at a
+    /// time (a login storm cannot starve running statements).
+    async fn hash_check(&self, check: impl FnOnce() -> bool + Send + 'static) -> Result<bool> {
+        let _permit = self
+            .hashing
+            .acquire()
+            .await
+            .map_err(|_| ServerError::Internal {
+                message: "the password hashing pool is closed".into(),
+            })?;
+        Ok(tokio::task::spawn_blocking(check).await.unwrap_or(false))
     }
 
     /// Refuses a login from a name or address out of failed-login allowance.

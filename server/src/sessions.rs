@@ -464,7 +464,9 @@ impl Sessions {
             let idle_limit = client
                 .session
                 .idle_timeout()
-                .map_or(self.limits.idle_timeout, |g| g.min(self.limits.idle_timeout));
+                .map_or(self.limits.idle_timeout, |g| {
+                    g.min(self.limits.idle_timeout)
+                });
             let keep = client.idle_for() < idle_limit
                 && client
                     .orphaned_for(&self.connections)

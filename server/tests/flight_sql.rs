@@ -855,10 +855,13 @@ fn strings_of(batches: &[RecordBatch]) -> Vec<String> {
     batches
         .iter()
         .flat_map(|b| {
-            let column = accelsql_engine::datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8)
-                .unwrap();
+            let column =
+                accelsql_engine::datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8)
+                    .unwrap();
             let column = column.as_string::<i32>().clone();
-            (0..column.len()).map(move |i| column.value(i).to_string()).collect::<Vec<_>>()
+            (0..column.len())
+                .map(move |i| column.value(i).to_string())
+                .collect::<Vec<_>>()
         })
         .collect()
 }

@@ -43,6 +43,12 @@ pub(crate) struct ShellArgs {
     #[arg(long)]
     pub(crate) restricted: bool,
 
+    /// Run the SQL as catalog user NAME (`CREATE USER`, `accelsql users import`), with that
+    /// user's privileges (found as written, else in upper case); it needs CREATE SESSION.
+    /// Without it the session is SYS's (every privilege).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) user: Option<String>,
+
     /// Run queries on the cluster whose scheduler is at HOST:PORT (`accelsql cluster local`
     /// prints it) instead of in this process.
     #[arg(long, value_name = "HOST:PORT")]

@@ -24,7 +24,7 @@ pub(crate) struct Shell {
 
 impl Shell {
     /// Starts the async runtime and the engine (devices from `--simulated-gpus`, else the
-    /// environment) and opens a session.
+    /// environment) and opens a session: SYS's, or `--user`'s.
     pub(super) fn start(args: &ShellArgs) -> Result<Self, CliError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -55,7 +55,13 @@ impl Shell {
             };
             Engine::with_options(options).map_err(|e| CliError::Engine(Box::new(e)))
         })?;
-        let session = engine.session();
+        // `--restricted` is the engine's option: it bounds this session whoever its user is.
+        let session = match &args.user {
+            Some(user) => engine
+                .session_as(user)
+                .map_err(|e| CliError::Engine(Box::new(e)))?,
+            None => engine.session(),
+        };
         if !interrupt::install() {
             eprintln!("accelsql: Ctrl-C cannot cancel statements here; it will end the shell");
         }

@@ -142,19 +142,16 @@ fn register_exasol_views(
         Box::new(move |engine| {
             let restricted = restricted.load(Ordering::Acquire);
             let grants = who.grants();
-            let scripts: Vec<_> = engine
-                .scripts
-                .entries()
-                .into_iter()
-                .filter(|e| {
-                    let key = format!("{}.{}", e.schema, e.name);
-                    if owner {
-                        grants.may_execute(&key, e.owner.as_deref()).is_ok()
-                    } else {
-                        grants.owns(e.owner.as_deref())
-                    }
-                })
-                .collect();
+            let scripts: Vec<_> = if owner {
+                runnable_scripts(engine, &grants)
+            } else {
+                engine
+                    .scripts
+                    .entries()
+                    .into_iter()
+                    .filter(|e| grants.owns(e.owner.as_deref()))
+                    .collect()
+            };
             let column =
                 |f: &dyn Fn(&ScriptEntry) -> Option<String>| strings(scripts.iter().map(|e| f(e)));
             let mut columns = vec![
@@ -321,6 +318,22 @@ fn shown_options(text: &str, restricted: bool) -> String {
 }
 
 /// Who owns every script and connection: accelsql has no users yet.
+/// The scripts a session with `grants` may run (owning them, or granted EXECUTE).
+fn runnable_scripts(
+    engine: &SystemContext,
+    grants: &crate::core::privileges::Grants,
+) -> Vec<Arc<ScriptEntry>> {
+    engine
+        .scripts
+        .entries()
+        .into_iter()
+        .filter(|e| {
+            let key = format!("{}.{}", e.schema, e.name);
+            grants.may_execute(&key, e.owner.as_deref()).is_ok()
+        })
+        .collect()
+}
+
 /// An object's owner as the views show it (`None`: SYS).
 fn owner_name(owner: Option<&str>) -> String {
     owner.unwrap_or(SYS_USER).to_string()
@@ -441,16 +454,7 @@ pub(crate) fn register(
                 move |engine| {
                     let restricted = restricted.load(Ordering::Acquire);
                     // The scripts the session may run, as EXA_ALL_SCRIPTS shows them.
-                    let grants = who.grants();
-                    let scripts: Vec<_> = engine
-                        .scripts
-                        .entries()
-                        .into_iter()
-                        .filter(|e| {
-                            let key = format!("{}.{}", e.schema, e.name);
-                            grants.may_execute(&key, e.owner.as_deref()).is_ok()
-                        })
-                        .collect();
+                    let scripts = runnable_scripts(engine, &who.grants());
                     let column = |f: &dyn Fn(&ScriptEntry) -> String| {
                         strings(scripts.iter().map(|e| Some(f(e))))
                     };

@@ -2,10 +2,10 @@
 //! the data directory) and each session's budget within it ([`SessionPool`]); a statement that
 //! does not fit fails with 53200 while the engine goes on serving the others.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::path::Path;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -141,16 +141,13 @@ impl SharedBudgets {
     /// The budget named `what`, with its limit set to `limit` (`None`: none).
     pub(crate) fn get(&self, what: &str, limit: Option<u64>) -> Arc<SharedBudget> {
         let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
-        let budget = budgets
-            .entry(what.to_string())
-            .or_insert_with(|| {
-                Arc::new(SharedBudget {
-                    what: what.to_string(),
-                    limit: AtomicUsize::new(usize::MAX),
-                    used: AtomicUsize::new(0),
-                })
+        let budget = Arc::clone(budgets.entry(what.to_string()).or_insert_with(|| {
+            Arc::new(SharedBudget {
+                what: what.to_string(),
+                limit: AtomicUsize::new(usize::MAX),
+                used: AtomicUsize::new(0),
             })
-            .clone();
+        }));
         let limit = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         budget.limit.store(limit, Ordering::Release);
         budget

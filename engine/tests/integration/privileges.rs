@@ -348,11 +348,19 @@ async fn a_groups_query_timeout_bounds_its_users_statements() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), "57T01", "{e}");
-    assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
     // A session's own smaller bound still applies; SYS's statements are not the group's.
     run(&sys, "SET datafusion.execution.batch_size = 1").await;
     assert_eq!(
-        run(&sys, "SELECT count(slow_gpu(1)) FROM generate_series(1, 1500)").await,
+        run(
+            &sys,
+            "SELECT count(slow_gpu(1)) FROM generate_series(1, 1500)"
+        )
+        .await,
         ["1500"]
     );
 }
@@ -377,9 +385,27 @@ async fn a_groups_memory_limits_bound_its_users_sessions_together() {
     assert!(e.to_string().contains("user ANN"), "{e}");
     assert_eq!(ann.memory().used(), 0);
     // Small statements go on; SYS is not in the group.
-    assert_eq!(run(&ann, "SELECT count(*) FROM generate_series(1, 1000)").await, ["1000"]);
-    assert_eq!(run(&sys, &format!("SELECT count(*) FROM ({big})")).await, ["20000"]);
+    assert_eq!(
+        run(&ann, "SELECT count(*) FROM generate_series(1, 1000)").await,
+        ["1000"]
+    );
+    assert_eq!(
+        run(&sys, &format!("SELECT count(*) FROM ({big})")).await,
+        ["20000"]
+    );
     // Lifted, the same statement runs.
-    run(&sys, "ALTER CONSUMER GROUP small SET USER_TEMP_DB_RAM_LIMIT = '0'").await;
-    assert_eq!(ann.sql(big).await.unwrap().iter().map(|b| b.num_rows()).sum::<usize>(), 20000);
+    run(
+        &sys,
+        "ALTER CONSUMER GROUP small SET USER_TEMP_DB_RAM_LIMIT = '0'",
+    )
+    .await;
+    assert_eq!(
+        ann.sql(big)
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.num_rows())
+            .sum::<usize>(),
+        20000
+    );
 }

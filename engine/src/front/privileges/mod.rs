@@ -163,7 +163,10 @@ fn check_node(node: &LogicalPlan, grants: &Grants, own: &AccelsqlOptions) -> Res
         LogicalPlan::Dml(dml) if writes_files(dml) => require(
             grants,
             WriteServerFiles,
-            &format!("writing into {}, whose rows are files on the server", dml.table_name),
+            &format!(
+                "writing into {}, whose rows are files on the server",
+                dml.table_name
+            ),
         ),
         LogicalPlan::Ddl(DdlStatement::CreateFunction(f)) => require(
             grants,
