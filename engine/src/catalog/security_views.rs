@@ -177,13 +177,7 @@ pub(crate) fn register(
             format!("exa_{p}_sys_privs"),
             &[("grantee", Str), ("privilege", Str), ("admin_option", Bool)],
             scope,
-            Arc::new(move |st, g| {
-                st.system_grants
-                    .iter()
-                    .filter(|x| scope.shows(g, &x.grantee))
-                    .map(|x| vec![s_(&x.grantee), s_(&x.what), V::B(x.admin_option)])
-                    .collect()
-            }),
+            Arc::new(move |st, g| granted_rows(&st.system_grants, |x| scope.shows(g, x))),
         )?;
         view(
             format!("exa_{p}_role_privs"),
@@ -193,13 +187,7 @@ pub(crate) fn register(
                 ("admin_option", Bool),
             ],
             scope,
-            Arc::new(move |st, g| {
-                st.role_grants
-                    .iter()
-                    .filter(|x| scope.shows(g, &x.grantee))
-                    .map(|x| vec![s_(&x.grantee), s_(&x.what), V::B(x.admin_option)])
-                    .collect()
-            }),
+            Arc::new(move |st, g| granted_rows(&st.role_grants, |x| scope.shows(g, x))),
         )?;
         view(
             format!("exa_{p}_obj_privs"),
@@ -320,13 +308,7 @@ pub(crate) fn register(
         "exa_role_sys_privs".into(),
         &[("role", Str), ("privilege", Str), ("admin_option", Bool)],
         Scope::All,
-        Arc::new(|st, g| {
-            st.system_grants
-                .iter()
-                .filter(|x| g.holding.roles.contains(&x.grantee))
-                .map(|x| vec![s_(&x.grantee), s_(&x.what), V::B(x.admin_option)])
-                .collect()
-        }),
+        Arc::new(|st, g| granted_rows(&st.system_grants, |x| g.holding.roles.contains(x))),
     )?;
     // Every privilege there is (Exasol's EXA_SYSTEM_PRIVILEGES is not a view of grants).
     view(
@@ -381,6 +363,18 @@ pub(crate) fn register(
         }),
     )?;
     Ok(())
+}
+
+/// (grantee, privilege or role, admin option) rows of the grants to grantees `shown` picks.
+fn granted_rows(
+    grants: &std::collections::BTreeSet<super::security::Granted>,
+    shown: impl Fn(&str) -> bool,
+) -> Vec<Vec<V>> {
+    grants
+        .iter()
+        .filter(|x| shown(&x.grantee))
+        .map(|x| vec![s_(&x.grantee), s_(&x.what), V::B(x.admin_option)])
+        .collect()
 }
 
 fn s_(text: &str) -> V {
