@@ -15,3 +15,4 @@ pub(crate) mod scripts;
 pub(crate) mod security;
 pub(crate) mod security_views;
 pub(crate) mod system;
+pub(crate) mod system_table;

@@ -11,7 +11,7 @@ use datafusion::error::Result as DfResult;
 
 use super::columns::strings;
 use super::security::SecurityState;
-use super::system::{Producer, TableMaker};
+use super::system_table::{Producer, TableMaker};
 use crate::core::owners::SessionIdentity;
 use crate::core::privileges::{Grants, SystemPrivilege};
 use crate::privilege_err;

@@ -6,90 +6,25 @@
 //!
 //! [`node_tables`]: super::node_tables
 
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, RecordBatch, TimestampMicrosecondArray, UInt64Array};
-use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
-use datafusion::catalog::{MemorySchemaProvider, Session as CatalogSession, TableProvider};
-use datafusion::datasource::TableType;
-use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::arrow::array::{ArrayRef, TimestampMicrosecondArray, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::catalog::MemorySchemaProvider;
 use datafusion::error::Result as DfResult;
-use datafusion::logical_expr::Expr;
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 
 use super::columns::{schema, strings};
 use super::node_rows::NodeTableProvider;
 use super::node_tables::NODE_TABLES;
-use super::scripts::ScriptCatalog;
-use crate::core::EngineState;
 use crate::core::names::exasol_name;
 use crate::core::owners::SessionIdentity;
 use crate::core::privileges::{SYS_USER, SystemPrivilege};
 use crate::udf::script::definition::{ScriptEntry, StoredOutput};
 use crate::udf::script::options::logical_line_starts;
 
-/// What a system table reads at scan time: the engine's state and its script catalog.
-#[derive(Debug, Clone)]
-pub(crate) struct SystemContext {
-    /// Devices, node, lease queue, call log.
-    pub(crate) state: Arc<EngineState>,
-    /// Scripts and connections.
-    pub(crate) scripts: Arc<ScriptCatalog>,
-}
-
-/// Makes a system table's columns from the engine's state at scan time.
-pub(crate) type Producer = dyn Fn(&SystemContext) -> DfResult<Vec<ArrayRef>> + Send + Sync;
-
-/// Makes a system table from its columns and producer.
-pub(crate) type TableMaker<'a> =
-    dyn Fn(&[(&str, DataType)], Box<Producer>) -> Arc<SystemTable> + 'a;
-
-/// A table whose rows are produced from the engine's state at scan time.
-pub(crate) struct SystemTable {
-    schema: SchemaRef,
-    engine: SystemContext,
-    produce: Box<Producer>,
-}
-
-impl fmt::Debug for SystemTable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SystemTable")
-            .field("schema", &self.schema)
-            .finish()
-    }
-}
-
-#[async_trait]
-impl TableProvider for SystemTable {
-    fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.schema)
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::View
-    }
-
-    async fn scan(
-        &self,
-        _state: &dyn CatalogSession,
-        projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let columns = (self.produce)(&self.engine)?;
-        let batch = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
-        let exec: Arc<dyn ExecutionPlan> = MemorySourceConfig::try_new_exec(
-            &[vec![batch]],
-            Arc::clone(&self.schema),
-            projection.cloned(),
-        )?;
-        Ok(exec)
-    }
-}
+pub(crate) use super::system_table::{Producer, SystemContext, SystemTable, TableMaker};
 
 /// Exasol's system schema, where its system tables and `DUAL` live.
 pub(crate) const SYSTEM_SCHEMA: &str = "sys";
@@ -354,11 +289,7 @@ pub(crate) fn register(
         catalog.register_schema(SYSTEM_SCHEMA, Arc::new(MemorySchemaProvider::new()))?;
     }
     let table = |fields: &[(&str, DataType)], produce: Box<Producer>| {
-        Arc::new(SystemTable {
-            schema: schema(fields),
-            engine: engine.clone(),
-            produce,
-        })
+        Arc::new(SystemTable::new(schema(fields), engine.clone(), produce))
     };
     use DataType::Utf8;
     register_exasol_views(ctx, &table, restricted, who)?;

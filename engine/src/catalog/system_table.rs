@@ -1,0 +1,88 @@
+//! A system table: its rows made from the engine's state at each scan ([`SystemTable`]), and
+//! what the system views of `system.rs` and `security_views.rs` are built from.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::catalog::{Session as CatalogSession, TableProvider};
+use datafusion::datasource::TableType;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::error::Result as DfResult;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+
+use super::scripts::ScriptCatalog;
+use crate::core::EngineState;
+
+/// What a system table reads at scan time: the engine's state and its script catalog.
+#[derive(Debug, Clone)]
+pub(crate) struct SystemContext {
+    /// Devices, node, lease queue, call log.
+    pub(crate) state: Arc<EngineState>,
+    /// Scripts and connections.
+    pub(crate) scripts: Arc<ScriptCatalog>,
+}
+
+/// Makes a system table's columns from the engine's state at scan time.
+pub(crate) type Producer = dyn Fn(&SystemContext) -> DfResult<Vec<ArrayRef>> + Send + Sync;
+
+/// Makes a system table from its columns and producer.
+pub(crate) type TableMaker<'a> =
+    dyn Fn(&[(&str, DataType)], Box<Producer>) -> Arc<SystemTable> + 'a;
+
+/// A table whose rows are produced from the engine's state at scan time.
+pub(crate) struct SystemTable {
+    schema: SchemaRef,
+    engine: SystemContext,
+    produce: Box<Producer>,
+}
+
+impl SystemTable {
+    /// A table of `schema` whose rows `produce` makes from `engine` at each scan.
+    pub(crate) fn new(schema: SchemaRef, engine: SystemContext, produce: Box<Producer>) -> Self {
+        Self {
+            schema,
+            engine,
+            produce,
+        }
+    }
+}
+
+impl fmt::Debug for SystemTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SystemTable")
+            .field("schema", &self.schema)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl TableProvider for SystemTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn CatalogSession,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let columns = (self.produce)(&self.engine)?;
+        let batch = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
+        let exec: Arc<dyn ExecutionPlan> = MemorySourceConfig::try_new_exec(
+            &[vec![batch]],
+            Arc::clone(&self.schema),
+            projection.cloned(),
+        )?;
+        Ok(exec)
+    }
+}
