@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use accelsql_engine::{Engine, NodeRowsParts, UdfCallParts};
+use accelsql_engine::{Engine, NodeRowsParts, SetGrouping, UdfCallParts};
 use ballista_core::serde::BallistaPhysicalExtensionCodec;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::{exec_err, internal_err, plan_err};
@@ -100,6 +100,10 @@ struct UdfCallNode {
     carried: Vec<PhysicalExprNode>,
     #[prost(message, optional, tag = "7")]
     schema: Option<datafusion_proto::protobuf::Schema>,
+    /// A grouped SET call whose input comes sorted by its keys (`accelsql.set_grouping =
+    /// 'sort'`); false: it gathers each group's rows itself.
+    #[prost(bool, tag = "8")]
+    sorted_groups: bool,
 }
 
 /// What starts a per-node system table's scan (`accelsql.gpu_devices`, `gpu_leases`,
@@ -168,6 +172,7 @@ impl ClusterCodec {
             args: exprs(&parts.args)?,
             carried: exprs(&parts.carried)?,
             schema: Some(parts.schema.as_ref().try_into()?),
+            sorted_groups: parts.grouping == SetGrouping::Sort,
         };
         buf.extend_from_slice(UDF_CALL);
         node.encode(buf)
@@ -216,6 +221,11 @@ impl ClusterCodec {
             schema: Arc::new(Schema::try_from(schema)?),
             name: node.name,
             placement: node.placement,
+            grouping: if node.sorted_groups {
+                SetGrouping::Sort
+            } else {
+                SetGrouping::Gather
+            },
         };
         engine
             .udf_call_exec(parts, Arc::clone(input))

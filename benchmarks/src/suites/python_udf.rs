@@ -143,10 +143,11 @@ fn duck_figure(engine: &str, rows: u64, case: &DuckCase) -> Figure {
     }
 }
 
-/// A SET script over the same 16k rows stored as 1-row batches (as many small INSERTs leave a
-/// table) and as 8192-row batches: the script's share of the time should not depend on the
-/// input's batch sizes. A built-in aggregate over the same tables shows what DataFusion itself
-/// pays per batch.
+/// SET and SCALAR RETURNS scripts over the same 16k rows stored as 1-row batches (as many
+/// small INSERTs leave a table) and as 8192-row batches: the script's share of the time should
+/// not depend on the input's batch sizes (a SCALAR RETURNS script's tiny batches are coalesced
+/// before the worker sees them). A built-in aggregate over the same tables shows what
+/// DataFusion itself pays per batch.
 async fn batch_sizes(ctx: &Context, runner: &Runner, progress: &Progress) -> Result<Table> {
     let rows = SMALL_BATCH_ROWS;
     let mut table = Table::new(
@@ -194,6 +195,15 @@ async fn batch_sizes(ctx: &Context, runner: &Runner, progress: &Progress) -> Res
         )
         .await;
         table.push(Figure::new("SET EMITS, 16 groups", engine, rows, emits));
+        let scalar = timed(
+            ctx,
+            runner,
+            &format!("SELECT sum(f_row(x)) FROM {name}"),
+            progress,
+            &[n * n],
+        )
+        .await;
+        table.push(Figure::new(SCALAR_RETURNS, engine, rows, scalar));
         // What DataFusion itself pays for the batches: a built-in aggregate over the same table.
         let builtin = timed(
             ctx,
@@ -211,6 +221,30 @@ async fn batch_sizes(ctx: &Context, runner: &Runner, progress: &Progress) -> Res
         ));
     }
     Ok(table)
+}
+
+/// The SCALAR RETURNS case of the batch-size table.
+const SCALAR_RETURNS: &str = "SCALAR RETURNS sum(f_row(x))";
+
+/// The note on the SCALAR RETURNS goal: one-row batches within 2× of full ones.
+fn scalar_batches_note(table: &Table) -> Option<String> {
+    let time = |engine: &str| {
+        table
+            .figures
+            .iter()
+            .find(|f| f.case == SCALAR_RETURNS && f.engine == engine)
+            .and_then(|f| f.outcome.stats())
+            .map(|s| s.median_s)
+    };
+    let (tiny, full) = (time(ONE_ROW_BATCHES)?, time(FULL_BATCHES)?);
+    let ratio = tiny / full;
+    let verdict = if ratio <= 2.0 { "met" } else { "MISSED" };
+    Some(format!(
+        "SCALAR RETURNS over 16k one-row batches: {:.1} ms against {:.1} ms in 8192-row \
+         batches, {ratio:.2}× (goal ≤ 2×: {verdict}).",
+        tiny * 1e3,
+        full * 1e3
+    ))
 }
 
 async fn timed(
@@ -359,7 +393,7 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
         ctx.partitions, ctx.partitions
     ));
     let total =
-        sizes.len() * 7 * ctx.plan.total() + 4 * (ctx.plan.total() + 10) + 6 * ctx.plan.total();
+        sizes.len() * 7 * ctx.plan.total() + 4 * (ctx.plan.total() + 10) + 8 * ctx.plan.total();
     let progress = Progress::new("python-udf", total as u64, "runs");
     let mut row_table = Table::new("python-udf: per-row form", "rows", Some(DUCK_NATIVE));
     let mut batch_table = Table::new("python-udf: batch form", "rows", Some(DUCK_ARROW));
@@ -422,6 +456,9 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
     }
 
     let input_batches_table = batch_sizes(ctx, &runner, &progress).await?;
+    result
+        .notes
+        .extend(scalar_batches_note(&input_batches_table));
 
     // Starting a worker: a one-row statement with a Python call, beside a bare interpreter.
     let start_plan = crate::measure::RunPlan {

@@ -3,7 +3,8 @@
 //! `vector_topk`) on CPU and GPU beside plain DataFusion (its built-in `cosine_distance`, and a
 //! plain `ScalarUDF` running accelsql's own kernel) and DuckDB (`array_cosine_similarity`).
 //! `vectors-large` runs 2M × FLOAT[768] and 10M × FLOAT[128] and measures the machine's memory
-//! bandwidth over the same bytes in the same run.
+//! bandwidth over the same bytes in the same run, then `vector_topk` per group over 1M ×
+//! FLOAT[768] in 16 groups with both groupings of SET calls (`accelsql.set_grouping`).
 
 use crate::data::{self, Dataset, EMBEDDING_DIM, query_vector};
 use crate::error::Result;
@@ -25,6 +26,10 @@ pub const K: usize = 10;
 pub const WIDE_ROWS: u64 = 2_000_000;
 /// Narrow embeddings of `vectors-large` at `--scale 1`.
 pub const MANY_ROWS: u64 = 10_000_000;
+/// Wide embeddings of `vectors-large`'s per-group top-k at `--scale 1`.
+pub const GROUPED_ROWS: u64 = 1_000_000;
+/// Groups of the per-group top-k (`GROUP BY id % GROUPS`).
+pub const GROUPS: u64 = 16;
 
 /// The query vector of `dim` dimensions as a SQL list literal (`[0.12, -0.5, …]`, DOUBLE
 /// items).
@@ -45,6 +50,86 @@ const ACCELSQL_COSINE: &str = "accelsql cosine_similarity";
 const ACCELSQL_TOPK: &str = "accelsql vector_topk";
 const DUCKDB: &str = "DuckDB array_cosine_similarity";
 const BANDWIDTH: &str = "memory bandwidth: sum of the same FLOAT bytes";
+const GATHERED: &str = "accelsql vector_topk per group, gathered (set_grouping 'gather')";
+const SORTED: &str = "accelsql vector_topk per group, input sorted (set_grouping 'sort')";
+
+/// The per-group top-K rows agree: the same `(group, id)` pairs (near-equal scores may swap
+/// places within a group).
+fn same_groups(answer: &[Vec<f64>], reference: &[Vec<f64>]) -> std::result::Result<(), String> {
+    let pairs = |rows: &[Vec<f64>]| {
+        let mut pairs: Vec<(i64, i64)> = rows
+            .iter()
+            .filter_map(|r| Some((*r.first()? as i64, *r.get(1)? as i64)))
+            .collect();
+        pairs.sort_unstable();
+        pairs
+    };
+    let (a, r) = (pairs(answer), pairs(reference));
+    if a == r {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} (group, id) pairs, the reference {}; first difference {:?}",
+            a.len(),
+            r.len(),
+            a.iter().zip(&r).find(|(x, y)| x != y)
+        ))
+    }
+}
+
+/// `vector_topk` per group (`GROUP BY id % GROUPS`) over `dataset` at `rows`: the gathered
+/// grouping (row indices sorted by the key, each group's rows gathered) against the sorted one
+/// (the whole input, embeddings included, sorted by the key first), in one run.
+async fn compare_grouped(
+    ctx: &Context,
+    dataset: Dataset,
+    rows: u64,
+    notes: &mut Vec<String>,
+) -> Result<Table> {
+    let dim = dataset.dim().unwrap_or(EMBEDDING_DIM);
+    let q = query_literal(ctx.seed, dim);
+    let sql = format!(
+        "SELECT grp, vector_topk(id, emb, {q}, {K}) \
+         FROM (SELECT id % {GROUPS} AS grp, id, emb FROM {{table}}) GROUP BY grp"
+    );
+    let gathered = crate::peers::accelsql::session(&ctx.accelsql.cpu, ctx.partitions).await?;
+    gathered
+        .query("SET accelsql.set_grouping = 'gather'")
+        .await?;
+    let sorted = crate::peers::accelsql::session(&ctx.accelsql.cpu, ctx.partitions).await?;
+    sorted.query("SET accelsql.set_grouping = 'sort'").await?;
+    let case = format!("top-{K} cosine per group, {GROUPS} groups, dim {dim}");
+    let cmp = Comparison {
+        case: case.clone(),
+        dataset,
+        contenders: vec![
+            Contender::new(SORTED, sorted, sql.clone()),
+            Contender::new(GATHERED, gathered, sql),
+        ],
+        duckdb: Vec::new(),
+        reference: SORTED.into(),
+        check: same_groups,
+    };
+    let mut table = Table::new(format!("vectors-large: {case}"), "embeddings", Some(SORTED));
+    sql::run(ctx, cmp, &[rows], &mut table, notes).await?;
+    let time = |engine: &str| {
+        table
+            .figures
+            .iter()
+            .find(|f| f.engine == engine)
+            .and_then(|f| f.outcome.stats())
+            .map(|s| s.median_s)
+    };
+    if let (Some(old), Some(new)) = (time(SORTED), time(GATHERED)) {
+        let speedup = old / new;
+        let verdict = if speedup >= 5.0 { "met" } else { "MISSED" };
+        notes.push(format!(
+            "dim {dim}, {rows} rows in {GROUPS} groups: the gathered grouping is {speedup:.2}× \
+             as fast as the sorted one ({new:.3} s against {old:.3} s; goal ≥ 5×: {verdict})."
+        ));
+    }
+    Ok(table)
+}
 
 /// The top-K ids agree (as sets: near-equal scores may swap places).
 fn same_ids(answer: &[Vec<f64>], reference: &[Vec<f64>]) -> std::result::Result<(), String> {
@@ -332,6 +417,9 @@ pub(crate) async fn run_large(ctx: &Context, result: &mut SuiteResult) -> Result
         result.tables.push(table);
     }
     progress.finish();
+    let rows = ctx.scaled(GROUPED_ROWS, 1000);
+    let table = compare_grouped(ctx, Dataset::Embeddings768, rows, &mut result.notes).await?;
+    result.tables.push(table);
     Ok(())
 }
 
@@ -347,6 +435,14 @@ mod tests {
             let want: f32 = values.iter().sum();
             assert_eq!(sum_floats(&values), want, "{n} floats");
         }
+    }
+
+    #[test]
+    fn groups_are_compared_as_sets_of_pairs() {
+        let r = vec![vec![0.0, 3.0, 0.9], vec![1.0, 1.0, 0.8]];
+        assert!(same_groups(&[vec![1.0, 1.0, 0.7], vec![0.0, 3.0, 0.9]], &r).is_ok());
+        assert!(same_groups(&[vec![0.0, 1.0, 0.8], vec![0.0, 3.0, 0.9]], &r).is_err());
+        assert!(same_groups(&[vec![0.0, 3.0, 0.9]], &r).is_err());
     }
 
     #[test]

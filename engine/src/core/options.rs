@@ -51,6 +51,29 @@ impl IdentifierCase {
     }
 }
 
+/// How a grouped SET call (`SELECT f(...) ... GROUP BY k`) gets each group's rows together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SetGrouping {
+    /// Each partition's rows are kept as they arrive; the row indices are sorted by the keys
+    /// alone and each group's rows gathered from them just before its run, so argument
+    /// payloads (embeddings, long strings) never go through a sort (the default).
+    #[default]
+    Gather,
+    /// The whole input, arguments included, is sorted by the keys before the call (DataFusion's
+    /// sort, which can spill); the path before `gather`, kept to compare them.
+    Sort,
+}
+
+impl SetGrouping {
+    /// The setting's value as `SET` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Gather => "gather",
+            Self::Sort => "sort",
+        }
+    }
+}
+
 /// accelsql's session settings, set with `SET accelsql.<name> = <value>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccelsqlOptions {
@@ -72,6 +95,8 @@ pub struct AccelsqlOptions {
     pub create_schema_opens: bool,
     /// How unquoted names are shown in results: `lower` (default) or Exasol's `upper`.
     pub identifier_case: IdentifierCase,
+    /// How a grouped SET call gets each group's rows together: `gather` (default) or `sort`.
+    pub set_grouping: SetGrouping,
 }
 
 impl Default for AccelsqlOptions {
@@ -84,12 +109,13 @@ impl Default for AccelsqlOptions {
             optional_gpu_when_busy: OptionalGpuWhenBusy::default(),
             create_schema_opens: true,
             identifier_case: IdentifierCase::default(),
+            set_grouping: SetGrouping::default(),
         }
     }
 }
 
 /// The settings: name, description.
-const SETTINGS: [(&str, &str); 7] = [
+const SETTINGS: [(&str, &str); 8] = [
     (
         "gpu_wait_timeout",
         "Longest wait for the node's GPU lease, e.g. '30s' or '5min'; empty: the engine's default",
@@ -121,6 +147,12 @@ const SETTINGS: [(&str, &str); 7] = [
         "identifier_case",
         "How unquoted names are shown in results: 'lower' (default, as DataFusion) or 'upper' \
          (as Exasol: SELECT 1 AS a returns column A; quoted names keep their case)",
+    ),
+    (
+        "set_grouping",
+        "How a grouped SET call gets each group's rows together: 'gather' (default: row indices \
+         sorted by the keys, each group's rows gathered for its run) or 'sort' (the whole input, \
+         arguments included, sorted by the keys first)",
     ),
 ];
 
@@ -159,6 +191,7 @@ impl ExtensionOptions for AccelsqlOptions {
                     "optional_gpu_when_busy" => self.optional_gpu_when_busy.as_str().to_string(),
                     "create_schema_opens" => self.create_schema_opens.to_string(),
                     "identifier_case" => self.identifier_case.as_str().to_string(),
+                    "set_grouping" => self.set_grouping.as_str().to_string(),
                     _ => String::new(),
                 }),
                 description,
@@ -261,6 +294,13 @@ impl AccelsqlOptions {
                     ],
                 )?;
             }
+            "set_grouping" => {
+                self.set_grouping = choose(
+                    key,
+                    value,
+                    [("gather", SetGrouping::Gather), ("sort", SetGrouping::Sort)],
+                )?;
+            }
             _ => return Err(no_such_setting(key)),
         }
         Ok(())
@@ -285,6 +325,7 @@ impl AccelsqlOptions {
             }
             "create_schema_opens" => self.create_schema_opens = default.create_schema_opens,
             "identifier_case" => self.identifier_case = default.identifier_case,
+            "set_grouping" => self.set_grouping = default.set_grouping,
             _ => return Err(no_such_setting(key)),
         }
         Ok(())

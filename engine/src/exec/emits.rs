@@ -1,17 +1,22 @@
 //! `UdfCallExec`, the physical operator of an EMITS call. SET calls get their input hash-partitioned
-//! by the GROUP BY keys and sorted by them within each partition, so each group arrives as one
-//! contiguous run and is handed to one instance; SCALAR EMITS calls run batch by batch.
+//! by the GROUP BY keys, and each group is handed to one instance as one run: with
+//! [`SetGrouping::Gather`] (the default) the partition's rows are kept as they arrive, their
+//! indices sorted by the keys alone, and each group's rows gathered just before its run; with
+//! [`SetGrouping::Sort`] the input arrives sorted by the keys (payloads and all). SCALAR EMITS
+//! calls run batch by batch, tiny batches gathered up to the session's batch size.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{concat, partition, take};
+use datafusion::arrow::compute::{concat, interleave, partition, take};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::ColumnarValue;
 use datafusion::physical_expr::{
@@ -30,6 +35,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use crate::core::error::EngineError;
+use crate::core::options::SetGrouping;
 use crate::udf::{InputType, PlacedCall, RunChunk, RunInput, SetUdf, on_instance};
 
 /// The physical operator of one EMITS call.
@@ -54,6 +60,8 @@ pub(crate) struct CallSpec {
     pub(crate) carried: Vec<Arc<dyn PhysicalExpr>>,
     pub(crate) schema: SchemaRef,
     pub(crate) placed: Option<Arc<PlacedCall>>,
+    /// How a SET call with GROUP BY keys gets each group's rows together.
+    pub(crate) grouping: SetGrouping,
 }
 
 impl UdfCallExec {
@@ -89,6 +97,16 @@ impl UdfCallExec {
     }
 }
 
+impl CallSpec {
+    /// Whether the operator gathers each group's rows itself (a SET call with GROUP BY keys in
+    /// [`SetGrouping::Gather`] mode) rather than getting its input sorted by the keys.
+    fn gathers_groups(&self) -> bool {
+        self.def.input_type() == InputType::Set
+            && !self.keys.is_empty()
+            && self.grouping == SetGrouping::Gather
+    }
+}
+
 impl DisplayAs for UdfCallExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let call = &self.call;
@@ -114,6 +132,9 @@ impl DisplayAs for UdfCallExec {
                 write!(f, "{k}")?;
             }
             f.write_str("]")?;
+            if call.gathers_groups() {
+                f.write_str(" (gathered)")?;
+            }
         }
         match &call.placed {
             Some(p) => write!(
@@ -187,7 +208,7 @@ impl ExecutionPlan for UdfCallExec {
     }
 
     fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
-        if !self.is_set() {
+        if !self.is_set() || self.call.gathers_groups() {
             return vec![None];
         }
         // Rows of one group arrive together: sorted by the keys (either direction).
@@ -210,6 +231,13 @@ impl ExecutionPlan for UdfCallExec {
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let batch_size = context.session_config().batch_size();
+        let gathered = self.call.gathers_groups().then(|| Gathered {
+            batches: Vec::new(),
+            reservation: MemoryConsumer::new(format!("UdfCallExec[{partition}]"))
+                .register(context.memory_pool()),
+            groups: VecDeque::new(),
+            ordered: false,
+        });
         let input = self.input.execute(partition, context)?;
         let state = RunState {
             batch_size,
@@ -218,6 +246,7 @@ impl ExecutionPlan for UdfCallExec {
             partition,
             runs_started: 0,
             group: None,
+            gathered,
             pending: VecDeque::new(),
             done: false,
             baseline: BaselineMetrics::new(&self.metrics, partition),
@@ -231,6 +260,15 @@ impl ExecutionPlan for UdfCallExec {
                     return Ok(Some((batch, state)));
                 }
                 if state.done {
+                    let elapsed = state.baseline.elapsed_compute().clone();
+                    let timer = elapsed.timer();
+                    let ran = state
+                        .run_next_gathered()
+                        .map_err(EngineError::into_datafusion)?;
+                    timer.done();
+                    if ran {
+                        continue;
+                    }
                     return Ok(None);
                 }
                 match state.input.next().await {
@@ -248,6 +286,9 @@ impl ExecutionPlan for UdfCallExec {
                         let elapsed = state.baseline.elapsed_compute().clone();
                         let timer = elapsed.timer();
                         state.finish_group().map_err(EngineError::into_datafusion)?;
+                        state
+                            .order_gathered()
+                            .map_err(EngineError::into_datafusion)?;
                         timer.done();
                     }
                 }
@@ -283,6 +324,26 @@ impl Group {
     }
 }
 
+/// A partition's rows kept for [`SetGrouping::Gather`]: its batches' keys and arguments as
+/// they arrived, and, once the input has ended, the groups still to run.
+struct Gathered {
+    /// Per input batch: its rows, its key columns and its arguments.
+    batches: Vec<(usize, Vec<ArrayRef>, Vec<ColumnarValue>)>,
+    /// The memory the kept batches hold, in the statement's pool (so a session's budget
+    /// bounds it as it bounds a sort).
+    reservation: MemoryReservation,
+    /// The groups left to run.
+    groups: VecDeque<GatheredGroup>,
+    /// Whether the groups have been worked out.
+    ordered: bool,
+}
+
+/// One group of a [`Gathered`] partition: its key and its rows as `(batch, row)` pairs.
+struct GatheredGroup {
+    key: Vec<ScalarValue>,
+    rows: Vec<(usize, usize)>,
+}
+
 /// One partition's progress.
 struct RunState {
     call: Arc<CallSpec>,
@@ -297,6 +358,8 @@ struct RunState {
     /// (or the input ends), so that small input batches do not each cost a run.
     batch_size: usize,
     group: Option<Group>,
+    /// [`SetGrouping::Gather`]: the partition's rows, kept until its input ends.
+    gathered: Option<Gathered>,
     pending: VecDeque<RecordBatch>,
     done: bool,
     baseline: BaselineMetrics,
@@ -327,6 +390,19 @@ impl RunState {
             return Ok(());
         }
         let keys = evaluate(&self.call.keys, batch)?;
+        if let Some(gathered) = &mut self.gathered {
+            let size: usize = keys
+                .iter()
+                .map(|k| k.get_array_memory_size())
+                .chain(args.iter().map(|a| match a {
+                    ColumnarValue::Array(a) => a.get_array_memory_size(),
+                    ColumnarValue::Scalar(_) => 0,
+                }))
+                .sum();
+            gathered.reservation.try_grow(size)?;
+            gathered.batches.push((rows, keys, args));
+            return Ok(());
+        }
         let ranges: Vec<std::ops::Range<usize>> = if keys.is_empty() {
             std::iter::once(0..rows).collect()
         } else {
@@ -353,6 +429,42 @@ impl RunState {
             group.input.push(RunChunk::new(range.len(), chunk))?;
         }
         Ok(())
+    }
+
+    /// [`SetGrouping::Gather`], once the input has ended: the partition's row indices sorted
+    /// by the keys alone (NULL keys a group of their own), cut into groups.
+    fn order_gathered(&mut self) -> crate::Result<()> {
+        let Some(gathered) = &mut self.gathered else {
+            return Ok(());
+        };
+        if std::mem::replace(&mut gathered.ordered, true) || gathered.batches.is_empty() {
+            return Ok(());
+        }
+        gathered.groups = group_rows(&gathered.batches, self.call.keys.len())?;
+        Ok(())
+    }
+
+    /// [`SetGrouping::Gather`]: runs the next group, its rows gathered from the kept batches in
+    /// chunks of the session's batch size; false when none is left.
+    fn run_next_gathered(&mut self) -> crate::Result<bool> {
+        let Some(gathered) = &mut self.gathered else {
+            return Ok(false);
+        };
+        let Some(GatheredGroup { key, rows }) = gathered.groups.pop_front() else {
+            // Every group has run: the kept rows go.
+            gathered.batches.clear();
+            gathered.reservation.free();
+            return Ok(false);
+        };
+        let mut group = Group::new(key, 0);
+        for chunk in rows.chunks(self.batch_size.max(1)) {
+            let args = (0..self.call.args.len())
+                .map(|a| gather_argument(&gathered.batches, a, chunk))
+                .collect::<DfResult<Vec<_>>>()?;
+            group.input.push(RunChunk::new(chunk.len(), args))?;
+        }
+        self.run(&group)?;
+        Ok(true)
     }
 
     /// Hands the gathered group, if any, to an instance as one run.
@@ -466,6 +578,73 @@ fn carry(
         })
         .collect::<DfResult<Vec<_>>>()
         .map_err(EngineError::from)
+}
+
+/// The groups of the kept `batches` (`keys` key columns each), in key order, each with its
+/// rows as `(batch, row)` pairs in the order they arrived: the row indices are sorted (stably)
+/// by the keys' row encoding alone, in which NULLs are equal.
+fn group_rows(
+    batches: &[(usize, Vec<ArrayRef>, Vec<ColumnarValue>)],
+    keys: usize,
+) -> DfResult<VecDeque<GatheredGroup>> {
+    // Where each row of the concatenated keys lives.
+    let places: Vec<(usize, usize)> = batches
+        .iter()
+        .enumerate()
+        .flat_map(|(b, (rows, _, _))| (0..*rows).map(move |r| (b, r)))
+        .collect();
+    let keys = (0..keys)
+        .map(|k| {
+            let parts: Vec<&dyn Array> = batches
+                .iter()
+                .map(|(_, keys, _)| keys[k].as_ref())
+                .collect();
+            concat(&parts)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let converter = RowConverter::new(
+        keys.iter()
+            .map(|k| SortField::new(k.data_type().clone()))
+            .collect(),
+    )?;
+    let encoded = converter.convert_columns(&keys)?;
+    let mut order: Vec<usize> = (0..places.len()).collect();
+    order.sort_by(|&a, &b| encoded.row(a).cmp(&encoded.row(b)));
+    let mut groups = VecDeque::new();
+    for run in order.chunk_by(|&a, &b| encoded.row(a) == encoded.row(b)) {
+        let key = keys
+            .iter()
+            .map(|k| ScalarValue::try_from_array(k, run[0]))
+            .collect::<DfResult<Vec<_>>>()?;
+        groups.push_back(GatheredGroup {
+            key,
+            rows: run.iter().map(|&i| places[i]).collect(),
+        });
+    }
+    Ok(groups)
+}
+
+/// Argument `a` of the kept rows `rows` (`(batch, row)` pairs), in that order; a constant
+/// (a scalar in every batch) stays a scalar.
+fn gather_argument(
+    batches: &[(usize, Vec<ArrayRef>, Vec<ColumnarValue>)],
+    a: usize,
+    rows: &[(usize, usize)],
+) -> DfResult<ColumnarValue> {
+    if let Some((_, _, args)) = batches.first()
+        && let ColumnarValue::Scalar(value) = &args[a]
+        && batches
+            .iter()
+            .all(|(_, _, args)| matches!(&args[a], ColumnarValue::Scalar(v) if v == value))
+    {
+        return Ok(ColumnarValue::Scalar(value.clone()));
+    }
+    let arrays = batches
+        .iter()
+        .map(|(n, _, args)| args[a].to_array(*n))
+        .collect::<DfResult<Vec<_>>>()?;
+    let refs: Vec<&dyn Array> = arrays.iter().map(|x| x.as_ref()).collect();
+    Ok(ColumnarValue::Array(interleave(&refs, rows)?))
 }
 
 /// The arguments for `batch`: constants stay scalars.

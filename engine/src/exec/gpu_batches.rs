@@ -1,12 +1,13 @@
-//! Larger input batches for GPU calls: a call placed on the GPU that has a GPU implementation
-//! pays a fixed cost per batch (the device's turn, a stream synchronisation, the transfers'
-//! set-up), so DataFusion's 8192-row batches are coalesced before the plan node that evaluates
-//! it, up to [`GPU_BATCH_BYTES`] of input per batch. Applied by the query planner to the
-//! optimized plan (so EXPLAIN ANALYZE shows it; plain EXPLAIN prints DataFusion's plan).
-//!
-//! Measured on an H100 (benchmarks/report-gpu/REPORT.md): with 8192-row batches the options
-//! suite's `black_scholes_call` over 5M rows spent ~0.4 ms per batch in fixed costs and ran at a
-//! sixth of the CPU's speed.
+//! Larger input batches for calls that pay a fixed cost per batch, applied by the query planner
+//! to the optimized plan (so EXPLAIN ANALYZE shows it; plain EXPLAIN prints DataFusion's plan):
+//! - a call placed on the GPU that has a GPU implementation pays the device's turn, a stream
+//!   synchronisation and the transfers' set-up per batch, so its input is coalesced up to
+//!   [`GPU_BATCH_BYTES`] per batch. Measured on an H100 (benchmarks/report-gpu/REPORT.md): with
+//!   8192-row batches the options suite's `black_scholes_call` over 5M rows spent ~0.4 ms per
+//!   batch in fixed costs and ran at a sixth of the CPU's speed;
+//! - a SCALAR RETURNS script pays one round trip to its worker per batch, so tiny input batches
+//!   (a selective filter's, one-row `VALUES` lists) are coalesced up to the session's batch size.
+//!   Rows keep their order; a script's per-row error names the row of the run it saw.
 
 use std::sync::Arc;
 
@@ -37,20 +38,25 @@ const MAX_ROWS: usize = 1 << 20;
 const VARIABLE_WIDTH: usize = 64;
 
 /// `plan` with the inputs of every node that evaluates a GPU call (one with a GPU
-/// implementation, placed on the GPU) coalesced into batches of up to [`GPU_BATCH_BYTES`].
+/// implementation, placed on the GPU) coalesced into batches of up to [`GPU_BATCH_BYTES`], and
+/// those of every other node that evaluates a SCALAR RETURNS script into batches of
+/// `batch_size` rows (the session's `datafusion.execution.batch_size`).
 #[expect(deprecated)]
-pub(crate) fn coalesce_gpu_inputs(
+pub(crate) fn coalesce_call_inputs(
     plan: Arc<dyn ExecutionPlan>,
+    batch_size: usize,
 ) -> DfResult<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
-        if !evaluates_gpu_call(node.as_ref())? {
-            return Ok(Transformed::no(node));
-        }
+        let target = match evaluates(node.as_ref())? {
+            Evaluates::GpuCall => None,
+            Evaluates::Script => Some(batch_size.max(1)),
+            Evaluates::Neither => return Ok(Transformed::no(node)),
+        };
         let children: Vec<Arc<dyn ExecutionPlan>> = node
             .children()
             .into_iter()
             .map(|child| {
-                let rows = target_rows(&child.schema());
+                let rows = target.unwrap_or_else(|| target_rows(&child.schema()));
                 let input = match child.downcast_ref::<CoalesceBatchesExec>() {
                     // Replace a smaller coalescing target rather than stack another.
                     Some(c) if c.target_batch_size() < rows => Arc::clone(c.input()),
@@ -86,8 +92,19 @@ fn value_width(t: &DataType) -> usize {
     }
 }
 
-/// Whether `node` evaluates, itself, a call placed on the GPU that has a GPU implementation.
-fn evaluates_gpu_call(node: &dyn ExecutionPlan) -> DfResult<bool> {
+/// Which calls with a cost per batch a plan node evaluates itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Evaluates {
+    /// A call placed on the GPU that has a GPU implementation (whatever else it evaluates).
+    GpuCall,
+    /// A SCALAR RETURNS script, and no such GPU call.
+    Script,
+    /// Neither.
+    Neither,
+}
+
+/// Which calls with a cost per batch `node` evaluates itself.
+fn evaluates(node: &dyn ExecutionPlan) -> DfResult<Evaluates> {
     let exprs: Vec<Arc<dyn PhysicalExpr>> = if let Some(p) = node.downcast_ref::<ProjectionExec>() {
         p.expr().iter().map(|e| Arc::clone(&e.expr)).collect()
     } else if let Some(f) = node.downcast_ref::<FilterExec>() {
@@ -99,27 +116,32 @@ fn evaluates_gpu_call(node: &dyn ExecutionPlan) -> DfResult<bool> {
             .chain(a.group_expr().expr().iter().map(|(e, _)| Arc::clone(e)))
             .collect()
     } else {
-        return Ok(false);
+        return Ok(Evaluates::Neither);
     };
-    let mut found = false;
+    let mut found = Evaluates::Neither;
     for expr in exprs {
         expr.apply(|e| {
-            let gpu = e
+            let Some(udf) = e
                 .downcast_ref::<ScalarFunctionExpr>()
                 .and_then(|f| as_accel(f.fun().inner().as_ref()))
-                .is_some_and(|u| {
-                    u.definition().has_gpu_implementation()
-                        && u.placed_call()
-                            .is_some_and(|c| c.decision.placement == Placement::Gpu)
-                });
-            found |= gpu;
-            Ok(if gpu {
-                TreeNodeRecursion::Stop
-            } else {
-                TreeNodeRecursion::Continue
-            })
+            else {
+                return Ok(TreeNodeRecursion::Continue);
+            };
+            let gpu = udf.definition().has_gpu_implementation()
+                && udf
+                    .placed_call()
+                    .is_some_and(|c| c.decision.placement == Placement::Gpu);
+            if gpu {
+                found = Evaluates::GpuCall;
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            // Scripts are the UDFs defined in this process (Rust UDFs are registered).
+            if udf.definition().is_local() {
+                found = Evaluates::Script;
+            }
+            Ok(TreeNodeRecursion::Continue)
         })?;
-        if found {
+        if found == Evaluates::GpuCall {
             break;
         }
     }

@@ -3,7 +3,7 @@
 //! Owns the statement's result stream, which takes the node lease before the plan runs when a
 //! call was placed on the GPUs and releases it when the stream ends, fails or is dropped
 //! ([`stream`]); the EMITS call's physical operator and the physical planner that makes it
-//! ([`emits`], [`planner`]); larger input batches for GPU calls ([`gpu_batches`]); and a cluster node's side of placed calls: what travels with a
+//! ([`emits`], [`planner`]); larger input batches for GPU calls and SCALAR RETURNS scripts ([`gpu_batches`]); and a cluster node's side of placed calls: what travels with a
 //! placed call, how a node rebuilds it, and the node lease a task takes ([`remote`]).
 //!
 //! May use: `core`, `udf`, `plan`.

@@ -12,7 +12,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
 use super::emits::{CallSpec, UdfCallExec};
-use super::gpu_batches::coalesce_gpu_inputs;
+use super::gpu_batches::coalesce_call_inputs;
+use crate::core::options::AccelsqlOptions;
 use crate::plan::emits_node::UdfCallNode;
 
 /// DataFusion's physical planner, knowing `UdfCall`.
@@ -32,7 +33,7 @@ impl QueryPlanner for AccelQueryPlanner {
         // After DataFusion's optimizer, not as one of its rules: EXPLAIN VERBOSE then prints
         // exactly DataFusion's list of rules (the upstream parity files check it); the plan that
         // runs, and EXPLAIN ANALYZE, show the coalescing.
-        coalesce_gpu_inputs(plan)
+        coalesce_call_inputs(plan, session.config().batch_size())
     }
 }
 
@@ -72,6 +73,13 @@ impl ExtensionPlanner for UdfCallPlanner {
             carried: plan(&call.carried)?,
             schema: Arc::new(call.schema.as_arrow().clone()),
             placed: call.placed.clone(),
+            grouping: session
+                .config()
+                .options()
+                .extensions
+                .get::<AccelsqlOptions>()
+                .map(|o| o.set_grouping)
+                .unwrap_or_default(),
         };
         Ok(Some(Arc::new(UdfCallExec::new(spec, Arc::clone(input)))))
     }

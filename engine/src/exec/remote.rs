@@ -21,6 +21,7 @@ use crate::core::EngineState;
 use crate::core::calls::{NodeRun, Placement, PlacementDecision, UdfCallRecord};
 use crate::core::error::{EngineError, Result};
 use crate::core::node_leases::SharedLease;
+use crate::core::options::SetGrouping;
 use crate::udf::call::{CallStats, LeaseDevices, PlacedCall};
 use crate::udf::registry::UdfRegistry;
 use crate::udf::script::origin::ScriptOrigin;
@@ -142,6 +143,8 @@ pub struct UdfCallParts {
     pub carried: Vec<Arc<dyn PhysicalExpr>>,
     /// The operator's output.
     pub schema: SchemaRef,
+    /// How a grouped SET call gets each group's rows together.
+    pub grouping: SetGrouping,
 }
 
 /// `plan` taken apart when it is an EMITS call's operator; `None` for any other plan, and for
@@ -164,6 +167,7 @@ pub fn udf_call_parts(plan: &dyn ExecutionPlan) -> Option<UdfCallParts> {
         args: call.args.clone(),
         carried: call.carried.clone(),
         schema: Arc::clone(&call.schema),
+        grouping: call.grouping,
     })
 }
 
@@ -297,6 +301,7 @@ impl NodeSide<'_> {
             carried: parts.carried,
             schema: parts.schema,
             placed: Some(self.wire_call(wire)),
+            grouping: parts.grouping,
         };
         Ok(Arc::new(UdfCallExec::new(spec, input)))
     }

@@ -543,3 +543,64 @@ async fn a_nodes_identity_reaches_iproc_nproc_exa_metadata_and_scripts() {
     .unwrap();
     assert_eq!(e.code(), "22E03");
 }
+
+/// A SCALAR RETURNS script pays a worker round trip per input batch: tiny batches are coalesced
+/// up to the session's batch size first, in order, and a per-row error names the row of the run
+/// the script saw.
+#[tokio::test]
+async fn a_scalar_script_gets_tiny_input_batches_coalesced() {
+    use accelsql_engine::datafusion::arrow::array::Int64Array;
+    use accelsql_engine::datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use accelsql_engine::datafusion::datasource::MemTable;
+    use std::sync::Arc;
+
+    let s = engine(0).session();
+    // One partition, so that the rows reach the script in the table's order.
+    run(&s, "SET datafusion.execution.target_partitions = 1").await;
+    let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+    let batches: Vec<RecordBatch> = (1..=300)
+        .map(|i| {
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(Int64Array::from(vec![i]))],
+            )
+            .unwrap()
+        })
+        .collect();
+    let table = MemTable::try_new(Arc::clone(&schema), vec![batches]).unwrap();
+    s.context().register_table("tiny", Arc::new(table)).unwrap();
+    // Each row learns the size of the batch it came in, and its own position in it.
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT batch_rows(x BIGINT) RETURNS BIGINT AS\n\
+         def run_batch(ctx):\n    n = len(ctx.x)\n    return [n] * n\n/",
+    )
+    .await;
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT same(x BIGINT) RETURNS BIGINT AS\n\
+         def run(ctx):\n    return ctx.x\n/",
+    )
+    .await;
+    let sizes = "SELECT min(batch_rows(x)), max(batch_rows(x)), count(*) FROM tiny";
+    assert_eq!(run(&s, sizes).await, ["300|300|300"]);
+    // Every value comes back beside its own row.
+    assert_eq!(
+        run(&s, "SELECT count(*), sum(x) FROM tiny WHERE same(x) = x").await,
+        ["300|45150"]
+    );
+    // Never beyond the session's batch size.
+    run(&s, "SET datafusion.execution.batch_size = 128").await;
+    assert_eq!(run(&s, sizes).await, ["44|128|300"]);
+    run(&s, "SET datafusion.execution.batch_size = 8192").await;
+    // The 250th row fails: it is row 250 of the one run the script saw.
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT bad_at(x BIGINT) RETURNS BIGINT AS\n\
+         def run(ctx):\n    return 'oops' if ctx.x == 250 else ctx.x\n/",
+    )
+    .await;
+    let e = s.sql("SELECT sum(bad_at(x)) FROM tiny").await.unwrap_err();
+    assert_eq!(e.code(), "22U13", "{e}");
+    assert!(e.to_string().contains("row 250 of this run"), "{e}");
+}

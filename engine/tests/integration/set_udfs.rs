@@ -252,3 +252,38 @@ async fn with_zero_gpus_required_emits_calls_fail_and_optional_ones_run_on_cpu()
     let b = s.sql("SELECT group_probe(x) FROM t").await.unwrap();
     assert_eq!(flat(&b), ["6|<invalid>"]);
 }
+
+/// A grouped SET call gathers each group's rows itself by default: no sort of the input (and
+/// its payloads) before it, the same groups and rows as the sorted path.
+#[tokio::test]
+async fn grouped_set_calls_gather_their_groups_without_sorting_the_input() {
+    let s = session(0);
+    // 3,000 rows of 8-float embeddings in 30 groups, a NULL group among them.
+    s.sql(
+        "CREATE TABLE docs AS SELECT value AS id, \
+         CASE WHEN value % 31 = 0 THEN NULL ELSE value % 29 END AS cat, \
+         [sin(value), cos(value), sin(2 * value), cos(3 * value), \
+          sin(5 * value), cos(7 * value), 1.0, sin(value / 7)] AS emb \
+         FROM generate_series(1, 3000)",
+    )
+    .await
+    .unwrap();
+    let sql = "SELECT cat, vector_topk(id, emb, [1, 0, 0.5, 0, 0, 0.25, 1, 0], 3) \
+               FROM docs GROUP BY cat ORDER BY cat NULLS LAST, score DESC, row_id";
+    let explain = format!("EXPLAIN {sql}");
+    let gathered = flat(&s.sql(&explain).await.unwrap()).join("\n");
+    assert!(gathered.contains("(gathered)"), "{gathered}");
+    // Nothing below the call sorts (the ORDER BY above it does).
+    let (_, below) = gathered.split_once("UdfCallExec").unwrap();
+    assert!(!below.contains("SortExec"), "{gathered}");
+    let gather = flat(&s.sql(sql).await.unwrap());
+    assert_eq!(gather.len(), 30 * 3, "{gather:?}");
+    assert!(gather.iter().any(|r| r.starts_with("NULL|")), "{gather:?}");
+
+    s.sql("SET accelsql.set_grouping = 'sort'").await.unwrap();
+    let sorted = flat(&s.sql(&explain).await.unwrap()).join("\n");
+    assert!(!sorted.contains("(gathered)"), "{sorted}");
+    let (_, below) = sorted.split_once("UdfCallExec").unwrap();
+    assert!(below.contains("SortExec"), "{sorted}");
+    assert_eq!(flat(&s.sql(sql).await.unwrap()), gather);
+}

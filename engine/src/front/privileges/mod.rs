@@ -100,6 +100,7 @@ pub(crate) const FREE_SETTINGS: &[&str] = &[
     "accelsql.optional_gpu_when_busy",
     "accelsql.create_schema_opens",
     "accelsql.identifier_case",
+    "accelsql.set_grouping",
 ];
 /// Settings that bound a resource: a session without `ALTER SESSION` may lower them, never raise or lift them.
 const LIMIT_SETTINGS: &[&str] = &[
