@@ -104,6 +104,9 @@ struct UdfCallNode {
     /// 'sort'`); false: it gathers each group's rows itself.
     #[prost(bool, tag = "8")]
     sorted_groups: bool,
+    /// One partition's partial run of a call split by its top-k merge.
+    #[prost(bool, tag = "9")]
+    partial: bool,
 }
 
 /// What starts a per-node system table's scan (`accelsql.gpu_devices`, `gpu_leases`,
@@ -173,6 +176,7 @@ impl ClusterCodec {
             carried: exprs(&parts.carried)?,
             schema: Some(parts.schema.as_ref().try_into()?),
             sorted_groups: parts.grouping == SetGrouping::Sort,
+            partial: parts.partial,
         };
         buf.extend_from_slice(UDF_CALL);
         node.encode(buf)
@@ -221,6 +225,7 @@ impl ClusterCodec {
             schema: Arc::new(Schema::try_from(schema)?),
             name: node.name,
             placement: node.placement,
+            partial: node.partial,
             grouping: if node.sorted_groups {
                 SetGrouping::Sort
             } else {

@@ -82,5 +82,5 @@ pub use crate::front::session::Session;
 pub use crate::front::splitter;
 pub use crate::udf::{
     InputType, Inputs, Output, RunChunk, RunInput, ScalarKernel, ScalarUdf, ScalarUdfBuilder,
-    SetKernel, SetUdf, SetUdfBuilder,
+    SetKernel, SetUdf, SetUdfBuilder, TopKMerge,
 };

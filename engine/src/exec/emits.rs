@@ -62,6 +62,9 @@ pub(crate) struct CallSpec {
     pub(crate) placed: Option<Arc<PlacedCall>>,
     /// How a SET call with GROUP BY keys gets each group's rows together.
     pub(crate) grouping: SetGrouping,
+    /// A SET call without GROUP BY split by its [`TopKMerge`](crate::udf::TopKMerge): each input
+    /// partition is a group of its own, whose `k` best rows a merge above takes in.
+    pub(crate) partial: bool,
 }
 
 impl UdfCallExec {
@@ -136,6 +139,9 @@ impl DisplayAs for UdfCallExec {
                 f.write_str(" (gathered)")?;
             }
         }
+        if call.partial {
+            f.write_str(", partial: each partition's best")?;
+        }
         match &call.placed {
             Some(p) => write!(
                 f,
@@ -197,7 +203,10 @@ impl ExecutionPlan for UdfCallExec {
     fn input_distribution_requirements(
         &self,
     ) -> datafusion::physical_plan::InputDistributionRequirements {
-        let distribution = match (self.is_set(), self.call.keys.is_empty()) {
+        let distribution = match (
+            self.is_set() && !self.call.partial,
+            self.call.keys.is_empty(),
+        ) {
             // One group per key value: all of a group's rows in one partition.
             (true, false) => Distribution::KeyPartitioned(self.call.keys.clone()),
             // No GROUP BY: the whole input is one group.
@@ -222,7 +231,7 @@ impl ExecutionPlan for UdfCallExec {
     }
 
     fn benefits_from_input_partitioning(&self) -> Vec<bool> {
-        vec![!(self.is_set() && self.call.keys.is_empty())]
+        vec![!(self.is_set() && self.call.keys.is_empty()) || self.call.partial]
     }
 
     fn execute(

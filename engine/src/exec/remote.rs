@@ -145,6 +145,8 @@ pub struct UdfCallParts {
     pub schema: SchemaRef,
     /// How a grouped SET call gets each group's rows together.
     pub grouping: SetGrouping,
+    /// A partial run per partition of a call split by its top-k merge.
+    pub partial: bool,
 }
 
 /// `plan` taken apart when it is an EMITS call's operator; `None` for any other plan, and for
@@ -168,6 +170,7 @@ pub fn udf_call_parts(plan: &dyn ExecutionPlan) -> Option<UdfCallParts> {
         carried: call.carried.clone(),
         schema: Arc::clone(&call.schema),
         grouping: call.grouping,
+        partial: call.partial,
     })
 }
 
@@ -302,6 +305,7 @@ impl NodeSide<'_> {
             schema: parts.schema,
             placed: Some(self.wire_call(wire)),
             grouping: parts.grouping,
+            partial: parts.partial,
         };
         Ok(Arc::new(UdfCallExec::new(spec, input)))
     }

@@ -29,4 +29,6 @@ pub use self::definition::{ArgumentRule, Inputs, ScalarKernel, ScalarUdf, Scalar
 pub(crate) use self::emits::{EmitsAggregate, EmitsScalar, emits_of, emits_of_aggregate};
 pub use self::scalar::runs_only_in_this_process;
 pub(crate) use self::scalar::{AccelScalarUdf, as_accel as as_accel_udf};
-pub use self::set::{InputType, Output, RunChunk, RunInput, SetKernel, SetUdf, SetUdfBuilder};
+pub use self::set::{
+    InputType, Output, RunChunk, RunInput, SetKernel, SetUdf, SetUdfBuilder, TopKMerge,
+};

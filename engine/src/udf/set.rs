@@ -391,6 +391,28 @@ pub struct SetUdf {
     local: bool,
     /// How another process rebuilds it, for a script that can travel.
     origin: Option<Arc<ScriptOrigin>>,
+    /// How a call without GROUP BY runs as a partial run per input partition and a merge.
+    top_k_merge: Option<TopKMerge>,
+}
+
+/// How a SET EMITS UDF whose result is the `k` best rows of its group by a score runs without
+/// GROUP BY: one partial run per input partition (each emitting its partition's `k` best), then
+/// a merge keeping the `k` best of those (score descending with NaN last, then id ascending
+/// with NULL last) — instead of one run over the whole input on one core. Only when the
+/// arguments it names are constants (literals), so that every partition's run checks the same
+/// `k` and the same constant arguments the one run would; otherwise the call runs whole.
+/// It stays one call for the placement rule: the partial runs are its runs, on its instances
+/// (and devices) under its one lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopKMerge {
+    /// The argument holding `k` (0-based).
+    pub k_argument: usize,
+    /// Arguments that must also be constants for the split (0-based), e.g. a query vector.
+    pub constant_arguments: Vec<usize>,
+    /// The emitted column ranked descending (NaN below every number).
+    pub score_column: String,
+    /// The emitted column that breaks ties, ascending (NULL last).
+    pub id_column: String,
 }
 
 impl fmt::Debug for SetUdf {
@@ -403,11 +425,17 @@ impl fmt::Debug for SetUdf {
             .field("accelerator", &self.accelerator)
             .field("instance_limit", &self.instance_limit)
             .field("gpu", &self.gpu.is_some())
+            .field("top_k_merge", &self.top_k_merge)
             .finish()
     }
 }
 
 impl SetUdf {
+    /// How a call without GROUP BY splits into partial runs and a merge, if it can.
+    pub fn top_k_merge(&self) -> Option<&TopKMerge> {
+        self.top_k_merge.as_ref()
+    }
+
     /// Starts a SET UDF definition (use [`SetUdfBuilder::scalar_input`] for SCALAR EMITS).
     pub fn builder(name: impl Into<String>) -> SetUdfBuilder {
         SetUdfBuilder {
@@ -419,6 +447,7 @@ impl SetUdf {
             instance_limit: None,
             cpu: None,
             gpu: None,
+            top_k_merge: None,
         }
     }
 
@@ -504,9 +533,17 @@ pub struct SetUdfBuilder {
     instance_limit: Option<usize>,
     cpu: Option<Arc<dyn SetKernel>>,
     gpu: Option<Arc<dyn SetKernel>>,
+    top_k_merge: Option<TopKMerge>,
 }
 
 impl SetUdfBuilder {
+    /// Lets a call without GROUP BY run as partial runs per input partition and a merge (see
+    /// [`TopKMerge`]). The kernels must emit, for any run, its `k` best rows by that order.
+    pub fn merged_as_top_k(mut self, merge: TopKMerge) -> Self {
+        self.top_k_merge = Some(merge);
+        self
+    }
+
     /// Makes it a SCALAR EMITS UDF: runs get batches of input rows, each row may emit 0..n rows.
     pub fn scalar_input(mut self) -> Self {
         self.input_type = InputType::Scalar;
@@ -575,6 +612,22 @@ impl SetUdfBuilder {
             }
             _ => {}
         }
+        if let Some(merge) = &self.top_k_merge {
+            let emitted = |column: &str| match (&output, self.input_type) {
+                (Output::Emits(fields), InputType::Set) => {
+                    fields.iter().any(|f| f.name() == column)
+                }
+                _ => false,
+            };
+            if !emitted(&merge.score_column) || !emitted(&merge.id_column) {
+                return Err(definition_err!(
+                    "UDF {name} merges as a top-k by {} and {}: it must be SET EMITS with both \
+                     columns",
+                    merge.score_column,
+                    merge.id_column
+                ));
+            }
+        }
         Ok(SetUdf {
             name,
             input_type: self.input_type,
@@ -586,6 +639,7 @@ impl SetUdfBuilder {
             gpu: self.gpu,
             local: false,
             origin: None,
+            top_k_merge: self.top_k_merge,
         })
     }
 }
@@ -596,6 +650,47 @@ mod tests {
 
     fn noop() -> impl SetKernel {
         |_: &InstanceContext, _: usize, _: &[ArrayRef]| Ok(Vec::new())
+    }
+
+    #[test]
+    fn a_top_k_merge_needs_set_emits_with_its_columns() {
+        let merge = || TopKMerge {
+            k_argument: 1,
+            constant_arguments: Vec::new(),
+            score_column: "score".into(),
+            id_column: "id".into(),
+        };
+        let fields = || {
+            [
+                Field::new("id", DataType::Int64, true),
+                Field::new("score", DataType::Float64, false),
+            ]
+        };
+        let ok = SetUdf::builder("f")
+            .inputs([DataType::Int64, DataType::Int64])
+            .emits(fields())
+            .merged_as_top_k(merge())
+            .cpu(noop())
+            .build()
+            .unwrap();
+        assert_eq!(ok.top_k_merge(), Some(&merge()));
+        let e = SetUdf::builder("f")
+            .scalar_input()
+            .inputs([DataType::Int64, DataType::Int64])
+            .emits(fields())
+            .merged_as_top_k(merge())
+            .cpu(noop())
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("must be SET EMITS"), "{e}");
+        let e = SetUdf::builder("f")
+            .inputs([DataType::Int64, DataType::Int64])
+            .emits([Field::new("id", DataType::Int64, true)])
+            .merged_as_top_k(merge())
+            .cpu(noop())
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("score and id"), "{e}");
     }
 
     #[test]

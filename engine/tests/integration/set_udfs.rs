@@ -287,3 +287,66 @@ async fn grouped_set_calls_gather_their_groups_without_sorting_the_input() {
     assert!(below.contains("SortExec"), "{sorted}");
     assert_eq!(flat(&s.sql(sql).await.unwrap()), gather);
 }
+
+/// `vector_topk` without GROUP BY, with a constant query and `k`, runs as each partition's `k`
+/// best and a merge: the same rows as one run over the whole input — ties (equal scores break
+/// by id, NULL ids last), NULL embeddings, `k` beyond the rows, empty input.
+#[tokio::test]
+async fn vector_topk_without_group_by_merges_each_partitions_best() {
+    let s = session(0);
+    s.sql("SET datafusion.execution.target_partitions = 4")
+        .await
+        .unwrap();
+    // Embeddings repeat every 50 rows (equal scores), every 7th id is NULL, every 11th
+    // embedding is NULL; `q` holds the query as data, so a call given it runs whole.
+    s.sql(
+        "CREATE TABLE docs AS SELECT \
+         CASE WHEN value % 7 = 0 THEN NULL ELSE value END AS id, \
+         CASE WHEN value % 11 = 0 THEN NULL ELSE \
+           [sin(value % 50), cos(value % 50), 0.5] END AS emb, \
+         [1.0, 0.0, 0.5] AS q \
+         FROM generate_series(1, 3000)",
+    )
+    .await
+    .unwrap();
+    for (k, filter) in [
+        (7, ""),
+        (40, ""),
+        (5000, ""),
+        (3, " WHERE id < 20"),
+        (5, " WHERE false"),
+    ] {
+        let split = format!(
+            "SELECT row_id, score FROM (SELECT vector_topk(id, emb, [1.0, 0.0, 0.5], {k}) \
+             FROM docs{filter})"
+        );
+        let whole = format!(
+            "SELECT row_id, score FROM (SELECT vector_topk(id, emb, q, {k}) FROM docs{filter})"
+        );
+        let plan = flat(&s.sql(&format!("EXPLAIN {split}")).await.unwrap()).join("\n");
+        assert!(plan.contains("partial: each partition's best"), "{plan}");
+        assert!(plan.contains("SortPreservingMergeExec"), "{plan}");
+        let whole_plan = flat(&s.sql(&format!("EXPLAIN {whole}")).await.unwrap()).join("\n");
+        assert!(!whole_plan.contains("partial"), "{whole_plan}");
+        let got = flat(&s.sql(&split).await.unwrap());
+        let want = flat(&s.sql(&whole).await.unwrap());
+        assert_eq!(got, want, "k = {k}{filter}");
+        let scored = if filter.is_empty() {
+            3000 - 3000 / 11
+        } else {
+            0
+        };
+        if k == 5000 {
+            assert_eq!(got.len(), scored);
+        }
+    }
+    // Ties: the top rows share a score and come by id, the NULL id last among them.
+    let top = flat(
+        &s.sql("SELECT row_id FROM (SELECT vector_topk(id, emb, [1.0, 0.0, 0.5], 3) FROM docs)")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(top.len(), 3);
+    let ids: Vec<i64> = top.iter().filter_map(|r| r.parse().ok()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{top:?}");
+}

@@ -1,7 +1,9 @@
 //! `vector_topk(row_id, emb, query, k) EMITS (row_id BIGINT, score DOUBLE)`: per group (the
 //! whole input without GROUP BY), the `k` rows whose embedding is most cosine-similar to the
 //! query, best first. Semantics and edge cases are those of
-//! `accelsql_udf_runtime::kernels::vectors::{top_k_group, top_k}`.
+//! `accelsql_udf_runtime::kernels::vectors::{top_k_group, top_k}`. Without GROUP BY, and with a
+//! constant query and `k`, each input partition's run keeps its `k` best and a merge keeps the
+//! `k` best of those ([`TopKMerge`]), so every core scores rows.
 //!
 //! ```sql
 //! SELECT vector_topk(id, emb, [0.1, 0.2, 0.3], 10) FROM docs;
@@ -20,7 +22,7 @@ use datafusion::logical_expr::ColumnarValue;
 use super::vectors::vector_type;
 use crate::udf::kernel::{kernel_error, pinned_device};
 use crate::udf::{ArgumentRule, RunInput};
-use crate::{AcceleratorRequest, InstanceContext, Result, SetKernel, SetUdf};
+use crate::{AcceleratorRequest, InstanceContext, Result, SetKernel, SetUdf, TopKMerge};
 
 /// `(row_id BIGINT, emb VECTOR, query VECTOR, k BIGINT)`: integers are widened to BIGINT,
 /// vectors as for the vector functions.
@@ -60,6 +62,13 @@ pub(super) fn vector_topk() -> Result<SetUdf> {
             Field::new("score", DataType::Float64, false),
         ])
         .accelerator_request(AcceleratorRequest::Preferred)
+        // Without GROUP BY: each partition's k best, then the k best of those.
+        .merged_as_top_k(TopKMerge {
+            k_argument: 3,
+            constant_arguments: vec![2],
+            score_column: "score".into(),
+            id_column: "row_id".into(),
+        })
         .cpu(TopKOnCpu)
         .gpu(TopKOnGpu)
         .build()
