@@ -116,6 +116,16 @@ impl Table {
         self
     }
 
+    /// The median seconds of the first measured figure of `engine` that `matches` (its case
+    /// and rows, say), if there is one.
+    pub fn median_s(&self, engine: &str, matches: impl Fn(&Figure) -> bool) -> Option<f64> {
+        self.figures
+            .iter()
+            .find(|f| f.engine == engine && matches(f))
+            .and_then(|f| f.outcome.stats())
+            .map(|s| s.median_s)
+    }
+
     /// Adds a figure.
     pub fn push(&mut self, figure: Figure) {
         self.figures.push(figure);

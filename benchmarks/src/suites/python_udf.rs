@@ -228,14 +228,7 @@ const SCALAR_RETURNS: &str = "SCALAR RETURNS sum(f_row(x))";
 
 /// The note on the SCALAR RETURNS goal: one-row batches within 2× of full ones.
 fn scalar_batches_note(table: &Table) -> Option<String> {
-    let time = |engine: &str| {
-        table
-            .figures
-            .iter()
-            .find(|f| f.case == SCALAR_RETURNS && f.engine == engine)
-            .and_then(|f| f.outcome.stats())
-            .map(|s| s.median_s)
-    };
+    let time = |engine: &str| table.median_s(engine, |f| f.case == SCALAR_RETURNS);
     let (tiny, full) = (time(ONE_ROW_BATCHES)?, time(FULL_BATCHES)?);
     let ratio = tiny / full;
     let verdict = if ratio <= 2.0 { "met" } else { "MISSED" };

@@ -56,15 +56,7 @@ const SORTED: &str = "accelsql vector_topk per group, input sorted (set_grouping
 /// The per-group top-K rows agree: the same `(group, id)` pairs (near-equal scores may swap
 /// places within a group).
 fn same_groups(answer: &[Vec<f64>], reference: &[Vec<f64>]) -> std::result::Result<(), String> {
-    let pairs = |rows: &[Vec<f64>]| {
-        let mut pairs: Vec<(i64, i64)> = rows
-            .iter()
-            .filter_map(|r| Some((*r.first()? as i64, *r.get(1)? as i64)))
-            .collect();
-        pairs.sort_unstable();
-        pairs
-    };
-    let (a, r) = (pairs(answer), pairs(reference));
+    let (a, r) = (leading_ints(answer, 2), leading_ints(reference, 2));
     if a == r {
         Ok(())
     } else {
@@ -75,6 +67,17 @@ fn same_groups(answer: &[Vec<f64>], reference: &[Vec<f64>]) -> std::result::Resu
             a.iter().zip(&r).find(|(x, y)| x != y)
         ))
     }
+}
+
+/// The first `n` values of each row (of at least `n`) as integers, the rows sorted.
+fn leading_ints(rows: &[Vec<f64>], n: usize) -> Vec<Vec<i64>> {
+    let mut out: Vec<Vec<i64>> = rows
+        .iter()
+        .filter_map(|r| r.get(..n))
+        .map(|r| r.iter().map(|v| *v as i64).collect())
+        .collect();
+    out.sort_unstable();
+    out
 }
 
 /// `vector_topk` per group (`GROUP BY id % GROUPS`) over `dataset` at `rows`: the gathered
@@ -112,14 +115,7 @@ async fn compare_grouped(
     };
     let mut table = Table::new(format!("vectors-large: {case}"), "embeddings", Some(SORTED));
     sql::run(ctx, cmp, &[rows], &mut table, notes).await?;
-    let time = |engine: &str| {
-        table
-            .figures
-            .iter()
-            .find(|f| f.engine == engine)
-            .and_then(|f| f.outcome.stats())
-            .map(|s| s.median_s)
-    };
+    let time = |engine: &str| table.median_s(engine, |_| true);
     if let (Some(old), Some(new)) = (time(SORTED), time(GATHERED)) {
         let speedup = old / new;
         let verdict = if speedup >= 5.0 { "met" } else { "MISSED" };
@@ -133,15 +129,7 @@ async fn compare_grouped(
 
 /// The top-K ids agree (as sets: near-equal scores may swap places).
 fn same_ids(answer: &[Vec<f64>], reference: &[Vec<f64>]) -> std::result::Result<(), String> {
-    let ids = |rows: &[Vec<f64>]| {
-        let mut ids: Vec<i64> = rows
-            .iter()
-            .filter_map(|r| r.first())
-            .map(|v| *v as i64)
-            .collect();
-        ids.sort_unstable();
-        ids
-    };
+    let ids = |rows: &[Vec<f64>]| leading_ints(rows, 1).concat();
     let (a, r) = (ids(answer), ids(reference));
     if a == r {
         Ok(())
@@ -220,14 +208,7 @@ async fn compare(
 /// throughput on the CPU, at the table's largest size.
 fn topk_note(table: &Table, dim: usize) -> Option<String> {
     let rows = table.figures.iter().map(|f| f.rows).max()?;
-    let time = |engine: &str| {
-        table
-            .figures
-            .iter()
-            .find(|f| f.rows == rows && f.engine == engine)
-            .and_then(|f| f.outcome.stats())
-            .map(|s| s.median_s)
-    };
+    let time = |engine: &str| table.median_s(engine, |f| f.rows == rows);
     let topk = time(&format!("{ACCELSQL_TOPK} CPU"))?;
     let cosine = time(&format!("{ACCELSQL_COSINE} CPU"))?;
     let share = cosine / topk;
@@ -402,14 +383,7 @@ pub(crate) async fn run_large(ctx: &Context, result: &mut SuiteResult) -> Result
         let dim = dataset.dim().unwrap_or(EMBEDDING_DIM);
         let case = format!("top-{K} cosine, dim {dim}");
         let bytes = rows as f64 * dim as f64 * 4.0;
-        let time = |engine: &str| {
-            table
-                .figures
-                .iter()
-                .find(|f| f.engine == engine)
-                .and_then(|f| f.outcome.stats())
-                .map(|s| s.median_s)
-        };
+        let time = |engine: &str| table.median_s(engine, |_| true);
         if let Some(read) = measured.stats().map(|s| s.median_s) {
             result.notes.push(format!(
                 "dim {dim}, {rows} rows: memory bandwidth {:.1} GB/s ({} threads summing the \
