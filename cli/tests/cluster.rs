@@ -506,7 +506,10 @@ fn an_executor_restarted_after_a_crash_takes_its_node_back() {
 /// not be read).
 fn leases_of(runtime: &tokio::runtime::Runtime, session: &accelsql_engine::Session) -> String {
     let sql = "SELECT * FROM accelsql.gpu_leases";
-    match runtime.block_on(tokio::time::timeout(Duration::from_secs(10), session.sql(sql))) {
+    match runtime.block_on(tokio::time::timeout(
+        Duration::from_secs(10),
+        session.sql(sql),
+    )) {
         Ok(Ok(batches)) => format!("{:?}", rows(&batches)),
         Ok(Err(e)) => format!("unreadable: {e}"),
         Err(_) => "unreadable: no answer within 10 s".into(),

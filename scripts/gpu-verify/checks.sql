@@ -42,6 +42,23 @@ SELECT sum(black_scholes_put(spot, strike, years, rate, vol)) AS put_sum FROM pt
 -- The set UDF: top 5 by cosine, scores on the GPU.
 SELECT row_id, score FROM (SELECT vector_topk(id, emb, array_repeat(CAST(0.25 AS FLOAT), 128), 5) FROM emb) ORDER BY score DESC;
 
+-- Without GROUP BY the top-k runs per partition, then one merge: the same 50 rows as cosine +
+-- ORDER BY … LIMIT (0 differ).
+SELECT count(*) AS topk_rows_differing FROM (
+  SELECT row_id FROM (SELECT vector_topk(id, emb, array_repeat(CAST(0.25 AS FLOAT), 128), 50) FROM emb)
+  EXCEPT
+  SELECT id FROM (SELECT id, cosine_similarity(emb, array_repeat(CAST(0.25 AS FLOAT), 128)) AS s
+                  FROM emb ORDER BY s DESC LIMIT 50));
+-- Grouped top-k, the groups gathered (default) and sorted: the same answers.
+SET accelsql.set_grouping = 'sort';
+SELECT 'sort' AS grouping, count(*) AS n, sum(row_id) AS ids, round(sum(score), 9) AS scores
+FROM (SELECT g, vector_topk(id, emb, array_repeat(CAST(0.25 AS FLOAT), 128), 3)
+      FROM (SELECT id % 16 AS g, id, emb FROM emb) GROUP BY g);
+SET accelsql.set_grouping = 'gather';
+SELECT 'gather' AS grouping, count(*) AS n, sum(row_id) AS ids, round(sum(score), 9) AS scores
+FROM (SELECT g, vector_topk(id, emb, array_repeat(CAST(0.25 AS FLOAT), 128), 3)
+      FROM (SELECT id % 16 AS g, id, emb FROM emb) GROUP BY g);
+
 EXPLAIN ANALYZE SELECT sum(haversine_km(lat1, lon1, lat2, lon2)) FROM pts;
 
 -- Where each call ran.

@@ -129,6 +129,38 @@ step sql-builtins 120 "$bin/accelsql" --timing -f "$here/checks.sql"
 python=$(command -v python3)
 sed "s|@PYTHON3@|$python|" "$here/torch_probe.sql" > "$work/torch_probe.sql"
 step torch-probe 120 "$bin/accelsql" -f "$work/torch_probe.sql"
+# Facts GPU sharing by memory (issue 33) depends on: whether NVML reports per-process device
+# memory in this container (two PyTorch processes holding 1 and 2 GiB on one device at once),
+# what `accelsql gpu status --json` says about free memory meanwhile, and whether CUDA MPS is
+# there. Nothing here fails the kit; it is read by a person.
+sharing_facts() {
+  local hold="$work/hold.py"
+  cat > "$hold" <<'PY'
+import sys, time, torch
+gib = int(sys.argv[1])
+x = torch.empty(gib << 30, dtype=torch.uint8, device="cuda")
+x.fill_(1)
+torch.cuda.synchronize()
+print("holding", gib, "GiB, pid", __import__("os").getpid(), flush=True)
+time.sleep(float(sys.argv[2]))
+PY
+  python3 "$hold" 1 8 & local a=$!
+  python3 "$hold" 2 8 & local b=$!
+  sleep 5
+  echo "--- nvidia-smi compute apps while pids $a (1 GiB) and $b (2 GiB) hold memory"
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv 2>&1
+  echo "--- nvidia-smi memory"
+  memory
+  echo "--- accelsql gpu status --json meanwhile"
+  "$bin/accelsql" gpu status --json
+  wait "$a" "$b"
+  echo "--- MPS"
+  command -v nvidia-cuda-mps-control || echo "nvidia-cuda-mps-control: not found"
+  nvidia-smi -q | grep -i -E 'compute mode|MIG Mode|Current *:' | head -8
+}
+export -f sharing_facts memory
+export work
+step sharing-facts 40 bash -c sharing_facts
 step benchmark 200 "$bin/gpu_builtins" --max-rows 10000000 --runs 3 --json "$out/gpu_builtins.json"
 
 # accelsql serve with two Flight SQL clients at once, twice; the server's device memory after

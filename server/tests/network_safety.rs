@@ -516,8 +516,15 @@ fn soak_duration() -> Duration {
         .map_or(Duration::from_secs(30), Duration::from_secs)
 }
 
-/// The processes descending from this one (script workers, fork servers).
+/// The processes descending from this one (script workers, fork servers), less the spare
+/// workers the fork servers keep forked ahead (they run no statement, and are replaced as
+/// statements take them).
 fn descendants() -> std::collections::BTreeSet<u32> {
+    // Listed first: a spare forked after this is found by the caller's next look.
+    let spares: Vec<u32> = accelsql_engine::udf_runtime::script::warm_starts()
+        .iter()
+        .filter_map(|w| w.spare_pid)
+        .collect();
     let mut parent_of = std::collections::HashMap::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {
@@ -548,6 +555,7 @@ fn descendants() -> std::collections::BTreeSet<u32> {
     parent_of
         .keys()
         .copied()
+        .filter(|pid| !spares.contains(pid))
         .filter(|&pid| {
             let mut at = pid;
             for _ in 0..64 {

@@ -2,14 +2,14 @@
 //! `EXA_ALL_SCRIPTS`, `EXA_USER_SCRIPTS`, `EXA_ALL_CONNECTIONS`, `EXA_DBA_CONNECTIONS`, `DUAL`;
 //! reachable unqualified from any schema: the front end's `system_tables` pass), and
 //! `accelsql.gpu_devices`, `accelsql.gpu_leases`, `accelsql.udf_calls` (see [`node_tables`]),
-//! `accelsql.scripts`.
+//! `accelsql.scripts`, `accelsql.script_spares`.
 //!
 //! [`node_tables`]: super::node_tables
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use datafusion::arrow::array::{ArrayRef, TimestampMicrosecondArray, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, TimestampMicrosecondArray, UInt32Array, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::catalog::MemorySchemaProvider;
 use datafusion::error::Result as DfResult;
@@ -400,6 +400,35 @@ pub(crate) fn register(
                         column(&|e| shown_text(&e.text, restricted)),
                     ])
                 }
+            }),
+        ),
+    )?;
+
+    // This process's script fork servers and the spare worker each keeps (no statement's).
+    ctx.register_table(
+        "accelsql.script_spares",
+        table(
+            &[
+                ("interpreter", Utf8),
+                ("server_pid", DataType::UInt32),
+                ("state", Utf8),
+                ("spare_pid", DataType::UInt32),
+            ],
+            Box::new(|_| {
+                let servers = accelsql_udf_runtime::script::warm_starts();
+                let pids = |f: &dyn Fn(&accelsql_udf_runtime::script::WarmStart) -> Option<u32>| {
+                    Arc::new(servers.iter().map(f).collect::<UInt32Array>()) as ArrayRef
+                };
+                Ok(vec![
+                    strings(
+                        servers
+                            .iter()
+                            .map(|w| Some(w.interpreter.display().to_string())),
+                    ),
+                    pids(&|w| w.server_pid),
+                    strings(servers.iter().map(|w| Some(w.state.to_string()))),
+                    pids(&|w| w.spare_pid),
+                ])
             }),
         ),
     )?;

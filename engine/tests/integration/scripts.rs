@@ -604,3 +604,52 @@ async fn a_scalar_script_gets_tiny_input_batches_coalesced() {
     assert_eq!(e.code(), "22U13", "{e}");
     assert!(e.to_string().contains("row 250 of this run"), "{e}");
 }
+
+/// Script statements start their instances from a spare worker each fork server keeps forked
+/// ahead: `accelsql.script_spares` lists the servers and their spares, a spare runs no script
+/// code (each statement's instance runs the module-level code itself), and the spare becomes
+/// the next statement's worker.
+#[tokio::test]
+async fn script_statements_take_the_spare_worker_their_fork_server_keeps() {
+    let s = engine(0).session();
+    // Its own environment (`%env`), so that its fork server is not shared with other tests.
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT whoami() RETURNS VARCHAR(40) AS\n\
+         %env ACCELSQL_SPARE_TEST=1;\n\
+         import os\n\
+         loaded = os.getpid()\n\
+         def run(ctx):\n    return '%d %d' % (loaded, os.getpid())\n/",
+    )
+    .await;
+    let spares = "SELECT spare_pid FROM accelsql.script_spares \
+                  WHERE state = 'ready' AND spare_pid IS NOT NULL";
+    let mut before = Vec::new();
+    let mut seen = Vec::new();
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // The first statements start the server (their workers are spawned meanwhile); from when
+    // it is ready, each statement's worker is the spare that was waiting before it.
+    loop {
+        let waiting = run(&s, spares).await;
+        let got = run(&s, "SELECT whoami()").await;
+        let (loaded, pid) = got[0].split_once(' ').unwrap();
+        assert_eq!(
+            loaded, pid,
+            "module-level code ran outside the worker: {got:?}"
+        );
+        if waiting.iter().any(|p| p == pid) {
+            seen.push(pid.to_string());
+            before = waiting;
+            if seen.len() == 2 {
+                break;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "no statement got a spare: {before:?}"
+        );
+    }
+    assert_ne!(seen[0], seen[1], "each statement gets a fresh process");
+    // The worker that was the spare ended with its statement.
+    assert!(!std::path::Path::new(&format!("/proc/{}", seen[0])).exists());
+}

@@ -136,7 +136,8 @@ pub async fn run(config: &SoakConfig) -> Result<SoakReport> {
             let mut rng = Rng::new(seed ^ 0xc4a05);
             while !stop.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(100 + rng.below(300) as u64));
-                let workers = workers();
+                // Spares too: a killed spare is replaced.
+                let workers = workers(true);
                 if !workers.is_empty() {
                     let pid = *rng.pick(&workers);
                     // SAFETY: kill(2) on a pid that is (or just was) one of our workers.
@@ -241,10 +242,10 @@ pub async fn run(config: &SoakConfig) -> Result<SoakReport> {
     drop(engine);
     // Workers end when their statements do; give the last ones a moment to be reaped.
     let settle = Instant::now() + Duration::from_secs(10);
-    let (mut left, mut zombie_pids) = (workers(), zombies());
+    let (mut left, mut zombie_pids) = (workers(false), zombies());
     while (!left.is_empty() || !zombie_pids.is_empty()) && Instant::now() < settle {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        (left, zombie_pids) = (workers(), zombies());
+        (left, zombie_pids) = (workers(false), zombies());
     }
     if !left.is_empty() {
         report
@@ -290,9 +291,20 @@ fn processes() -> Vec<(i32, char, i32, String)> {
     .collect()
 }
 
-/// Our Python workers: children of our fork servers, and children of ours that are not one.
-fn workers() -> Vec<i32> {
+/// Our Python workers: children of our fork servers, and children of ours that are not one;
+/// with `spares` false, not the spares the fork servers keep forked ahead (no statement's).
+fn workers(spares: bool) -> Vec<i32> {
     let me = std::process::id() as i32;
+    // Listed before the processes are: a spare forked in between is found by the next look.
+    let spare_pids: Vec<i32> = if spares {
+        Vec::new()
+    } else {
+        accelsql_engine::udf_runtime::script::warm_starts()
+            .iter()
+            .filter_map(|w| w.spare_pid)
+            .filter_map(|p| i32::try_from(p).ok())
+            .collect()
+    };
     let all = processes();
     let servers: Vec<i32> = all
         .iter()
@@ -302,6 +314,7 @@ fn workers() -> Vec<i32> {
     all.iter()
         .filter(|p| p.1 != 'Z')
         .filter(|p| servers.contains(&p.2) || (p.2 == me && !servers.contains(&p.0)))
+        .filter(|p| !spare_pids.contains(&p.0))
         .map(|p| p.0)
         .collect()
 }

@@ -19,6 +19,14 @@ from .wire import _I32
 #        and b"X" + i32 wait status once the worker has exited, its process group has been
 #        killed and it has been reaped.
 #   b"K" + i32 pid: kill that worker's process group now (only while it is still unreaped).
+#   b"Q": which spare is waiting; the server answers on the control socket b"S" + i32 pid (0:
+#        none).
+# A spare: the server keeps one worker forked ahead of requests (from READY on, and again after
+# each request it served), waiting on a socket of its own for a request's protocol socket and
+# stderr. A fork request is handed to the spare when there is one (so no fork() is on the
+# request's path), else served by a fork as before. A spare has run no script code: it is what a
+# fork at request time would be, forked a little earlier. A spare that dies is reaped and
+# replaced at the next request.
 # End of file on the control socket (the engine is gone or done with the server): the workers'
 # process groups are killed and reaped, and the server exits. The server and each worker die
 # with their parent (PR_SET_PDEATHSIG): the engine's death ends the server and so its workers.
@@ -122,10 +130,12 @@ def _serve_forks():
             _write_quietly(fd, b"X" + _I32.pack(status))
             _close_quietly(fd)
 
-    def become_worker(sock, err, status):
+    def leave_server(extra_fds):
+        """In a new child: drops what belongs to the server, in a process group of its own that
+        dies with the server."""
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in [wake_r, wake_w, status] + list(children.values()):
+        for fd in [wake_r, wake_w] + extra_fds + list(children.values()):
             _close_quietly(fd)
         ctl.close()
         try:
@@ -134,6 +144,13 @@ def _serve_forks():
             pass
         if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != server:
             os._exit(71)
+
+    def become_worker(sock, err, status):
+        leave_server([status])
+        adopt(sock, err)
+
+    def adopt(sock, err):
+        """Makes `sock` the worker's protocol socket (fd 0) and `err` its stdout and stderr."""
         os.dup2(sock, 0)
         os.dup2(err, 2)
         os.dup2(err, 1)
@@ -150,8 +167,101 @@ def _serve_forks():
             except Exception:
                 pass
 
+    spare = []  # [pid, the server's end of its socket] while a spare waits
+
+    def flush_quietly():
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+
+    def fork_spare():
+        """Forks the spare; returns True in the spare once a request made it a worker."""
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError:
+            return False
+        flush_quietly()
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            return False
+        if pid == 0:
+            try:
+                ours.close()
+                leave_server([])
+                space = socket.CMSG_SPACE(2 * _I32.size)
+                msg, anc, _flags, _addr = theirs.recvmsg(16, space)
+                got = array("i")
+                for level, kind, data in anc:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        got.frombytes(data[: len(data) - len(data) % got.itemsize])
+                theirs.close()
+                if msg[:1] != b"F" or len(got) != 2:
+                    os._exit(0)  # let go unused (the server ended, or killed it)
+                adopt(got[0], got[1])
+            except BaseException:
+                os._exit(71)
+            return True
+        theirs.close()
+        try:
+            os.setpgid(pid, pid)  # as the child does: whoever runs first
+        except OSError:
+            pass
+        spare[:] = [pid, ours]
+        return False
+
+    def end_spare():
+        """Kills and reaps the spare, if any."""
+        if spare:
+            pid, ours = spare
+            del spare[:]
+            ours.close()
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+    def reap_spare():
+        """Reaps the spare if it died (it is replaced at the next request)."""
+        if spare:
+            try:
+                done, _ = os.waitpid(spare[0], os.WNOHANG)
+            except ChildProcessError:
+                done = spare[0]
+            if done:
+                spare[1].close()
+                try:
+                    os.killpg(spare[0], signal.SIGKILL)
+                except OSError:
+                    pass
+                del spare[:]
+
+    def hand_to_spare(sock, err):
+        """Gives a request's socket and stderr to the spare; its pid, or None if it is gone."""
+        if not spare:
+            return None
+        pid, ours = spare
+        try:
+            ours.sendmsg([b"F"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array("i", [sock, err]))])
+        except OSError:
+            end_spare()
+            return None
+        del spare[:]
+        ours.close()
+        return pid
+
     desc = "%s %s (%s)" % (sys.implementation.name, sys.version.split()[0], sys.executable)
     ctl.sendall(b"R" + desc.encode("utf-8", "replace"))
+    if fork_spare():
+        return
     fd_space = socket.CMSG_SPACE(3 * _I32.size)
     while True:
         try:
@@ -165,6 +275,7 @@ def _serve_forks():
             except (BlockingIOError, InterruptedError):
                 pass
             reap()
+            reap_spare()
         if ctl not in ready:
             continue
         try:
@@ -184,11 +295,17 @@ def _serve_forks():
             break
         if msg[:1] == b"F" and len(fds) == 3:
             sock, err, status = fds
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            except Exception:
-                pass
+            pid = hand_to_spare(sock, err)
+            if pid is not None:
+                _close_quietly(sock)
+                _close_quietly(err)
+                children[pid] = status
+                _write_quietly(status, b"P" + _I32.pack(pid))
+                # The next spare is forked after the answer, off the request's path.
+                if fork_spare():
+                    return
+                continue
+            flush_quietly()
             try:
                 pid = os.fork()
             except OSError as e:
@@ -210,6 +327,15 @@ def _serve_forks():
             _close_quietly(err)
             children[pid] = status
             _write_quietly(status, b"P" + _I32.pack(pid))
+            if not spare and fork_spare():
+                return
+        elif msg[:1] == b"Q":
+            try:
+                ctl.send(b"S" + _I32.pack(spare[0] if spare else 0), socket.MSG_DONTWAIT)
+            except OSError:
+                pass
+            for fd in fds:
+                _close_quietly(fd)
         elif msg[:1] == b"K" and len(msg) == 5:
             pid = _I32.unpack_from(msg, 1)[0]
             if pid in children:
@@ -222,7 +348,8 @@ def _serve_forks():
         else:
             for fd in fds:
                 _close_quietly(fd)
-    # The engine is done with this server: end its workers, then itself.
+    # The engine is done with this server: end its spare and workers, then itself.
+    end_spare()
     for pid in list(children):
         try:
             os.killpg(pid, signal.SIGKILL)

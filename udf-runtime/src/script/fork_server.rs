@@ -6,7 +6,9 @@
 //! (in the background) the first time a worker with its interpreter, environment and working
 //! directory is wanted — that worker is spawned directly — and from when it is ready, workers
 //! with that key are forked from it (a start that comes while it is still starting waits for it,
-//! up to [`START_WAIT`] after its start, rather than spawn an interpreter beside it). A
+//! up to [`START_WAIT`] after its start, rather than spawn an interpreter beside it). A ready
+//! server keeps one worker forked ahead of requests, the spare, and hands the next request to
+//! it, forking the next spare after it answered ([`warm_starts`] lists them). A
 //! forked worker is a fresh process like a spawned one — its own process group, the same
 //! environment (the server was started with it), the script's module-level code run once in it,
 //! its own random state — so statement-scoped semantics are kept; only the start is cheaper.
@@ -49,6 +51,8 @@ const START_WAIT: Duration = Duration::from_secs(2);
 const START_LIMIT: Duration = Duration::from_secs(60);
 /// How long a ready server may take to answer a fork request before it is given up.
 const FORK_REPLY_LIMIT: Duration = Duration::from_secs(5);
+/// How long a ready server may take to say which spare it keeps.
+const SPARE_REPLY_LIMIT: Duration = Duration::from_millis(500);
 /// How long a server that was let go may take to exit before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
@@ -114,6 +118,58 @@ pub(crate) fn fork_worker(
             Forked::NoServer
         }
     }
+}
+
+/// A fork server of this process and its spare, as [`warm_starts`] lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WarmStart {
+    /// The interpreter its workers run.
+    pub interpreter: PathBuf,
+    /// The server's process id (`None` once it ended).
+    pub server_pid: Option<u32>,
+    /// `starting`, `ready` or `failed`.
+    pub state: &'static str,
+    /// The spare worker waiting for the next statement's instance, if any: forked ahead, it has
+    /// run no script code.
+    pub spare_pid: Option<u32>,
+}
+
+/// The fork servers of this process (at most a few: one per interpreter, environment and working
+/// directory in use) and their spares.
+///
+/// A ready server keeps one worker forked ahead of requests (a *spare*), so that a statement's
+/// instance starts without a `fork()` on its path; the spare has run no script code (each
+/// statement's instances still run the script's module-level code), is not a statement's worker,
+/// and ends with its server, which ends with the engine's process.
+pub fn warm_starts() -> Vec<WarmStart> {
+    let servers: Vec<(PathBuf, Arc<ForkServer>)> = {
+        let table = SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+        table
+            .iter()
+            .filter_map(|e| match &e.slot {
+                Slot::Server(s) => Some((e.key.interpreter.clone(), Arc::clone(s))),
+                Slot::Failed(_) => None,
+            })
+            .collect()
+    };
+    servers
+        .into_iter()
+        .map(|(interpreter, server)| {
+            let state = server.readiness();
+            WarmStart {
+                interpreter,
+                server_pid: server.pid(),
+                state: match state {
+                    Readiness::Starting => "starting",
+                    Readiness::Ready => "ready",
+                    Readiness::Failed => "failed",
+                },
+                spare_pid: (state == Readiness::Ready)
+                    .then(|| server.spare_pid())
+                    .flatten(),
+            }
+        })
+        .collect()
 }
 
 /// Marks `server` failed in the table (it is let go once its workers are gone).
@@ -223,6 +279,8 @@ pub(crate) struct ForkServer {
     started: Instant,
     /// The server process, reaped when the server is dropped.
     child: Mutex<Option<Child>>,
+    /// Held while asking the server about its spare.
+    asking: Mutex<()>,
 }
 
 impl ForkServer {
@@ -247,6 +305,7 @@ impl ForkServer {
             readiness: Mutex::new(Readiness::Starting),
             started: Instant::now(),
             child: Mutex::new(Some(child)),
+            asking: Mutex::new(()),
         })
     }
 
@@ -280,6 +339,62 @@ impl ForkServer {
             };
         }
         *state
+    }
+
+    /// The server's process id, while it runs.
+    fn pid(&self) -> Option<u32> {
+        let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        child.as_ref().map(Child::id)
+    }
+
+    /// The pid of the spare a ready server keeps (`None`: none now, or no answer in time).
+    fn spare_pid(&self) -> Option<u32> {
+        // One question at a time; the answer is the only thing a ready server sends.
+        let _asking = self.asking.lock().unwrap_or_else(|e| e.into_inner());
+        let fd = self.control.as_raw_fd();
+        let mut reply = [0u8; 16];
+        // Answers to questions that timed out earlier are dropped first.
+        // SAFETY: `reply` is a valid, writable buffer of its length and `control` is open.
+        while unsafe {
+            libc::recv(
+                fd,
+                reply.as_mut_ptr().cast(),
+                reply.len(),
+                libc::MSG_DONTWAIT,
+            )
+        } > 0
+        {}
+        // SAFETY: a one-byte buffer; MSG_NOSIGNAL turns a gone server into EPIPE.
+        let sent = unsafe {
+            libc::send(
+                fd,
+                b"Q".as_ptr().cast(),
+                1,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if sent != 1 {
+            return None;
+        }
+        let until = Instant::now() + SPARE_REPLY_LIMIT;
+        loop {
+            // SAFETY: as above.
+            let n = unsafe {
+                libc::recv(
+                    fd,
+                    reply.as_mut_ptr().cast(),
+                    reply.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n == 5 && reply[0] == b'S' {
+                let pid = u32::from_le_bytes([reply[1], reply[2], reply[3], reply[4]]);
+                return (pid != 0).then_some(pid);
+            }
+            if n >= 0 || wait_ready(fd, libc::POLLIN, Some(until)).is_err() {
+                return None;
+            }
+        }
     }
 
     /// Waits until the server is ready or failed, or `until` passes (then: still starting).
@@ -686,6 +801,85 @@ def run(ctx):
             "{e}"
         );
         assert!(gone(pid));
+    }
+
+    /// `pid`'s parent and process group, from `/proc/<pid>/stat`.
+    fn parent_and_group(pid: u32) -> Option<(u32, u32)> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(1);
+        Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+    }
+
+    /// The spare `server` keeps, waiting up to 10 s for one (it is forked after an answer).
+    fn spare_of(server: &ForkServer) -> u32 {
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(pid) = server.spare_pid() {
+                return pid;
+            }
+            assert!(Instant::now() < end, "the server keeps no spare");
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_ready_server_keeps_a_spare_that_becomes_the_next_worker() {
+        // Module-level code runs in each worker, not in the spare: `started` is this process's.
+        let body = "import os, time\nstarted = (os.getpid(), time.time())\n\ndef run(ctx):\n    return '%d %d' % (started[0], os.getpid())\n";
+        let s = spec(SqlType::Varchar(40), body, &[]);
+        let server = warm(&s);
+        let server_pid = server.pid().unwrap();
+        let spare = spare_of(&server);
+        // A child of the server in a process group of its own, running no statement.
+        assert_eq!(parent_and_group(spare), Some((server_pid, spare)));
+        let listed = warm_starts();
+        let me = listed
+            .iter()
+            .find(|w| w.server_pid == Some(server_pid))
+            .expect("the server is listed");
+        assert_eq!((me.state, me.spare_pid), ("ready", Some(spare)));
+
+        let mut w = forked(&s);
+        assert_eq!(w.pid(), spare, "the spare was not the next worker");
+        let text = one(&mut w).as_string::<i32>().value(0).to_string();
+        assert_eq!(text, format!("{spare} {spare}"));
+        // Another spare is forked for the next one; the worker still ends as before.
+        let next = spare_of(&server);
+        assert_ne!(next, spare);
+        w.finish().unwrap();
+        assert!(gone(spare));
+        let mut w = forked(&s);
+        assert_eq!(w.pid(), next);
+        one(&mut w);
+        drop(w);
+        assert!(gone(next));
+
+        // A spare that dies is replaced; the request it would have served is forked.
+        let dead = spare_of(&server);
+        // SAFETY: kill has no memory-safety preconditions; the pid is the server's child.
+        unsafe { libc::kill(dead as libc::pid_t, libc::SIGKILL) };
+        let end = Instant::now() + Duration::from_secs(5);
+        while parent_and_group(dead).is_some() && Instant::now() < end {
+            thread::sleep(Duration::from_millis(10));
+        }
+        let mut w = forked(&s);
+        assert_ne!(w.pid(), dead);
+        one(&mut w);
+        w.finish().unwrap();
+
+        // The spare dies with its server.
+        let last = spare_of(&server);
+        drop(server);
+        // SAFETY: as above; the server is our unreaped child.
+        unsafe { libc::kill(server_pid as libc::pid_t, libc::SIGKILL) };
+        let end = Instant::now() + Duration::from_secs(5);
+        while parent_and_group(last).is_some() && Instant::now() < end {
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            parent_and_group(last).is_none(),
+            "spare {last} outlived its server"
+        );
     }
 
     #[test]

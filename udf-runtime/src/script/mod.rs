@@ -7,7 +7,9 @@
 //! which runs the body's module-level code once, then `run(ctx)` per row (SCALAR) or per group
 //! (SET), and `cleanup()` at the end. Workers start warm: a fork server per interpreter and
 //! environment, which has imported the worker module and numpy, forks a fresh process for each
-//! (see `fork_server.rs`; until it is ready, and if it fails, workers are spawned directly).
+//! (see `fork_server.rs`; until it is ready, and if it fails, workers are spawned directly). A
+//! ready server keeps one worker forked ahead, the *spare*, which the next instance becomes, so
+//! that no `fork()` is on a statement's path ([`warm_starts`] lists servers and spares).
 //!
 //! The Python side is Exasol's API: `ctx.<col>`, `ctx[i]`, `ctx.next()`, `ctx.reset()`,
 //! `ctx.size()`, `ctx.emit(*values)`, `ctx.emit(DataFrame)`, `ctx.get_dataframe(num_rows,
@@ -54,6 +56,7 @@ mod wire_check;
 mod worker;
 
 pub use chunks::RunChunking;
+pub use fork_server::{WarmStart, warm_starts};
 pub use interpreter::{MIN_PYTHON, PythonVersion, find_python3};
 pub use single_call::{single_call, single_call_with_timeout};
 pub use single_call_spec::{ExportSpec, ImportSpec, SingleCall};
