@@ -21,12 +21,13 @@ from .wire import _I32
 #   b"K" + i32 pid: kill that worker's process group now (only while it is still unreaped).
 #   b"Q": which spare is waiting; the server answers on the control socket b"S" + i32 pid (0:
 #        none).
-# A spare: the server keeps one worker forked ahead of requests (from READY on, and again after
-# each request it served), waiting on a socket of its own for a request's protocol socket and
-# stderr. A fork request is handed to the spare when there is one (so no fork() is on the
-# request's path), else served by a fork as before. A spare has run no script code: it is what a
-# fork at request time would be, forked a little earlier. A spare that dies is reaped and
-# replaced at the next request.
+# A spare: the server keeps one worker forked ahead of requests, waiting on a socket of its own
+# for a request's protocol socket and stderr. A fork request is handed to the spare when there
+# is one (so no fork() is on the request's path), else served by a fork as before. A spare has
+# run no script code: it is what a fork at request time would be, forked earlier. The first
+# spare is forked once the server is ready; a new one when a worker has ended (or a spare died)
+# and none waits: then, not while the worker that took the last one runs, so that the fork
+# does not compete for the cores with a statement's start (on a small machine it would).
 # End of file on the control socket (the engine is gone or done with the server): the workers'
 # process groups are killed and reaped, and the server exits. The server and each worker die
 # with their parent (PR_SET_PDEATHSIG): the engine's death ends the server and so its workers.
@@ -276,6 +277,8 @@ def _serve_forks():
                 pass
             reap()
             reap_spare()
+            if not spare and fork_spare():
+                return
         if ctl not in ready:
             continue
         try:
@@ -301,9 +304,6 @@ def _serve_forks():
                 _close_quietly(err)
                 children[pid] = status
                 _write_quietly(status, b"P" + _I32.pack(pid))
-                # The next spare is forked after the answer, off the request's path.
-                if fork_spare():
-                    return
                 continue
             flush_quietly()
             try:
@@ -327,8 +327,6 @@ def _serve_forks():
             _close_quietly(err)
             children[pid] = status
             _write_quietly(status, b"P" + _I32.pack(pid))
-            if not spare and fork_spare():
-                return
         elif msg[:1] == b"Q":
             try:
                 ctl.send(b"S" + _I32.pack(spare[0] if spare else 0), socket.MSG_DONTWAIT)

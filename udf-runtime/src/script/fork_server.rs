@@ -8,7 +8,8 @@
 //! with that key are forked from it (a start that comes while it is still starting waits for it,
 //! up to [`START_WAIT`] after its start, rather than spawn an interpreter beside it). A ready
 //! server keeps one worker forked ahead of requests, the spare, and hands the next request to
-//! it, forking the next spare after it answered ([`warm_starts`] lists them). A
+//! it; it forks the next spare once a worker has ended, not beside a starting one
+//! ([`warm_starts`] lists them). A
 //! forked worker is a fresh process like a spawned one — its own process group, the same
 //! environment (the server was started with it), the script's module-level code run once in it,
 //! its own random state — so statement-scoped semantics are kept; only the start is cheaper.
@@ -843,11 +844,12 @@ def run(ctx):
         assert_eq!(w.pid(), spare, "the spare was not the next worker");
         let text = one(&mut w).as_string::<i32>().value(0).to_string();
         assert_eq!(text, format!("{spare} {spare}"));
-        // Another spare is forked for the next one; the worker still ends as before.
-        let next = spare_of(&server);
-        assert_ne!(next, spare);
+        // No fork beside a running worker: the next spare comes once it has ended.
+        assert_eq!(server.spare_pid(), None);
         w.finish().unwrap();
         assert!(gone(spare));
+        let next = spare_of(&server);
+        assert_ne!(next, spare);
         let mut w = forked(&s);
         assert_eq!(w.pid(), next);
         one(&mut w);
