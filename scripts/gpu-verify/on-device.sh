@@ -11,7 +11,8 @@
 #   harness.md         the harness's REPORT.md
 # Steps, most important first: facts (driver, libraries, NVRTC, torch, CuPy, memory baseline),
 # `accelsql gpu status`, the differential tests (ACCELSQL_REQUIRE_GPU: no device fails), the
-# built-ins through SQL, PyTorch/CuPy scripts under a SCRIPT_LANGUAGES alias, the built-ins
+# built-ins through SQL, PyTorch/CuPy scripts under a SCRIPT_LANGUAGES alias, facts for GPU
+# sharing by memory (NVML per-process memory, MPS), the built-ins
 # benchmark (bandwidth, crossover, NVRTC cold compile, per-call overhead), `accelsql serve` with
 # two Flight SQL clients taking turns (and the server's device memory between rounds), the
 # harness's GPU suites, the .slt suites on this machine's GPUs, and device memory at the end.

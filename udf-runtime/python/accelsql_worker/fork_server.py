@@ -231,7 +231,7 @@ def _serve_forks():
                 pass
 
     def reap_spare():
-        """Reaps the spare if it died (it is replaced at the next request)."""
+        """Reaps the spare if it died (the caller forks the next one)."""
         if spare:
             try:
                 done, _ = os.waitpid(spare[0], os.WNOHANG)
