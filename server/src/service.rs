@@ -39,7 +39,9 @@ use crate::conn::{ConnState, Connections, conn_of};
 use crate::error::{Result, ServerError};
 use crate::login::Login;
 use crate::results::{LogSink, ResultStream, StatementLog, flight_status, log_word};
-use crate::sessions::{Caller, ClientSession, PendingResult, RunningSlot, SessionLimits, Sessions};
+use crate::sessions::{
+    Caller, ClientSession, PendingResult, RunningSlot, SessionLimits, Sessions, endpoint_ticket,
+};
 use crate::{bad_request_err, metadata, unauthenticated_err};
 
 /// The stream type of every DoGet answer.
@@ -47,6 +49,8 @@ type DoGetStream = <AccelsqlFlightSql as FlightService>::DoGetStream;
 
 /// The Flight SQL action that ends the caller's session (Flight's session management).
 const CLOSE_SESSION: &str = "CloseSession";
+/// The most endpoints a result is offered as (one per output partition up to this).
+const MAX_ENDPOINTS: usize = 64;
 /// Flight's action that cancels a statement by its FlightInfo.
 const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
 
@@ -192,14 +196,20 @@ impl AccelsqlFlightSql {
         let number = self.inner.next_statement.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let before = client.session.last_statement_id();
-        let result = client.session.sql_stream_with_params(sql, params).await;
+        let result = client.session.sql_stream_shaped(sql, params).await;
         let statement_id = client
             .session
             .last_statement_id()
             .filter(|id| Some(*id) != before);
         match result {
-            Ok(stream) => Ok(PendingResult {
+            Ok((stream, shape)) => Ok(PendingResult {
                 stream,
+                endpoints: if shape.ordered {
+                    1
+                } else {
+                    shape.partitions.clamp(1, MAX_ENDPOINTS)
+                },
+                ordered: shape.ordered,
                 number,
                 statement_id,
                 sql: sql.to_string(),
@@ -248,8 +258,9 @@ impl AccelsqlFlightSql {
         Ok(rows)
     }
 
-    /// The FlightInfo of an executed statement: its schema and one endpoint whose ticket
-    /// fetches it.
+    /// The FlightInfo of an executed statement: its schema and its endpoints, one per output
+    /// partition of an unordered query (read them at once, in any order: each batch goes to
+    /// the reader that asks first), else one, `ordered` when the query asked for an order.
     fn result_info(
         &self,
         client: &ClientSession,
@@ -257,42 +268,38 @@ impl AccelsqlFlightSql {
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = pending.stream.schema();
+        let (endpoints, ordered) = (pending.endpoints, pending.ordered);
         let handle = client.store_result(pending);
-        let ticket = TicketStatementQuery {
-            statement_handle: handle.into_bytes().into(),
-        };
-        let endpoint =
-            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
-        let info = FlightInfo::new()
+        let mut info = FlightInfo::new()
             .try_with_schema(schema.as_ref())
             .map_err(|e| engine_status(EngineError::Sql(e.into())))?
-            .with_endpoint(endpoint)
             .with_descriptor(descriptor)
-            .with_ordered(true);
+            .with_ordered(ordered);
+        for index in 0..endpoints {
+            let ticket = TicketStatementQuery {
+                statement_handle: endpoint_ticket(&handle, index, endpoints)
+                    .into_bytes()
+                    .into(),
+            };
+            info = info.with_endpoint(
+                FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec())),
+            );
+        }
         Ok(Response::new(info))
     }
 
-    /// The DoGet answer for an executed statement: the stream owns the statement.
+    /// The DoGet answer for endpoint `index` of the result `handle`, streamed from `slot`.
     fn stream_result(
         &self,
         client: Arc<ClientSession>,
-        handle: String,
-        pending: PendingResult,
+        (handle, index, slot): (String, usize, Arc<RunningSlot>),
     ) -> Response<DoGetStream> {
-        let schema = pending.stream.schema();
-        let log = StatementLog {
-            number: pending.number,
-            statement_id: pending.statement_id,
-            sql: pending.sql,
-            started: pending.started,
-        };
-        let slot = Arc::new(RunningSlot::default());
-        *crate::sessions::lock(&slot.stream) = Some(pending.stream);
+        let schema = Arc::clone(&slot.schema);
         let results = ResultStream::new(
             slot,
             client,
             handle,
-            log,
+            index,
             self.inner.engine.clone(),
             self.inner.log.clone(),
         );
@@ -628,9 +635,9 @@ impl FlightSqlService for AccelsqlFlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
         let client = self.client(&request)?;
-        let handle = handle_text(&ticket.statement_handle, "ticket")?;
-        let pending = client.take_result(&handle)?;
-        Ok(self.stream_result(client, handle, pending))
+        let ticket = handle_text(&ticket.statement_handle, "ticket")?;
+        let claimed = client.claim(&ticket)?;
+        Ok(self.stream_result(client, claimed))
     }
 
     async fn do_get_prepared_statement(
@@ -643,8 +650,9 @@ impl FlightSqlService for AccelsqlFlightSql {
         let prepared = client.prepared(&handle)?;
         let params = Self::query_params(&prepared)?;
         let pending = self.execute(&client, &prepared.sql, &params).await?;
-        let ticket = client.direct_handle();
-        Ok(self.stream_result(client, ticket, pending))
+        let handle = client.direct_handle();
+        let slot = client.run_direct(&handle, pending);
+        Ok(self.stream_result(client, (handle, 0, slot)))
     }
 
     async fn do_get_catalogs(

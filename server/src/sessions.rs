@@ -6,10 +6,12 @@
 //! after a short grace.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
+use accelsql_engine::datafusion::arrow::datatypes::SchemaRef;
 use accelsql_engine::datafusion::common::ScalarValue;
 use accelsql_engine::datafusion::execution::SendableRecordBatchStream;
 use accelsql_engine::datafusion::execution::memory_pool::MemoryReservation;
@@ -47,6 +49,10 @@ pub(crate) struct Prepared {
 /// polled, so it holds no GPU lease.
 pub(crate) struct PendingResult {
     pub(crate) stream: SendableRecordBatchStream,
+    /// How many endpoints (tickets) its FlightInfo offers; every row goes to one of them.
+    pub(crate) endpoints: usize,
+    /// The query asked for an order (its one endpoint then gives the rows in it).
+    pub(crate) ordered: bool,
     /// The server-wide statement number (for the log).
     pub(crate) number: u64,
     /// The engine's statement id (`accelsql.udf_calls`), when it planned one.
@@ -55,25 +61,185 @@ pub(crate) struct PendingResult {
     pub(crate) started: Instant,
 }
 
-/// A result being streamed: the statement's stream, which a cancel (or the server's shutdown)
-/// takes and drops at once, releasing its lease even while the client does not read.
+/// The ticket of endpoint `index` of the result `handle` (the handle itself for a result of one
+/// endpoint).
+pub(crate) fn endpoint_ticket(handle: &str, index: usize, endpoints: usize) -> String {
+    if endpoints <= 1 {
+        handle.to_string()
+    } else {
+        format!("{handle}/{index}")
+    }
+}
+
+/// A ticket's result handle and endpoint index (see [`endpoint_ticket`]).
+pub(crate) fn split_ticket(ticket: &str) -> (&str, usize) {
+    match ticket.rsplit_once('/') {
+        Some((handle, index)) => match index.parse() {
+            Ok(index) => (handle, index),
+            Err(_) => (ticket, usize::MAX),
+        },
+        None => (ticket, 0),
+    }
+}
+
+/// Where a streamed result stands.
+pub(crate) enum SlotState {
+    /// Rows may still come from the statement's stream.
+    Running(SendableRecordBatchStream),
+    /// Every row has been read.
+    Ended,
+    /// The statement failed; every reader gets this status.
+    Failed(tonic::Status),
+    /// Cancelled by the client or the server's shutdown.
+    Cancelled,
+    /// Every reader stopped before the end, so the statement was dropped.
+    Abandoned,
+}
+
+/// The response tasks of a result's endpoints, woken together: whichever polls next takes the
+/// next batch, so an endpoint never sleeps through the statement's end or a cancel.
 #[derive(Default)]
+pub(crate) struct ReaderWakers {
+    wakers: Mutex<Vec<Option<Waker>>>,
+}
+
+impl ReaderWakers {
+    /// Remembers endpoint `index`'s task.
+    pub(crate) fn register(&self, index: usize, waker: &Waker) {
+        let mut wakers = lock(&self.wakers);
+        if wakers.len() <= index {
+            wakers.resize(index + 1, None);
+        }
+        match &mut wakers[index] {
+            Some(w) if w.will_wake(waker) => {}
+            slot => *slot = Some(waker.clone()),
+        }
+    }
+}
+
+impl Wake for ReaderWakers {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        for waker in lock(&self.wakers).iter().flatten() {
+            waker.wake_by_ref();
+        }
+    }
+}
+
+/// A result being streamed, shared by the DoGet responses of its endpoints. Every batch goes to
+/// the endpoint that asks first, so readers may come in any order, at once or one after the
+/// other, and a reader of one endpoint alone still gets every row. The statement (its plan,
+/// workers and GPU lease) lives until the last batch is read, the statement is cancelled (which
+/// drops it at once, even while no one reads), or every reader has stopped early.
 pub(crate) struct RunningSlot {
-    pub(crate) stream: Mutex<Option<SendableRecordBatchStream>>,
-    pub(crate) cancelled: AtomicBool,
-    /// The response's task, woken by a cancel so that it reports it (the dropped stream will
-    /// not wake it).
-    pub(crate) waker: futures::task::AtomicWaker,
+    /// The result's schema (each endpoint's stream starts with it).
+    pub(crate) schema: SchemaRef,
+    pub(crate) state: Mutex<SlotState>,
+    pub(crate) wakers: Arc<ReaderWakers>,
+    claimed: Mutex<Vec<bool>>,
+    readers: AtomicUsize,
+    /// Rows handed to readers so far.
+    pub(crate) rows: AtomicU64,
+    /// Whether the statement's log line was written.
+    pub(crate) logged: AtomicBool,
+    /// When the last reader left (for dropping a finished result's unread endpoints).
+    idle_since: Mutex<Option<Instant>>,
+    pub(crate) number: u64,
+    pub(crate) statement_id: Option<u64>,
+    pub(crate) sql: String,
+    pub(crate) started: Instant,
 }
 
 impl RunningSlot {
-    /// Stops the statement: its stream (plan, workers, lease) is dropped now; the client's next
-    /// read gets error 57014.
+    /// A slot streaming `pending`'s statement, no endpoint claimed yet.
+    pub(crate) fn new(pending: PendingResult) -> Self {
+        Self {
+            schema: pending.stream.schema(),
+            state: Mutex::new(SlotState::Running(pending.stream)),
+            wakers: Arc::default(),
+            claimed: Mutex::new(vec![false; pending.endpoints.max(1)]),
+            readers: AtomicUsize::new(0),
+            rows: AtomicU64::new(0),
+            logged: AtomicBool::new(false),
+            idle_since: Mutex::new(None),
+            number: pending.number,
+            statement_id: pending.statement_id,
+            sql: pending.sql,
+            started: pending.started,
+        }
+    }
+
+    /// Takes endpoint `index` for a reader; `false` when there is no such endpoint or it was
+    /// taken already.
+    fn claim(&self, index: usize) -> bool {
+        let mut claimed = lock(&self.claimed);
+        match claimed.get_mut(index) {
+            Some(taken @ false) => {
+                *taken = true;
+                self.readers.fetch_add(1, Ordering::AcqRel);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A reader has stopped; whether it was the last one reading. The statement is dropped when
+    /// it had not ended.
+    pub(crate) fn leave(&self) -> bool {
+        if self.readers.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return false;
+        }
+        *lock(&self.idle_since) = Some(Instant::now());
+        let mut state = lock(&self.state);
+        let old = if matches!(*state, SlotState::Running(_)) {
+            std::mem::replace(&mut *state, SlotState::Abandoned)
+        } else {
+            SlotState::Ended
+        };
+        drop(state);
+        drop(old);
+        true
+    }
+
+    /// Whether every endpoint has had its reader.
+    pub(crate) fn all_claimed(&self) -> bool {
+        lock(&self.claimed).iter().all(|c| *c)
+    }
+
+    /// Whether someone is reading it.
+    fn is_read(&self) -> bool {
+        self.readers.load(Ordering::Acquire) > 0
+    }
+
+    /// Whether it is finished, unread, and has waited [`UNCLAIMED_RESULT_TTL`] for its other
+    /// endpoints' readers.
+    fn expired(&self) -> bool {
+        !self.is_read()
+            && lock(&self.idle_since).is_some_and(|since| since.elapsed() >= UNCLAIMED_RESULT_TTL)
+    }
+
+    /// Ends the statement with `state` (its stream dropped now, outside the lock) and wakes
+    /// every reader.
+    pub(crate) fn finish(&self, state: SlotState) {
+        let old = std::mem::replace(&mut *lock(&self.state), state);
+        drop(old);
+        self.wakers.wake_by_ref();
+    }
+
+    /// Stops the statement: its stream (plan, workers, lease) is dropped now; each reader's
+    /// next read gets error 57014.
     pub(crate) fn cancel(&self) {
-        self.cancelled.store(true, Ordering::Release);
-        let stream = lock(&self.stream).take();
-        drop(stream);
-        self.waker.wake();
+        let mut state = lock(&self.state);
+        if !matches!(*state, SlotState::Running(_)) {
+            return;
+        }
+        let old = std::mem::replace(&mut *state, SlotState::Cancelled);
+        drop(state);
+        drop(old);
+        self.wakers.wake_by_ref();
     }
 }
 
@@ -122,7 +288,8 @@ impl ClientSession {
 
     /// How many statements it runs or holds results of (streaming or waiting to be fetched).
     pub(crate) fn statements(&self) -> usize {
-        lock(&self.running).len() + lock(&self.results).len()
+        let streaming = lock(&self.running).values().filter(|s| s.is_read()).count();
+        streaming + lock(&self.results).len()
     }
 
     /// How long none of its connections has been open (`None` while one is, or a result
@@ -131,7 +298,7 @@ impl ClientSession {
         let mut conns = lock(&self.conns);
         conns.retain(|c| connections.is_open(*c));
         let mut since = lock(&self.orphaned_since);
-        if !conns.is_empty() || !lock(&self.running).is_empty() {
+        if !conns.is_empty() || lock(&self.running).values().any(|s| s.is_read()) {
             *since = None;
             return None;
         }
@@ -217,17 +384,47 @@ impl ClientSession {
     /// Drops results left unclaimed for [`UNCLAIMED_RESULT_TTL`].
     fn prune_results(&self) {
         lock(&self.results).retain(|_, r| r.started.elapsed() < UNCLAIMED_RESULT_TTL);
+        lock(&self.running).retain(|_, s| !s.expired());
     }
 
-    /// Takes the result of ticket `handle` (a ticket can be fetched once).
-    pub(crate) fn take_result(&self, handle: &str) -> Result<PendingResult> {
-        lock(&self.results).remove(handle).ok_or_else(|| {
-            unknown_handle_err!(
-                "no result for ticket {handle:?} in this session: it was fetched already, \
-                 expired ({} s unclaimed), cancelled, or belongs to another session",
-                UNCLAIMED_RESULT_TTL.as_secs()
-            )
-        })
+    /// Starts reading the endpoint of `ticket`: the result's slot, streaming from the first
+    /// endpoint claimed (a ticket can be fetched once). Returns the result's handle, the
+    /// endpoint's index and the slot.
+    pub(crate) fn claim(&self, ticket: &str) -> Result<(String, usize, Arc<RunningSlot>)> {
+        let (handle, index) = split_ticket(ticket);
+        let mut running = lock(&self.running);
+        let slot = match running.get(handle) {
+            Some(slot) => Arc::clone(slot),
+            None => {
+                let mut results = lock(&self.results);
+                // A ticket naming no endpoint of the result leaves it for the right ones.
+                let fits = results
+                    .get(handle)
+                    .is_some_and(|r| index < r.endpoints.max(1));
+                let pending = if fits { results.remove(handle) } else { None };
+                let Some(pending) = pending else {
+                    return Err(unknown_ticket(ticket));
+                };
+                let slot = Arc::new(RunningSlot::new(pending));
+                running.insert(handle.to_string(), Arc::clone(&slot));
+                slot
+            }
+        };
+        if !slot.claim(index) {
+            return Err(unknown_ticket(ticket));
+        }
+        Ok((handle.to_string(), index, slot))
+    }
+
+    /// Streams `pending` under `handle` at once, to one reader (a prepared statement's DoGet).
+    pub(crate) fn run_direct(&self, handle: &str, pending: PendingResult) -> Arc<RunningSlot> {
+        let slot = Arc::new(RunningSlot::new(PendingResult {
+            endpoints: 1,
+            ..pending
+        }));
+        slot.claim(0);
+        lock(&self.running).insert(handle.to_string(), Arc::clone(&slot));
+        slot
     }
 
     /// Drops the unfetched result `handle`; whether there was one.
@@ -235,18 +432,15 @@ impl ClientSession {
         lock(&self.results).remove(handle).is_some()
     }
 
-    /// Registers a result being streamed under its ticket's handle.
-    pub(crate) fn start_running(&self, handle: &str, slot: Arc<RunningSlot>) {
-        lock(&self.running).insert(handle.to_string(), slot);
-    }
-
-    /// Unregisters a streamed result.
+    /// Unregisters the streamed result `handle`.
     pub(crate) fn stop_running(&self, handle: &str) {
         lock(&self.running).remove(handle);
     }
 
-    /// Cancels the statement of ticket `handle`, fetched or not; whether there was one.
-    pub(crate) fn cancel(&self, handle: &str) -> bool {
+    /// Cancels the statement of `ticket` (any endpoint's), fetched or not; whether there was
+    /// one.
+    pub(crate) fn cancel(&self, ticket: &str) -> bool {
+        let (handle, _) = split_ticket(ticket);
         let discarded = self.discard_result(handle);
         let slot = lock(&self.running).get(handle).cloned();
         match slot {
@@ -268,11 +462,19 @@ impl ClientSession {
     }
 
     fn idle_for(&self) -> Duration {
-        if !lock(&self.running).is_empty() {
+        if lock(&self.running).values().any(|s| s.is_read()) {
             return Duration::ZERO;
         }
         lock(&self.last_used).elapsed()
     }
+}
+
+fn unknown_ticket(ticket: &str) -> ServerError {
+    unknown_handle_err!(
+        "no result for ticket {ticket:?} in this session: it was fetched already, expired ({} s \
+         unclaimed), cancelled, or belongs to another session",
+        UNCLAIMED_RESULT_TTL.as_secs()
+    )
 }
 
 fn no_prepared(handle: &str) -> ServerError {
@@ -532,6 +734,58 @@ mod tests {
             .enable_all()
             .build()
             .unwrap()
+    }
+
+    #[test]
+    fn tickets_name_their_result_and_endpoint_and_each_is_claimed_once() {
+        assert_eq!(endpoint_ticket("r-1-2", 0, 1), "r-1-2");
+        assert_eq!(split_ticket("r-1-2"), ("r-1-2", 0));
+        for i in 0..3 {
+            let ticket = endpoint_ticket("r-1-2", i, 3);
+            assert_eq!(split_ticket(&ticket), ("r-1-2", i));
+        }
+        assert_eq!(split_ticket("r-1-2/x").1, usize::MAX);
+
+        let rt = runtime();
+        let _guard = rt.enter();
+        let (s, _) = sessions(3, 3);
+        let (_, client) = s.open_with_token("alice", None).unwrap();
+        let pending = |endpoints| PendingResult {
+            stream: empty(),
+            endpoints,
+            ordered: false,
+            number: 1,
+            statement_id: None,
+            sql: "SELECT 1".into(),
+            started: Instant::now(),
+        };
+        let handle = client.store_result(pending(2));
+        // No third endpoint; each of the two is read once; the slot is shared.
+        assert!(client.claim(&endpoint_ticket(&handle, 2, 2)).is_err());
+        let (h, i, first) = client.claim(&endpoint_ticket(&handle, 1, 2)).unwrap();
+        assert_eq!((h.as_str(), i), (handle.as_str(), 1));
+        assert!(client.claim(&endpoint_ticket(&handle, 1, 2)).is_err());
+        let (_, _, second) = client.claim(&endpoint_ticket(&handle, 0, 2)).unwrap();
+        assert!(Arc::ptr_eq(&first, &second));
+        assert_eq!(client.statements(), 1);
+        // The first reader leaves: the statement goes on for the other.
+        assert!(!first.leave());
+        assert!(matches!(*lock(&first.state), SlotState::Running(_)));
+        // The last leaves before the end: the statement is dropped.
+        assert!(second.leave());
+        assert!(matches!(*lock(&first.state), SlotState::Abandoned));
+        assert_eq!(client.statements(), 0);
+        // A cancel reaches a result nobody has started reading.
+        let handle = client.store_result(pending(1));
+        assert!(client.cancel(&handle));
+        assert!(client.claim(&handle).is_err());
+    }
+
+    /// An empty statement stream.
+    fn empty() -> SendableRecordBatchStream {
+        use accelsql_engine::datafusion::arrow::datatypes::Schema;
+        use accelsql_engine::datafusion::physical_plan::EmptyRecordBatchStream;
+        Box::pin(EmptyRecordBatchStream::new(Arc::new(Schema::empty())))
     }
 
     #[test]

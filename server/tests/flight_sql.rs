@@ -553,6 +553,228 @@ fn shutdown_cancels_running_statements_and_frees_the_lease() {
     });
 }
 
+/// Another handle on `c`'s connection and session (one stream per endpoint).
+fn same_session(c: &Client) -> Client {
+    let mut other = FlightSqlServiceClient::new_from_inner(c.inner().clone());
+    if let Some(token) = c.token() {
+        other.set_token(token.clone());
+    }
+    other
+}
+
+/// The error reading `ticket` ends with (at DoGet or in its stream).
+async fn read_error(c: &mut Client, ticket: arrow_flight::Ticket) -> FlightError {
+    match c.do_get(ticket).await {
+        Err(e) => e,
+        Ok(stream) => stream.try_collect::<Vec<_>>().await.unwrap_err(),
+    }
+}
+
+/// The first column's values of `batches`, sorted.
+fn sorted_values(batches: &[RecordBatch]) -> Vec<i64> {
+    let mut values: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect();
+    values.sort_unstable();
+    values
+}
+
+/// An unordered query over 4 partitions (the filter spreads the rows round robin).
+const SPREAD: &str = "SELECT value FROM generate_series(1, 100000) WHERE value % 7 <> 0";
+
+/// A client whose statements plan 4 partitions of small batches.
+async fn spread_client(server: &ServerHandle) -> Client {
+    let mut c = client(server).await;
+    for set in [
+        "SET datafusion.execution.target_partitions = 4",
+        "SET datafusion.execution.batch_size = 1024",
+    ] {
+        query(&mut c, set).await.unwrap();
+    }
+    c
+}
+
+#[test]
+fn an_unordered_result_is_offered_as_endpoints_read_at_once_or_in_any_order() {
+    mt().block_on(async {
+        let engine = engine(0, None);
+        let server = start(&engine, None).await;
+        let mut c = spread_client(&server).await;
+        let expected: Vec<i64> = (1..=100_000).filter(|v| v % 7 != 0).collect();
+
+        // Read at once: every row exactly once.
+        let info = c.execute(SPREAD.into(), None).await.unwrap();
+        assert_eq!(info.endpoint.len(), 4, "{info:?}");
+        assert!(!info.ordered);
+        let reads = info.endpoint.iter().map(|e| {
+            let mut reader = same_session(&c);
+            let ticket = e.ticket.clone().unwrap();
+            async move {
+                let stream = reader.do_get(ticket).await?;
+                stream.try_collect::<Vec<_>>().await
+            }
+        });
+        let parts = futures::future::try_join_all(reads).await.unwrap();
+        let all: Vec<RecordBatch> = parts.into_iter().flatten().collect();
+        assert_eq!(sorted_values(&all), expected);
+
+        // One after the other, the last endpoint first: the first reader gets what the others
+        // do not; every row once.
+        let info = c.execute(SPREAD.into(), None).await.unwrap();
+        let mut all = Vec::new();
+        for e in info.endpoint.iter().rev() {
+            let batches: Vec<RecordBatch> = c
+                .do_get(e.ticket.clone().unwrap())
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
+            all.extend(batches);
+        }
+        assert_eq!(sorted_values(&all), expected);
+        // A ticket is read once.
+        let e = read_error(&mut c, info.endpoint[0].ticket.clone().unwrap()).await;
+        assert!(status(&e).message().contains("fetched already"), "{e}");
+
+        // A client that reads the first endpoint only still gets every row.
+        let batches = query(&mut c, SPREAD).await.unwrap();
+        assert_eq!(sorted_values(&batches), expected);
+
+        // An ordered result is one endpoint, marked ordered, in its order.
+        let sql = format!("{SPREAD} ORDER BY value DESC");
+        let info = c.execute(sql, None).await.unwrap();
+        assert_eq!(info.endpoint.len(), 1);
+        assert!(info.ordered);
+        let batches = fetch(&mut c, info).await.unwrap();
+        let got: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+            .collect();
+        let mut descending = expected.clone();
+        descending.reverse();
+        assert_eq!(got, descending);
+
+        // Errors reach every endpoint's reader.
+        let info = c
+            .execute(
+                "SELECT 10 / (value - 50000) FROM generate_series(1, 100000) WHERE value % 7 <> 0"
+                    .into(),
+                None,
+            )
+            .await
+            .unwrap();
+        for e in &info.endpoint {
+            let failed = read_error(&mut c, e.ticket.clone().unwrap()).await;
+            assert_eq!(code(&failed), "22000", "{failed}");
+        }
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn a_statements_log_line_counts_every_endpoints_rows_once_and_names_its_gpu_calls() {
+    mt().block_on(async {
+        let lines = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let sink_lines = Arc::clone(&lines);
+        let options = ServerOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            log: Some(Arc::new(move |line: &str| {
+                sink_lines.lock().unwrap().push(line.into())
+            })),
+            ..ServerOptions::default()
+        };
+        let server = ServerHandle::start(engine(1, None), options).await.unwrap();
+        let mut c = spread_client(&server).await;
+        let info = c.execute(SPREAD.into(), None).await.unwrap();
+        assert!(info.endpoint.len() > 1);
+        let reads = info.endpoint.iter().map(|e| {
+            let mut reader = same_session(&c);
+            let ticket = e.ticket.clone().unwrap();
+            async move { reader.do_get(ticket).await?.try_collect::<Vec<_>>().await }
+        });
+        futures::future::try_join_all(reads).await.unwrap();
+        assert_eq!(
+            single_i64(&query(&mut c, "SELECT slow_gpu(1)").await.unwrap()),
+            1
+        );
+        server.stop().await.unwrap();
+        let lines = lines.lock().unwrap();
+        let spread: Vec<_> = lines.iter().filter(|l| l.contains("% 7 <> 0")).collect();
+        assert_eq!(spread.len(), 1, "{lines:#?}");
+        assert!(spread[0].contains(" rows=85715 ") && spread[0].contains("outcome=ok"));
+        assert!(
+            lines.iter().any(|l| l.contains("udfs=[slow_gpu:GPU[0]]")),
+            "{lines:#?}"
+        );
+    });
+}
+
+#[test]
+fn a_results_lease_lives_until_its_last_reader_stops_and_a_cancel_reaches_every_reader() {
+    mt().block_on(async {
+        let engine = engine(1, None);
+        let server = start(&engine, None).await;
+        let mut a = spread_client(&server).await;
+        query(&mut a, "SET datafusion.execution.batch_size = 1")
+            .await
+            .unwrap();
+        let sql = "SELECT slow_gpu(20) FROM generate_series(1, 400) WHERE value % 7 <> 0";
+        let info = a.execute(sql.into(), None).await.unwrap();
+        assert!(info.endpoint.len() > 2, "{info:?}");
+        let ticket = |i: usize| info.endpoint[i].ticket.clone().unwrap();
+        let mut first = same_session(&a).do_get(ticket(0)).await.unwrap();
+        first.next().await.unwrap().unwrap();
+        let mut second = same_session(&a).do_get(ticket(1)).await.unwrap();
+        second.next().await.unwrap().unwrap();
+        // One reader stops: the other still reads, under the lease.
+        drop(first);
+        second.next().await.unwrap().unwrap();
+        assert!(engine.lease_queue().snapshot().holder.is_some());
+        // The last reader stops with endpoints unread: the statement is dropped, its lease
+        // released at once, and the unread endpoints say so.
+        drop(second);
+        let took = short_gpu_statement(&server).await;
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+        let e = read_error(&mut a, ticket(2)).await;
+        assert_eq!(code(&e), "57014", "{e}");
+
+        // A cancel ends every reader's stream with 57014 and frees the lease.
+        let info = a.execute(sql.into(), None).await.unwrap();
+        let mut readers = Vec::new();
+        for e in &info.endpoint[..2] {
+            let mut stream = same_session(&a)
+                .do_get(e.ticket.clone().unwrap())
+                .await
+                .unwrap();
+            stream.next().await.unwrap().unwrap();
+            readers.push(stream);
+        }
+        let request = CancelFlightInfoRequest { info: Some(info) };
+        let mut raw = a.inner().clone();
+        raw.do_action(authed(
+            &a,
+            Action::new("CancelFlightInfo", request.encode_to_vec()),
+        ))
+        .await
+        .unwrap();
+        for mut stream in readers {
+            let e = loop {
+                match stream.next().await {
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => break e,
+                    None => panic!("a cancelled statement's reader should get an error"),
+                }
+            };
+            assert_eq!(code(&e), "57014", "{e}");
+        }
+        let took = short_gpu_statement(&server).await;
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+        server.stop().await.unwrap();
+    });
+}
+
 /// Resident memory of this process in bytes.
 fn rss() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();

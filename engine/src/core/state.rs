@@ -131,6 +131,18 @@ impl EngineState {
             .collect()
     }
 
+    /// The recent calls of statement `id`, oldest first (a filter under the lock: no copy of
+    /// the others).
+    pub(crate) fn calls_of(&self, id: u64) -> Vec<UdfCallRecord> {
+        self.recent_calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|c| c.statement_id == id)
+            .cloned()
+            .collect()
+    }
+
     /// Adds finished calls to the log (the oldest go past [`RECENT_CALLS`]); a cluster task's
     /// call joins the record of its job's other tasks on this node.
     pub(crate) fn record_calls(&self, records: Vec<UdfCallRecord>) {

@@ -128,6 +128,12 @@ impl Engine {
         self.inner.state.recent_calls()
     }
 
+    /// The recent calls of statement `statement_id` (its id in `accelsql.udf_calls`), oldest
+    /// first: what [`Engine::recent_calls`] holds of it, without copying the rest.
+    pub fn calls_of(&self, statement_id: u64) -> Vec<UdfCallRecord> {
+        self.inner.state.calls_of(statement_id)
+    }
+
     /// The engine's shared state, which the layers below the front end are handed.
     pub(crate) fn state(&self) -> &Arc<EngineState> {
         &self.inner.state

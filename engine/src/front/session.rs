@@ -521,6 +521,16 @@ impl Session {
         text: &str,
         params: &[ScalarValue],
     ) -> Result<SendableRecordBatchStream> {
+        Ok(self.sql_stream_shaped(text, params).await?.0)
+    }
+
+    /// Like [`Session::sql_stream_with_params`], and how the last statement's result may be
+    /// split among readers (a server offers an unordered query's result as several endpoints).
+    pub async fn sql_stream_shaped(
+        &self,
+        text: &str,
+        params: &[ScalarValue],
+    ) -> Result<(SendableRecordBatchStream, ResultShape)> {
         if self.identity.kill.is_killed() {
             return Err(EngineError::SessionKilled {
                 session: self.identity.id,
@@ -544,14 +554,14 @@ impl Session {
             if is_script_ddl(&piece.text) {
                 self.run_script_ddl(&piece.text, &grants)?;
                 if is_last_piece {
-                    last_stream = Some(empty_stream()?);
+                    last_stream = Some((empty_stream()?, ResultShape::SINGLE));
                 }
                 continue;
             }
             if let Some(statement) = parse_security_statement(&piece.text)? {
                 self.run_security(statement, &grants).await?;
                 if is_last_piece {
-                    last_stream = Some(empty_stream()?);
+                    last_stream = Some((empty_stream()?, ResultShape::SINGLE));
                 }
                 continue;
             }
@@ -559,7 +569,7 @@ impl Session {
                 self.check_connection_change(&statement, &grants)?;
                 let stream = self.run_exasol(statement).await?;
                 if is_last_piece {
-                    last_stream = Some(stream);
+                    last_stream = Some((stream, ResultShape::SINGLE));
                 } else {
                     stream.try_collect::<Vec<_>>().await?;
                 }
@@ -578,7 +588,7 @@ impl Session {
                 None
             };
             for statement in statements {
-                let stream = self.execute(statement, &extra, &[]).await?;
+                let (stream, _) = self.execute(statement, &extra, &[]).await?;
                 stream.try_collect::<Vec<_>>().await?;
             }
             if let Some(last) = last {
@@ -931,11 +941,11 @@ impl Session {
         statement: DfStatement,
         extra: &[ScriptUdf],
         params: &[ScalarValue],
-    ) -> Result<SendableRecordBatchStream> {
+    ) -> Result<(SendableRecordBatchStream, ResultShape)> {
         self.sync_scripts();
         if let Some(reset) = self.reset_own_setting(&statement) {
             reset?;
-            return empty_stream();
+            return Ok((empty_stream()?, ResultShape::SINGLE));
         }
         let mut state = self.ctx.state();
         for udf in extra {
@@ -1039,7 +1049,7 @@ impl Session {
                 if let Some(change) = schema_change {
                     self.apply_schema_change(change)?;
                 }
-                return Ok(stream);
+                return Ok((stream, ResultShape::SINGLE));
             }
             LogicalPlan::Explain(_) => {
                 let df = DataFrame::new(state, plan);
@@ -1054,7 +1064,8 @@ impl Session {
                 let mut batches: Vec<RecordBatch> =
                     execute_stream(physical, task)?.try_collect().await?;
                 batches.push(placement_rows(&schema, &scope)?);
-                return Ok(Box::pin(MemoryStream::try_new(batches, schema, None)?));
+                let stream = Box::pin(MemoryStream::try_new(batches, schema, None)?);
+                return Ok((stream, ResultShape::SINGLE));
             }
             _ => {}
         }
@@ -1073,6 +1084,7 @@ impl Session {
             ]);
         }
         let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
+        let ordered = asks_for_order(&plan);
         // Writes (INSERT into this session's tables, COPY TO) change this process's state:
         // they run here; queries go to the distributor, if any.
         let distribute = !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Copy(_));
@@ -1086,6 +1098,10 @@ impl Session {
             }
             physical = distributed;
         }
+        let shape = ResultShape {
+            ordered,
+            partitions: physical.properties().partitioning.partition_count().max(1),
+        };
         let mut stream = StatementStream::start(
             Arc::clone(engine),
             scope,
@@ -1098,12 +1114,42 @@ impl Session {
         if is_analyze {
             stream = stream.with_call_report();
         }
-        Ok(
+        let stream: SendableRecordBatchStream =
             match rewritten.output.rename(&stream.schema(), upper_case) {
                 Some(schema) => with_schema(Box::pin(stream), schema),
                 None => Box::pin(stream),
-            },
-        )
+            };
+        Ok((stream, shape))
+    }
+}
+
+/// How a statement's result may be split among readers: a server offers an unordered query's
+/// result as several endpoints, read at once; an ordered one as one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultShape {
+    /// The statement asked for an order (ORDER BY): one reader reads every row, in order.
+    pub ordered: bool,
+    /// The partitions the plan produces its result in (1 for anything but a query).
+    pub partitions: usize,
+}
+
+impl ResultShape {
+    /// One unordered stream: statements other than queries, and results built whole.
+    pub const SINGLE: Self = Self {
+        ordered: false,
+        partitions: 1,
+    };
+}
+
+/// Whether the query asks for its rows in an order (`ORDER BY` at its top, under projections,
+/// limits and aliases). Rows that merely happen to be sorted (a sorted source) do not count.
+fn asks_for_order(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Sort(_) => true,
+        LogicalPlan::Projection(p) => asks_for_order(&p.input),
+        LogicalPlan::Limit(l) => asks_for_order(&l.input),
+        LogicalPlan::SubqueryAlias(a) => asks_for_order(&a.input),
+        _ => false,
     }
 }
 
@@ -1255,5 +1301,48 @@ impl Session {
 impl SqlRunner for Session {
     async fn run_sql(&self, sql: &str) -> Result<SendableRecordBatchStream> {
         Box::pin(self.sql_stream(sql)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shape of `sql`'s result in a session planning `partitions` partitions.
+    async fn shape(sql: &str, partitions: usize) -> ResultShape {
+        let session = crate::Engine::new().unwrap().session();
+        let set = format!("SET datafusion.execution.target_partitions = {partitions}");
+        session.sql(&set).await.unwrap();
+        let (stream, shape) = session.sql_stream_shaped(sql, &[]).await.unwrap();
+        drop(stream);
+        shape
+    }
+
+    #[tokio::test]
+    async fn a_result_is_ordered_only_when_the_query_asks_and_spans_its_plans_partitions() {
+        let spread = "SELECT value FROM generate_series(1, 100000) WHERE value % 7 <> 0";
+        // A sorted source is not an order the query asked for, nor is a subquery's ORDER BY
+        // (SQL promises the outer query's rows no order).
+        let unordered = shape(spread, 4).await;
+        assert_eq!(
+            unordered,
+            ResultShape {
+                ordered: false,
+                partitions: 4
+            }
+        );
+        for asked in [
+            format!("{spread} ORDER BY value DESC"),
+            format!("SELECT * FROM ({spread}) AS t ORDER BY value LIMIT 5"),
+        ] {
+            let ordered = shape(&asked, 4).await;
+            assert!(ordered.ordered, "{asked}: {ordered:?}");
+            assert_eq!(ordered.partitions, 1, "{asked}");
+        }
+        assert_eq!(shape("SELECT 1", 4).await.partitions, 1);
+        assert_eq!(
+            shape("CREATE TABLE t AS SELECT 1 AS a", 4).await,
+            ResultShape::SINGLE
+        );
     }
 }
