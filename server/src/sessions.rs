@@ -193,14 +193,7 @@ impl RunningSlot {
             return false;
         }
         *lock(&self.idle_since) = Some(Instant::now());
-        let mut state = lock(&self.state);
-        let old = if matches!(*state, SlotState::Running(_)) {
-            std::mem::replace(&mut *state, SlotState::Abandoned)
-        } else {
-            SlotState::Ended
-        };
-        drop(state);
-        drop(old);
+        self.finish(SlotState::Abandoned);
         true
     }
 
@@ -221,25 +214,22 @@ impl RunningSlot {
             && lock(&self.idle_since).is_some_and(|since| since.elapsed() >= UNCLAIMED_RESULT_TTL)
     }
 
-    /// Ends the statement with `state` (its stream dropped now, outside the lock) and wakes
-    /// every reader.
-    pub(crate) fn finish(&self, state: SlotState) {
-        let old = std::mem::replace(&mut *lock(&self.state), state);
-        drop(old);
-        self.wakers.wake_by_ref();
-    }
-
-    /// Stops the statement: its stream (plan, workers, lease) is dropped now; each reader's
-    /// next read gets error 57014.
-    pub(crate) fn cancel(&self) {
+    /// Ends a running statement with `end`: its stream (plan, workers, lease) is dropped now,
+    /// outside the lock, and every reader is woken. A result that has ended keeps its end.
+    pub(crate) fn finish(&self, end: SlotState) {
         let mut state = lock(&self.state);
         if !matches!(*state, SlotState::Running(_)) {
             return;
         }
-        let old = std::mem::replace(&mut *state, SlotState::Cancelled);
+        let stream = std::mem::replace(&mut *state, end);
         drop(state);
-        drop(old);
+        drop(stream);
         self.wakers.wake_by_ref();
+    }
+
+    /// Stops the statement; each reader's next read gets error 57014.
+    pub(crate) fn cancel(&self) {
+        self.finish(SlotState::Cancelled);
     }
 }
 
