@@ -1,6 +1,7 @@
 //! Upstream parity: runs the `.slt` files of DataFusion 55.2.0 copied into
 //! `sql-tests/upstream/datafusion-55.2.0` through accelsql's session (all of them but those
-//! `excluded.txt` lists; about a minute and a half in a debug build on two cores).
+//! `excluded.txt` lists; about four minutes in a debug build on two cores). A file that fails
+//! is run again alone once; one that passes then is reported as flaky.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
 
 use accelsql_sql_tests::discover::{self, Exclusions};
@@ -28,7 +29,23 @@ fn upstream_datafusion_files_pass() {
             println!("{r}")
         }
     }));
-    let failed: Vec<String> = reports
+    // A file that fails is run once more, alone: a few upstream records depend on timing
+    // (`aggregate_memory_spill.slt` shares a 1 MB greedy pool among partitions running at
+    // once, and failed once in dozens of runs while the files ran side by side). One that
+    // passes then is reported as flaky, never silently.
+    let again: Vec<_> = reports
+        .iter()
+        .filter(|r| !r.passed())
+        .map(|r| r.path.clone())
+        .collect();
+    let retried = runtime().block_on(run_files(again, &RunOptions::default(), |_| {}));
+    for r in retried.iter().filter(|r| r.passed()) {
+        println!(
+            "FLAKY {}: failed beside the other files, passed alone",
+            r.path.display()
+        );
+    }
+    let failed: Vec<String> = retried
         .iter()
         .filter(|r| !r.passed())
         .map(ToString::to_string)
