@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use accelsql_engine::{EngineError, EngineOptions, NodeIdentity, PlanDistributor};
 use ballista_core::config::{BALLISTA_JOB_NAME, BALLISTA_SCHEDULER_MAX_PARTITIONS_PER_TASK};
-use ballista_core::execution_plans::execute_physical_plan;
 use ballista_core::extension::SessionConfigExt;
 use datafusion::arrow::array::{ArrayRef, Int64Array};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -40,6 +39,7 @@ use crate::error::config_err;
 use crate::guard::STATEMENT_JOB_PREFIX;
 use crate::info::cluster_nodes;
 use crate::security::ClusterAuth;
+use crate::submit::{Connections, submit};
 
 /// A cluster a session runs its queries on: the scheduler's address and the node count.
 ///
@@ -61,6 +61,8 @@ pub struct ClusterClient {
     partitions_per_node: usize,
     devices_per_node: usize,
     codec: Arc<dyn PhysicalExtensionCodec>,
+    /// The connections its statements share.
+    connections: Arc<Connections>,
 }
 
 impl fmt::Debug for ClusterClient {
@@ -109,6 +111,7 @@ impl ClusterClient {
             partitions_per_node: 1,
             devices_per_node: 1,
             codec: Arc::new(ClusterCodec::new(Decoder::Scheduler)),
+            connections: Arc::default(),
         })
     }
 
@@ -171,12 +174,15 @@ impl PlanDistributor for ClusterClient {
         }
         let plan = keep_source_limits(plan)?;
         let plan = route_node_groups(plan, self.nodes)?;
-        Ok(Arc::new(ClusterQueryExec::new(
-            plan,
-            self.address.clone(),
-            Arc::clone(&self.codec),
-            self.auth.clone(),
-        )))
+        Ok(Arc::new(
+            ClusterQueryExec::new(
+                plan,
+                self.address.clone(),
+                Arc::clone(&self.codec),
+                self.auth.clone(),
+            )
+            .with_connections(Arc::clone(&self.connections)),
+        ))
     }
 
     /// Ballista's settings for the plans it runs (no dynamic filters across stages, scalar
@@ -375,6 +381,7 @@ pub struct ClusterQueryExec {
     auth: ClusterAuth,
     codec: Arc<dyn PhysicalExtensionCodec>,
     properties: Arc<PlanProperties>,
+    connections: Arc<Connections>,
 }
 
 impl ClusterQueryExec {
@@ -398,7 +405,14 @@ impl ClusterQueryExec {
             auth,
             codec,
             properties,
+            connections: Arc::default(),
         }
+    }
+
+    /// Submits over `connections`, which other statements share, rather than its own.
+    pub(crate) fn with_connections(mut self, connections: Arc<Connections>) -> Self {
+        self.connections = connections;
+        self
     }
 
     /// The plan the cluster runs.
@@ -491,21 +505,13 @@ impl ExecutionPlan for ClusterQueryExec {
             Some(secure) => config.with_ballista_override_create_grpc_client_endpoint(secure),
             None => config,
         };
-        let ballista = config.ballista_config();
         let url = format!("http://{}", self.scheduler);
         let plan = Arc::clone(&self.plan);
         let codec = Arc::clone(&self.codec);
+        let connections = Arc::clone(&self.connections);
         let session_id = context.session_id();
         let submitted = async move {
-            execute_physical_plan::<PhysicalPlanNode>(
-                url,
-                &ballista,
-                plan,
-                codec.as_ref(),
-                session_id,
-                config,
-            )
-            .await
+            submit(connections, url, plan, codec.as_ref(), session_id, config).await
         };
         // An executor's failure arrives as Ballista's text around ours: give the caller the
         // accelsql error inside it, with its code.

@@ -12,6 +12,7 @@ use ballista_core::utils::create_grpc_server;
 use ballista_executor::ArrowFlightServerProvider;
 use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
 use ballista_executor::flight_service::BallistaFlightService;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use tonic::transport::ServerTlsConfig;
 
 use crate::codec::ClusterCodec;
@@ -146,6 +147,15 @@ pub async fn run_executor(mut options: ExecutorOptions) -> Result<()> {
     // A directory of our own goes when the executor does: on return, and also when the
     // future is dropped (an embedding program aborts the task, or its runtime shuts down).
     let _work_dir_guard = own_work_dir.then(|| RemoveOnDrop(work_dir.clone()));
+    // One runtime for every task (its spill folder and file caches), as an engine shares one
+    // across its sessions. Ballista's default builds one per session, and with it a spill
+    // folder that is made and removed again for each of a client's statements.
+    let runtime = RuntimeEnvBuilder::new()
+        .with_temp_file_path(&work_dir)
+        .build_arc()
+        .map_err(|e| ClusterError::Process {
+            message: format!("the executor's runtime: {e}"),
+        })?;
     let config = ExecutorProcessConfig {
         // `node-K-of-N-…`: the scheduler places partition p on node p mod N by it.
         executor_id,
@@ -170,6 +180,7 @@ pub async fn run_executor(mut options: ExecutorOptions) -> Result<()> {
             engine.clone(),
         ))),
         override_execution_engine: Some(Arc::new(LeasingEngine::new(engine.clone()))),
+        override_runtime_producer: Some(Arc::new(move |_| Ok(Arc::clone(&runtime)))),
         // The task port and the Flight port require the cluster's certificate; the
         // executor's own connections (to the scheduler, to other executors' Flight ports)
         // present it.

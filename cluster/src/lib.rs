@@ -24,6 +24,7 @@ mod node;
 mod scheduler;
 mod security;
 mod stage;
+mod submit;
 mod yielding;
 
 pub use client::{ClusterClient, ClusterQueryExec, NODE_LOST};

@@ -35,6 +35,13 @@ pub const FILES: u64 = 6;
 pub const GROUPS: u64 = 16;
 
 const SINGLE: &str = "single process";
+/// The case that scans the files and keeps no row.
+const ALMOST_NOTHING: &str = "almost nothing (a scan that keeps no row)";
+/// The case that reads nothing: what the cluster path itself costs per statement (job
+/// submission, a task, its result's shuffle file, the fetch).
+const TINY: &str = "a tiny query (SELECT 1)";
+/// The goal: a tiny query costs at most this many seconds more on a cluster than in one process.
+const GOAL_EXTRA_S: f64 = 0.015;
 
 fn on_cluster(n: usize) -> String {
     format!("cluster, {n} executor{}", if n == 1 { "" } else { "s" })
@@ -265,15 +272,22 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
             ),
         ),
         (
-            "almost nothing (a scan that keeps no row)".to_string(),
+            ALMOST_NOTHING.to_string(),
             format!("SELECT count(*) FROM '{}/' WHERE g < 0", groups.display()),
         ),
+        (TINY.to_string(), "SELECT 1".to_string()),
     ];
+    let rows_of = |case: &str| if case == TINY { 1 } else { rows };
     let mut table = Table::new("cluster vs one process", "rows", Some(SINGLE));
     let mut references = Vec::new();
     for (case, sql) in &cases {
         let (stats, answer) = timed(ctx, &single, sql, None, &format!("{case}: {SINGLE}")).await?;
-        table.push(Figure::new(case, SINGLE, rows, Outcome::Measured { stats }));
+        table.push(Figure::new(
+            case,
+            SINGLE,
+            rows_of(case),
+            Outcome::Measured { stats },
+        ));
         references.push(answer);
     }
     for n in EXECUTORS {
@@ -286,14 +300,14 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
                     table.push(Figure::new(
                         case,
                         &on_cluster(n),
-                        rows,
+                        rows_of(case),
                         Outcome::Measured { stats },
                     ));
                 }
                 Err(e) => table.push(Figure::new(
                     case,
                     &on_cluster(n),
-                    rows,
+                    rows_of(case),
                     Outcome::unavailable(e.to_string()),
                 )),
             }
@@ -303,8 +317,37 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
         // The executors' ports and tasks wind down before the next cluster starts.
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    result.notes.extend(tiny_goals(&table));
     result.tables.push(table);
     Ok(())
+}
+
+/// The tiny cases' goal, a note per cluster size: the median's excess over the single process's
+/// at most [`GOAL_EXTRA_S`].
+fn tiny_goals(table: &Table) -> Vec<String> {
+    let verdict = |met: bool| if met { "met" } else { "MISSED" };
+    let mut notes = Vec::new();
+    for case in [TINY, ALMOST_NOTHING] {
+        let Some(single) = table.median_s(SINGLE, |f| f.case == case) else {
+            continue;
+        };
+        for n in EXECUTORS {
+            if let Some(cluster) = table.median_s(&on_cluster(n), |f| f.case == case) {
+                let extra = cluster - single;
+                notes.push(format!(
+                    "{case} on {}: {:.1} ms median against {:.1} ms in one process, {:.1} ms \
+                     more (goal ≤ {:.0} ms: {})",
+                    on_cluster(n),
+                    cluster * 1e3,
+                    single * 1e3,
+                    extra * 1e3,
+                    GOAL_EXTRA_S * 1e3,
+                    verdict(extra <= GOAL_EXTRA_S)
+                ));
+            }
+        }
+    }
+    notes
 }
 
 #[cfg(test)]

@@ -730,3 +730,44 @@ async fn an_unreachable_scheduler_is_a_coded_error_at_connect() {
     assert_eq!(e.code(), "08001", "{e}");
     assert!(start.elapsed() < Duration::from_secs(10));
 }
+
+/// A client keeps its connections to the scheduler and the executors between statements; one
+/// whose connections were made on a runtime that has ended (a program that runs each statement
+/// on a runtime of its own) makes new ones instead of failing.
+#[test]
+fn a_client_outlives_the_runtime_its_connections_were_made_on() {
+    // The cluster's tasks run on their own runtime's threads for the whole test.
+    let cluster_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cluster = cluster_runtime.block_on(start_cluster());
+    let statement = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = statement();
+    let engine = first.block_on(client(&cluster));
+    let sum = "SELECT sum(times_node(value) - times_node(value) + value) FROM \
+               generate_series(1, 100)";
+    for _ in 0..2 {
+        let got = first.block_on(async { rows(&engine.session().sql(sum).await.unwrap()) });
+        assert_eq!(got, [["5050"]]);
+    }
+    drop(first);
+    for _ in 0..2 {
+        let got = statement().block_on(async {
+            tokio::time::timeout(Duration::from_secs(60), engine.session().sql(sum))
+                .await
+                .expect("a statement on a new runtime must not hang")
+                .unwrap()
+        });
+        assert_eq!(rows(&got), [["5050"]]);
+    }
+    drop(engine);
+    let _inside = cluster_runtime.enter();
+    drop(cluster);
+}

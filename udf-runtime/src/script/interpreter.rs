@@ -7,7 +7,7 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crate::{Result, RuntimeError};
 
@@ -117,6 +117,10 @@ start()
 /// Finds `python3` on `PATH` (what the `builtin_python3` runtime means), checks that it is
 /// Python 3.8 or newer, and returns the interpreter it really is (`sys.executable`; a pyenv shim
 /// or wrapper script resolves to the binary behind it, which starts much faster).
+///
+/// Asking the interpreter starts Python (through a pyenv shim: a few hundred milliseconds), so
+/// the answer is kept for the process: the same `python3` on `PATH` (the same file, unmodified)
+/// whose answer still exists is not asked again. Failures are not kept.
 pub fn find_python3() -> Result<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let candidate = std::env::split_paths(&path)
@@ -128,8 +132,38 @@ pub fn find_python3() -> Result<PathBuf> {
                       language alias at an interpreter (ALTER SESSION SET SCRIPT_LANGUAGES)"
                 .to_string(),
         })?;
+    let key = FoundKey::of(&candidate);
+    static FOUND: Mutex<Option<(FoundKey, PathBuf)>> = Mutex::new(None);
+    if let Some(key) = &key
+        && let Some((known, exe)) = &*FOUND.lock().unwrap_or_else(|e| e.into_inner())
+        && known == key
+        && is_executable(exe)
+    {
+        return Ok(exe.clone());
+    }
     let version = PythonVersion::of(&candidate)?;
+    if let Some(key) = key {
+        *FOUND.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, version.executable.clone()));
+    }
     Ok(version.executable)
+}
+
+/// Which `python3` [`find_python3`] asked: its path, and the file there (device, inode, size,
+/// modification time), so that a replaced or edited interpreter or shim is asked again.
+#[derive(Debug, PartialEq, Eq)]
+struct FoundKey {
+    path: PathBuf,
+    file: (u64, u64, u64, i64, i64),
+}
+
+impl FoundKey {
+    fn of(path: &Path) -> Option<Self> {
+        let m = fs::metadata(path).ok()?;
+        Some(Self {
+            path: path.to_path_buf(),
+            file: (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()),
+        })
+    }
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -321,6 +355,24 @@ mod tests {
         assert!(exe.is_absolute(), "{}", exe.display());
         let v = PythonVersion::of(&exe).unwrap();
         assert!((v.major, v.minor) >= MIN_PYTHON);
+    }
+
+    /// The kept answer is asked again when `python3` on `PATH` is another file or was edited.
+    #[test]
+    fn a_changed_interpreter_is_asked_again() {
+        let dir = std::env::temp_dir().join(format!("accelsql-found-key-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let shim = dir.join("python3");
+        fs::write(&shim, "#!/bin/sh\nexec python3 \"$@\"\n").unwrap();
+        let first = FoundKey::of(&shim).unwrap();
+        assert_eq!(FoundKey::of(&shim), Some(FoundKey::of(&shim).unwrap()));
+        fs::write(&shim, "#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n").unwrap();
+        assert_ne!(FoundKey::of(&shim).unwrap(), first, "an edited shim keeps its key");
+        fs::remove_file(&shim).unwrap();
+        assert_eq!(FoundKey::of(&shim), None);
+        fs::remove_dir(&dir).unwrap();
+        // Asked twice, the same answer (the second from the kept one).
+        assert_eq!(find_python3().unwrap(), find_python3().unwrap());
     }
 
     #[test]
