@@ -340,7 +340,9 @@ fn relay_error(e: &datafusion::error::DataFusionError) -> Option<EngineError> {
         return Some(EngineError::Relayed {
             code: NODE_LOST,
             message: format!(
-                "[{NODE_LOST}] the query stopped: a node of the cluster stopped answering while                  its results were read (its executor stopped or the network failed); run it                  again. Detail: {}",
+                "[{NODE_LOST}] the query stopped: a node of the cluster stopped answering while \
+                 its results were read (its executor stopped or the network failed); run it \
+                 again. Detail: {}",
                 text.lines().next().unwrap_or_default()
             ),
         });
@@ -510,9 +512,8 @@ impl ExecutionPlan for ClusterQueryExec {
         let codec = Arc::clone(&self.codec);
         let connections = Arc::clone(&self.connections);
         let session_id = context.session_id();
-        let submitted = async move {
-            submit(connections, url, plan, codec.as_ref(), session_id, config).await
-        };
+        let submitted =
+            async move { submit(connections, url, plan, codec.as_ref(), session_id, config).await };
         // An executor's failure arrives as Ballista's text around ours: give the caller the
         // accelsql error inside it, with its code.
         let stream = futures::stream::once(submitted)

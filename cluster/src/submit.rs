@@ -66,7 +66,11 @@ impl Connections {
         fresh: bool,
     ) -> Result<SchedulerGrpcClient<Channel>> {
         if !fresh
-            && let Some(client) = self.scheduler.lock().unwrap_or_else(|e| e.into_inner()).clone()
+            && let Some(client) = self
+                .scheduler
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
         {
             return Ok(client);
         }
@@ -133,8 +137,9 @@ pub(crate) async fn submit(
     session_id: String,
     config: SessionConfig,
 ) -> Result<impl Stream<Item = Result<datafusion::arrow::array::RecordBatch>> + Send + use<>> {
-    let node = PhysicalPlanNode::try_from_physical_plan(plan, codec)
-        .map_err(|e| DataFusionError::Internal(format!("failed to serialize physical plan: {e:?}")))?;
+    let node = PhysicalPlanNode::try_from_physical_plan(plan, codec).map_err(|e| {
+        DataFusionError::Internal(format!("failed to serialize physical plan: {e:?}"))
+    })?;
     let settings = config
         .options()
         .entries()
@@ -168,8 +173,11 @@ pub(crate) async fn submit(
     }
     .map_err(execution)?;
     let scheduler_version = version::version_from_metadata(response.metadata()).map(str::to_string);
-    version::check_compatibility(Some(ballista_core::BALLISTA_VERSION), scheduler_version.as_deref())
-        .map_err(DataFusionError::Execution)?;
+    version::check_compatibility(
+        Some(ballista_core::BALLISTA_VERSION),
+        scheduler_version.as_deref(),
+    )
+    .map_err(DataFusionError::Execution)?;
     let mut statuses = response.into_inner();
     let (job_id, partitions, proxy) = loop {
         let GetJobStatusResult {
@@ -198,7 +206,10 @@ pub(crate) async fn submit(
             })) => break (job_id, partition_location, flight_proxy),
         }
     };
-    log::debug!("job {job_id} done: {} result partition(s)", partitions.len());
+    log::debug!(
+        "job {job_id} done: {} result partition(s)",
+        partitions.len()
+    );
     let fetches = partitions.into_iter().map(move |location| {
         let fetched = fetch(
             Arc::clone(&connections),
@@ -295,10 +306,15 @@ fn split_host_port(address: &str) -> Result<(String, u16)> {
     let (host, port) = rest
         .rsplit_once(':')
         .ok_or_else(|| DataFusionError::Execution(format!("No port in {address:?}")))?;
-    let port = port
-        .parse()
-        .map_err(|e| DataFusionError::Execution(format!("Cannot parse host:port in {address:?}: {e}")))?;
-    Ok((host.trim_start_matches('[').trim_end_matches(']').to_string(), port))
+    let port = port.parse().map_err(|e| {
+        DataFusionError::Execution(format!("Cannot parse host:port in {address:?}: {e}"))
+    })?;
+    Ok((
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        port,
+    ))
 }
 
 #[cfg(test)]

@@ -367,7 +367,11 @@ mod tests {
         let first = FoundKey::of(&shim).unwrap();
         assert_eq!(FoundKey::of(&shim), Some(FoundKey::of(&shim).unwrap()));
         fs::write(&shim, "#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n").unwrap();
-        assert_ne!(FoundKey::of(&shim).unwrap(), first, "an edited shim keeps its key");
+        assert_ne!(
+            FoundKey::of(&shim).unwrap(),
+            first,
+            "an edited shim keeps its key"
+        );
         fs::remove_file(&shim).unwrap();
         assert_eq!(FoundKey::of(&shim), None);
         fs::remove_dir(&dir).unwrap();

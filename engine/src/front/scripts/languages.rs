@@ -67,7 +67,8 @@ pub(crate) struct SessionScripts {
     current_schema: Mutex<String>,
     /// The session's built-in functions and Rust UDFs: their plain names are never a script's.
     builtins: OnceLock<HashSet<String>>,
-    /// `builtin_python3`, found once per session (finding it starts Python).
+    /// `builtin_python3` as this session first found it (`find_python3` asks Python once per
+    /// process; a session keeps its answer, so that it does not change under its statements).
     builtin_python3: OnceLock<Result<PathBuf, String>>,
 }
 
