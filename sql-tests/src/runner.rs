@@ -377,15 +377,26 @@ async fn run_file_tracked(
 }
 
 /// Runs `files`, `options.threads` at a time, each in its own task (a panic or a timeout fails
-/// that file only); calls `on_report` with each report in the order of `files`.
+/// that file only); calls `on_report` with each report as its file finishes, and returns the
+/// reports in the order of `files`.
+///
+/// The biggest files start first and a slot is refilled as soon as any file ends, so one slow
+/// file does not hold the others back (the longest-first rule keeps the run near the total work
+/// divided by the threads).
 pub async fn run_files(
     files: Vec<PathBuf>,
     options: &RunOptions,
     mut on_report: impl FnMut(&FileReport),
 ) -> Vec<FileReport> {
-    let tasks = files.into_iter().map(|path| {
+    let mut order: Vec<(usize, PathBuf)> = files.into_iter().enumerate().collect();
+    // Longest first, judged by size: a file's run time grows with its records.
+    order.sort_by_key(|(_, path)| {
+        std::cmp::Reverse(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
+    });
+    let count = order.len();
+    let tasks = order.into_iter().map(|(index, path)| {
         let options = options.clone();
-        async move {
+        let report = async move {
             let start = Instant::now();
             let flavor = Flavor::of_path(&path);
             let task_path = path.clone();
@@ -414,15 +425,16 @@ pub async fn run_files(
                 }
                 Err(e) => FileReport::failed(&path, flavor, format!("panicked: {e}"), start),
             }
-        }
+        };
+        async move { (index, report.await) }
     });
-    let mut stream = futures::stream::iter(tasks).buffered(options.threads.max(1));
-    let mut reports = Vec::new();
-    while let Some(report) = stream.next().await {
+    let mut stream = futures::stream::iter(tasks).buffer_unordered(options.threads.max(1));
+    let mut reports: Vec<Option<FileReport>> = (0..count).map(|_| None).collect();
+    while let Some((index, report)) = stream.next().await {
         on_report(&report);
-        reports.push(report);
+        reports[index] = Some(report);
     }
-    reports
+    reports.into_iter().flatten().collect()
 }
 
 /// Totals of a run.

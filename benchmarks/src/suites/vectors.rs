@@ -81,8 +81,10 @@ fn leading_ints(rows: &[Vec<f64>], n: usize) -> Vec<Vec<i64>> {
 }
 
 /// `vector_topk` per group (`GROUP BY id % GROUPS`) over `dataset` at `rows`: the gathered
-/// grouping (row indices sorted by the key, each group's rows gathered) against the sorted one
-/// (the whole input, embeddings included, sorted by the key first), in one run.
+/// grouping (with a constant query and `k`: each input batch's groups scored where the batch
+/// is, their rows gathered from it, each run's top `k` merged per group) against the sorted one
+/// (the whole input, embeddings included, hash-partitioned and sorted by the key first, one run
+/// per group), in one run.
 async fn compare_grouped(
     ctx: &Context,
     dataset: Dataset,
@@ -229,8 +231,10 @@ fn engine_notes(ctx: &Context) -> String {
          (eight-lane f64 sums, in AVX2 instructions where the CPU has them): the accelsql \
          rows beside it measure only what accelsql's layer costs. `{ACCELSQL_TOPK}` (a SET \
          function) without GROUP BY runs as each partition's top {K} and a merge of those \
-         (one call, one lease), so every partition scores rows, as `cosine_similarity` does. \
-         DataFusion's built-in \
+         (one call, one lease), so every partition scores rows, as `cosine_similarity` does; \
+         with GROUP BY (per group, gathered) each input batch's groups run where the batch is \
+         and a merge keeps each group's top {K}, while `set_grouping 'sort'` moves and sorts \
+         the whole input by the key first. DataFusion's built-in \
          `cosine_distance` (datafusion-functions-nested 55.2, feature `nested_expressions`) \
          casts FLOAT lists to DOUBLE lists first and ranks by distance ascending; it and DuckDB's \
          `array_cosine_similarity` are the real-world peers.",

@@ -62,8 +62,9 @@ pub(crate) struct CallSpec {
     pub(crate) placed: Option<Arc<PlacedCall>>,
     /// How a SET call with GROUP BY keys gets each group's rows together.
     pub(crate) grouping: SetGrouping,
-    /// A SET call without GROUP BY split by its [`TopKMerge`](crate::udf::TopKMerge): each input
-    /// partition is a group of its own, whose `k` best rows a merge above takes in.
+    /// A SET call split by its [`TopKMerge`](crate::udf::TopKMerge), whose `k` best rows per run
+    /// a merge above takes in: without GROUP BY each input partition is a run of its own; with
+    /// it, each group of each input batch.
     pub(crate) partial: bool,
 }
 
@@ -107,6 +108,7 @@ impl CallSpec {
         self.def.input_type() == InputType::Set
             && !self.keys.is_empty()
             && self.grouping == SetGrouping::Gather
+            && !self.partial
     }
 }
 
@@ -140,7 +142,11 @@ impl DisplayAs for UdfCallExec {
             }
         }
         if call.partial {
-            f.write_str(", partial: each partition's best")?;
+            f.write_str(if call.keys.is_empty() {
+                ", partial: each partition's best"
+            } else {
+                ", partial: each batch's groups' best"
+            })?;
         }
         match &call.placed {
             Some(p) => write!(
@@ -217,7 +223,7 @@ impl ExecutionPlan for UdfCallExec {
     }
 
     fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
-        if !self.is_set() || self.call.gathers_groups() {
+        if !self.is_set() || self.call.gathers_groups() || self.call.partial {
             return vec![None];
         }
         // Rows of one group arrive together: sorted by the keys (either direction).
@@ -399,6 +405,9 @@ impl RunState {
             return Ok(());
         }
         let keys = evaluate(&self.call.keys, batch)?;
+        if self.call.partial && !keys.is_empty() {
+            return self.run_batch_groups(rows, keys, args);
+        }
         if let Some(gathered) = &mut self.gathered {
             let size: usize = keys
                 .iter()
@@ -436,6 +445,31 @@ impl RunState {
                 })
                 .collect();
             group.input.push(RunChunk::new(range.len(), chunk))?;
+        }
+        Ok(())
+    }
+
+    /// A partial run of a grouped call: each of the batch's groups runs on its own, its rows
+    /// gathered from the batch (the merge above keeps each group's best of all its runs).
+    fn run_batch_groups(
+        &mut self,
+        rows: usize,
+        keys: Vec<ArrayRef>,
+        args: Vec<ColumnarValue>,
+    ) -> crate::Result<()> {
+        let batches = [(rows, keys, args)];
+        for GatheredGroup { key, rows: places } in group_rows(&batches, self.call.keys.len())? {
+            let args = if places.len() == rows {
+                // The batch is one group: its arguments as they are.
+                batches[0].2.clone()
+            } else {
+                (0..self.call.args.len())
+                    .map(|a| gather_argument(&batches, a, &places))
+                    .collect::<DfResult<Vec<_>>>()?
+            };
+            let mut group = Group::new(key, 0);
+            group.input.push(RunChunk::new(places.len(), args))?;
+            self.run(&group)?;
         }
         Ok(())
     }

@@ -254,7 +254,8 @@ async fn with_zero_gpus_required_emits_calls_fail_and_optional_ones_run_on_cpu()
 }
 
 /// A grouped SET call gathers each group's rows itself by default: no sort of the input (and
-/// its payloads) before it, the same groups and rows as the sorted path.
+/// its payloads) before it, the same groups and rows as the sorted path. (The query vector is a
+/// column here, so `vector_topk` runs whole per group rather than split.)
 #[tokio::test]
 async fn grouped_set_calls_gather_their_groups_without_sorting_the_input() {
     let s = session(0);
@@ -263,12 +264,13 @@ async fn grouped_set_calls_gather_their_groups_without_sorting_the_input() {
         "CREATE TABLE docs AS SELECT value AS id, \
          CASE WHEN value % 31 = 0 THEN NULL ELSE value % 29 END AS cat, \
          [sin(value), cos(value), sin(2 * value), cos(3 * value), \
-          sin(5 * value), cos(7 * value), 1.0, sin(value / 7)] AS emb \
+          sin(5 * value), cos(7 * value), 1.0, sin(value / 7)] AS emb, \
+         [1, 0, 0.5, 0, 0, 0.25, 1, 0] AS q \
          FROM generate_series(1, 3000)",
     )
     .await
     .unwrap();
-    let sql = "SELECT cat, vector_topk(id, emb, [1, 0, 0.5, 0, 0, 0.25, 1, 0], 3) \
+    let sql = "SELECT cat, vector_topk(id, emb, q, 3) \
                FROM docs GROUP BY cat ORDER BY cat NULLS LAST, score DESC, row_id";
     let explain = format!("EXPLAIN {sql}");
     let gathered = flat(&s.sql(&explain).await.unwrap()).join("\n");
@@ -349,4 +351,97 @@ async fn vector_topk_without_group_by_merges_each_partitions_best() {
     assert_eq!(top.len(), 3);
     let ids: Vec<i64> = top.iter().filter_map(|r| r.parse().ok()).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{top:?}");
+}
+
+/// `vector_topk` with GROUP BY, a constant query and `k`, runs as each input batch's groups'
+/// `k` best and a merge per group (the arguments neither repartitioned nor sorted): the same
+/// rows as the whole call per group — many groups and one, NULL keys, keys the select list does
+/// not show, two keys, ties broken by id (NULL ids last), NULL embeddings, `k` beyond a group,
+/// an empty input, tiny batches (a group spread over many runs).
+#[tokio::test]
+async fn vector_topk_with_group_by_merges_each_groups_best() {
+    let s = session(0);
+    s.sql("SET datafusion.execution.target_partitions = 3")
+        .await
+        .unwrap();
+    // Embeddings repeat every 50 rows (equal scores), every 7th id is NULL, every 11th
+    // embedding is NULL, every 13th key is NULL; `q` holds the query as data, so a call
+    // given it runs whole per group.
+    s.sql(
+        "CREATE TABLE docs AS SELECT \
+         CASE WHEN value % 7 = 0 THEN NULL ELSE value END AS id, \
+         CASE WHEN value % 13 = 0 THEN NULL ELSE value % 37 END AS many, \
+         value % 2 AS two, 'all' AS one, \
+         CASE WHEN value % 11 = 0 THEN NULL ELSE \
+           [sin(value % 50), cos(value % 50), 0.5] END AS emb, \
+         [1.0, 0.0, 0.5] AS q \
+         FROM generate_series(1, 3000)",
+    )
+    .await
+    .unwrap();
+    let cases = [
+        ("many", "many", 3, ""),
+        ("many", "many", 500, ""),
+        ("one", "one", 7, ""),
+        ("two, many", "two, many", 2, ""),
+        ("", "many", 4, ""),
+        ("two", "many, two", 1, ""),
+        ("many", "many", 3, " WHERE id < 20"),
+        ("many", "many", 5, " WHERE false"),
+    ];
+    for batch_size in [8192, 7] {
+        s.sql(&format!(
+            "SET datafusion.execution.batch_size = {batch_size}"
+        ))
+        .await
+        .unwrap();
+        for (shown, keys, k, filter) in cases {
+            let select = if shown.is_empty() {
+                String::new()
+            } else {
+                format!("{shown}, ")
+            };
+            let query = |q: &str| {
+                format!(
+                    "SELECT * FROM (SELECT {select}vector_topk(id, emb, {q}, {k}) \
+                     FROM docs{filter} GROUP BY {keys})"
+                )
+            };
+            let (split, whole) = (query("[1.0, 0.0, 0.5]"), query("q"));
+            let plan = flat(&s.sql(&format!("EXPLAIN {split}")).await.unwrap()).join("\n");
+            assert!(
+                plan.contains("partial: each batch's groups' best"),
+                "{plan}"
+            );
+            let (_, below) = plan.split_once("UdfCallExec").unwrap();
+            assert!(!below.contains("SortExec"), "{plan}");
+            let whole_plan = flat(&s.sql(&format!("EXPLAIN {whole}")).await.unwrap()).join("\n");
+            assert!(!whole_plan.contains("partial"), "{whole_plan}");
+            // The same rows in any order.
+            let mut got = flat(&s.sql(&split).await.unwrap());
+            let mut want = flat(&s.sql(&whole).await.unwrap());
+            got.sort();
+            want.sort();
+            assert_eq!(
+                got, want,
+                "GROUP BY {keys}, k = {k}{filter}, batch size {batch_size}"
+            );
+            if filter == " WHERE false" {
+                assert!(got.is_empty());
+            } else {
+                assert!(!got.is_empty(), "GROUP BY {keys}, k = {k}{filter}");
+            }
+        }
+    }
+    // The sorted grouping keeps the old plan: the whole input sorted, no split.
+    s.sql("SET accelsql.set_grouping = 'sort'").await.unwrap();
+    let plan = flat(
+        &s.sql(
+            "EXPLAIN SELECT many, vector_topk(id, emb, [1.0, 0.0, 0.5], 3) FROM docs GROUP BY many",
+        )
+        .await
+        .unwrap(),
+    )
+    .join("\n");
+    assert!(!plan.contains("partial"), "{plan}");
 }
