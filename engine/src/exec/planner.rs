@@ -110,29 +110,8 @@ impl ExtensionPlanner for UdfCallPlanner {
         // Each partition's k best, sorted there, then merged: the k best of those.
         spec.partial = true;
         let partial: Arc<dyn ExecutionPlan> = Arc::new(UdfCallExec::new(spec, Arc::clone(input)));
-        let col = |name: &str| Expr::Column(Column::new_unqualified(name));
-        let column = |name: &str| {
-            planner.create_physical_expr(&col(name), &call.schema, session, planning_ctx)
-        };
-        let score = column(&merge.score_column)?;
-        let nan = planner.create_physical_expr(
-            &isnan(col(&merge.score_column)),
-            &call.schema,
-            session,
-            planning_ctx,
-        )?;
-        let order = |expr, descending, nulls_first| PhysicalSortExpr {
-            expr,
-            options: SortOptions {
-                descending,
-                nulls_first,
-            },
-        };
-        let Some(ordering) = LexOrdering::new([
-            order(nan, false, false),
-            order(score, true, false),
-            order(column(&merge.id_column)?, false, false),
-        ]) else {
+        let ranking = merge_ranking(&merge, &call.schema, planner, session, planning_ctx)?;
+        let Some(ordering) = LexOrdering::new(ranking) else {
             return internal_err!("the merge of {} has no order", call.def.name());
         };
         let sorted = SortExec::new(ordering.clone(), partial)
@@ -183,20 +162,14 @@ fn grouped_top_k(
     };
     let keys: Vec<Arc<dyn PhysicalExpr>> = (0..key_count).map(column).collect();
     let df_schema = DFSchema::try_from(runs_schema.as_ref().clone())?;
-    let physical = |e: Expr| planner.create_physical_expr(&e, &df_schema, session, planning_ctx);
-    let col = |name: &str| Expr::Column(Column::new_unqualified(name));
-    let order = |expr, descending| PhysicalSortExpr {
+    let ranking = merge_ranking(merge, &df_schema, planner, session, planning_ctx)?;
+    let ascending = |expr| PhysicalSortExpr {
         expr,
         options: SortOptions {
-            descending,
+            descending: false,
             nulls_first: false,
         },
     };
-    let ranking = vec![
-        order(physical(isnan(col(&merge.score_column)))?, false),
-        order(physical(col(&merge.score_column))?, true),
-        order(physical(col(&merge.id_column))?, false),
-    ];
     let repartitioned: Arc<dyn ExecutionPlan> = if partitions > 1 {
         Arc::new(RepartitionExec::try_new(
             runs,
@@ -207,7 +180,7 @@ fn grouped_top_k(
     };
     let Some(sorting) = LexOrdering::new(
         keys.iter()
-            .map(|k| order(Arc::clone(k), false))
+            .map(|k| ascending(Arc::clone(k)))
             .chain(ranking.iter().cloned()),
     ) else {
         return internal_err!("the merge of {} has no order", merge.score_column);
@@ -251,6 +224,31 @@ fn grouped_top_k(
         projection,
         Arc::new(kept),
     )?))
+}
+
+/// The order a split call's merge keeps rows in, over `schema` (the partial runs' output):
+/// NaN scores last, then the score descending, then the id ascending (NULLs last throughout).
+fn merge_ranking(
+    merge: &TopKMerge,
+    schema: &DFSchema,
+    planner: &dyn PhysicalPlanner,
+    session: &dyn DfSession,
+    planning_ctx: &PhysicalPlanningContext,
+) -> DfResult<Vec<PhysicalSortExpr>> {
+    let col = |name: &str| Expr::Column(Column::new_unqualified(name));
+    let physical = |e: Expr| planner.create_physical_expr(&e, schema, session, planning_ctx);
+    let order = |expr, descending| PhysicalSortExpr {
+        expr,
+        options: SortOptions {
+            descending,
+            nulls_first: false,
+        },
+    };
+    Ok(vec![
+        order(physical(isnan(col(&merge.score_column)))?, false),
+        order(physical(col(&merge.score_column))?, true),
+        order(physical(col(&merge.id_column))?, false),
+    ])
 }
 
 /// The most rows a split call's merge keeps (a larger `k` runs the call whole).

@@ -290,20 +290,22 @@ async fn grouped_set_calls_gather_their_groups_without_sorting_the_input() {
     assert_eq!(flat(&s.sql(sql).await.unwrap()), gather);
 }
 
-/// `vector_topk` without GROUP BY, with a constant query and `k`, runs as each partition's `k`
-/// best and a merge: the same rows as one run over the whole input — ties (equal scores break
-/// by id, NULL ids last), NULL embeddings, `k` beyond the rows, empty input.
-#[tokio::test]
-async fn vector_topk_without_group_by_merges_each_partitions_best() {
+/// A session of `partitions` partitions with table `docs` for the split `vector_topk` tests:
+/// 3,000 rows whose embeddings repeat every 50 rows (equal scores), every 7th id NULL, every
+/// 11th embedding NULL; keys `many` (37 values, every 13th NULL), `two` and `one`; `q` holds
+/// the query as data, so a call given it runs whole.
+async fn topk_docs(partitions: usize) -> Session {
     let s = session(0);
-    s.sql("SET datafusion.execution.target_partitions = 4")
-        .await
-        .unwrap();
-    // Embeddings repeat every 50 rows (equal scores), every 7th id is NULL, every 11th
-    // embedding is NULL; `q` holds the query as data, so a call given it runs whole.
+    s.sql(&format!(
+        "SET datafusion.execution.target_partitions = {partitions}"
+    ))
+    .await
+    .unwrap();
     s.sql(
         "CREATE TABLE docs AS SELECT \
          CASE WHEN value % 7 = 0 THEN NULL ELSE value END AS id, \
+         CASE WHEN value % 13 = 0 THEN NULL ELSE value % 37 END AS many, \
+         value % 2 AS two, 'all' AS one, \
          CASE WHEN value % 11 = 0 THEN NULL ELSE \
            [sin(value % 50), cos(value % 50), 0.5] END AS emb, \
          [1.0, 0.0, 0.5] AS q \
@@ -311,6 +313,15 @@ async fn vector_topk_without_group_by_merges_each_partitions_best() {
     )
     .await
     .unwrap();
+    s
+}
+
+/// `vector_topk` without GROUP BY, with a constant query and `k`, runs as each partition's `k`
+/// best and a merge: the same rows as one run over the whole input — ties (equal scores break
+/// by id, NULL ids last), NULL embeddings, `k` beyond the rows, empty input.
+#[tokio::test]
+async fn vector_topk_without_group_by_merges_each_partitions_best() {
+    let s = topk_docs(4).await;
     for (k, filter) in [
         (7, ""),
         (40, ""),
@@ -360,25 +371,7 @@ async fn vector_topk_without_group_by_merges_each_partitions_best() {
 /// an empty input, tiny batches (a group spread over many runs).
 #[tokio::test]
 async fn vector_topk_with_group_by_merges_each_groups_best() {
-    let s = session(0);
-    s.sql("SET datafusion.execution.target_partitions = 3")
-        .await
-        .unwrap();
-    // Embeddings repeat every 50 rows (equal scores), every 7th id is NULL, every 11th
-    // embedding is NULL, every 13th key is NULL; `q` holds the query as data, so a call
-    // given it runs whole per group.
-    s.sql(
-        "CREATE TABLE docs AS SELECT \
-         CASE WHEN value % 7 = 0 THEN NULL ELSE value END AS id, \
-         CASE WHEN value % 13 = 0 THEN NULL ELSE value % 37 END AS many, \
-         value % 2 AS two, 'all' AS one, \
-         CASE WHEN value % 11 = 0 THEN NULL ELSE \
-           [sin(value % 50), cos(value % 50), 0.5] END AS emb, \
-         [1.0, 0.0, 0.5] AS q \
-         FROM generate_series(1, 3000)",
-    )
-    .await
-    .unwrap();
+    let s = topk_docs(3).await;
     let cases = [
         ("many", "many", 3, ""),
         ("many", "many", 500, ""),
