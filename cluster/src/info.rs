@@ -91,6 +91,9 @@ fn is_refusal(text: &str) -> bool {
         "unexpected eof",
         "peer closed",
         "connection closed",
+        // The scheduler closed the connection before HTTP/2 started: a plaintext client at a
+        // TLS scheduler, seen this way when the close wins the race with the client's preface.
+        "connection was not ready",
     ]
     .iter()
     .any(|needle| text.contains(needle))
@@ -135,5 +138,31 @@ pub(crate) fn classify(
     ClusterError::SchedulerUnreachable {
         address: address.to_string(),
         message: text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_closed_before_http2_is_a_refusal_and_a_refused_connect_is_not() {
+        let auth = ClusterAuth::none();
+        let closed = tonic::Status::cancelled("operation was canceled: connection was not ready");
+        assert!(matches!(
+            classify("127.0.0.1:1", &auth, &closed),
+            ClusterError::Authentication { .. }
+        ));
+        let refused =
+            tonic::Status::unavailable("tcp connect error: Connection refused (os error 111)");
+        assert!(matches!(
+            classify("127.0.0.1:1", &auth, &refused),
+            ClusterError::SchedulerUnreachable { .. }
+        ));
+        let answered = tonic::Status::not_found("no such job");
+        assert!(matches!(
+            classify("127.0.0.1:1", &auth, &answered),
+            ClusterError::Process { .. }
+        ));
     }
 }

@@ -143,8 +143,9 @@ fn duck_figure(engine: &str, rows: u64, case: &DuckCase) -> Figure {
     }
 }
 
-/// SET and SCALAR RETURNS scripts over the same 16k rows stored as 1-row batches (as many
-/// small INSERTs leave a table) and as 8192-row batches: the script's share of the time should
+/// SET and SCALAR RETURNS scripts over the same 16k rows stored as 1-row batches (written under
+/// a batch size of 1, which keeps them: many small INSERTs under the default batch size leave a
+/// table that is compacted when each ends) and as 8192-row batches: the script's share of the time should
 /// not depend on the input's batch sizes (a SCALAR RETURNS script's tiny batches are coalesced
 /// before the worker sees them). A built-in aggregate over the same tables shows what
 /// DataFusion itself pays per batch.

@@ -9,6 +9,7 @@
 //!
 //! May use: every layer below (`core`, `udf`, `plan`, `exec`, `catalog`).
 
+pub(crate) mod compact;
 pub(crate) mod engine;
 pub(crate) mod exasol;
 pub(crate) mod import;

@@ -12,11 +12,12 @@ use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
 use datafusion::error::DataFusionError;
 use datafusion::execution::FunctionRegistry;
-use datafusion::execution::RecordBatchStream;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
-use datafusion::logical_expr::{AggregateUDF, LogicalPlan, ScalarUDF};
+use datafusion::logical_expr::{
+    AggregateUDF, DdlStatement, DmlStatement, LogicalPlan, ScalarUDF, WriteOp,
+};
 use datafusion::physical_plan::execute_stream;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -24,6 +25,7 @@ use datafusion::sql::parser::{DFParserBuilder, ResetStatement, Statement as DfSt
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use futures::TryStreamExt;
 
+use super::compact::{compact_after, compact_table};
 use super::engine::Engine;
 use super::exasol::schemas::{
     DEFAULT_SCHEMA, SchemaChange, no_such_schema, schema_change, schema_has_scripts,
@@ -1034,12 +1036,17 @@ impl Session {
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;
         }
+        let batch_size = state.config().batch_size();
         match &plan {
             // DDL and SET change the session: they go through the context.
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
                 if let Some(change) = &schema_change {
                     self.check_schema_change(change)?;
                 }
+                let created = match &plan {
+                    LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => Some(c.name.clone()),
+                    _ => None,
+                };
                 let stream = self
                     .ctx
                     .execute_logical_plan(plan)
@@ -1048,6 +1055,11 @@ impl Session {
                     .await?;
                 if let Some(change) = schema_change {
                     self.apply_schema_change(change)?;
+                }
+                if let Some(table) = created {
+                    if let Ok(table) = self.ctx.table_provider(table).await {
+                        compact_table(&table, batch_size).await?;
+                    }
                 }
                 return Ok((stream, ResultShape::SINGLE));
             }
@@ -1084,6 +1096,15 @@ impl Session {
             ]);
         }
         let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
+        // A memory table that INSERTs leave in many small batches is compacted after each.
+        let insert_target = match &plan {
+            LogicalPlan::Dml(DmlStatement {
+                table_name,
+                op: WriteOp::Insert(_),
+                ..
+            }) => self.ctx.table_provider(table_name.clone()).await.ok(),
+            _ => None,
+        };
         let ordered = asks_for_order(&plan);
         // Writes (INSERT into this session's tables, COPY TO) change this process's state:
         // they run here; queries go to the distributor, if any.
@@ -1114,10 +1135,14 @@ impl Session {
         if is_analyze {
             stream = stream.with_call_report();
         }
+        let stream: SendableRecordBatchStream = match &insert_target {
+            Some(table) => compact_after(Box::pin(stream), table, batch_size),
+            None => Box::pin(stream),
+        };
         let stream: SendableRecordBatchStream =
             match rewritten.output.rename(&stream.schema(), upper_case) {
-                Some(schema) => with_schema(Box::pin(stream), schema),
-                None => Box::pin(stream),
+                Some(schema) => with_schema(stream, schema),
+                None => stream,
             };
         Ok((stream, shape))
     }
