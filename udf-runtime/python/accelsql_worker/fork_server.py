@@ -22,12 +22,12 @@ from .wire import _I32
 #   b"Q": which spare is waiting; the server answers on the control socket b"S" + i32 pid (0:
 #        none).
 # A spare: the server keeps one worker forked ahead of requests, waiting on a socket of its own
-# for a request's protocol socket and stderr. A fork request is handed to the spare when there
-# is one (so no fork() is on the request's path), else served by a fork as before. A spare has
-# run no script code: it is what a fork at request time would be, forked earlier. The first
-# spare is forked once the server is ready; a new one when a worker has ended (or a spare died)
-# and none waits: then, not while the worker that took the last one runs, so that the fork
-# does not compete for the cores with a statement's start (on a small machine it would).
+# for a request's protocol socket and stderr, its environment restored and numpy reseeded
+# already. A fork request is handed to the spare when there is one (so no fork() is on the
+# request's path), else served by a fork as before. A spare has run no script code: it is what a
+# fork at request time would be, forked earlier. The first spare is forked once the server is
+# ready; the next one as soon as a spare has been handed a request (it gets ready while that
+# worker starts), and one whenever a worker or a spare has ended and none waits.
 # End of file on the control socket (the engine is gone or done with the server): the workers'
 # process groups are killed and reaped, and the server exits. The server and each worker die
 # with their parent (PR_SET_PDEATHSIG): the engine's death ends the server and so its workers.
@@ -150,14 +150,11 @@ def _serve_forks():
         leave_server([status])
         adopt(sock, err)
 
-    def adopt(sock, err):
-        """Makes `sock` the worker's protocol socket (fd 0) and `err` its stdout and stderr."""
-        os.dup2(sock, 0)
-        os.dup2(err, 2)
-        os.dup2(err, 1)
-        for fd in (sock, err):
-            if fd > 2:
-                os.close(fd)
+    def own_state():
+        """What a new worker makes its own: the server's environment (as it was started) and
+        numpy's global random state, reseeded. A spare does this while it waits: both first
+        write to pages shared with the server since the fork (about 2 ms of copying in all), so
+        that a statement's start does not wait for it."""
         if os.environ != environ:
             os.environ.clear()
             os.environ.update(environ)
@@ -167,6 +164,18 @@ def _serve_forks():
                 nprandom.seed()
             except Exception:
                 pass
+
+    def adopt(sock, err, owned=False):
+        """Makes `sock` the worker's protocol socket (fd 0) and `err` its stdout and stderr (and
+        the process's state its own, unless `owned` says it is already)."""
+        os.dup2(sock, 0)
+        os.dup2(err, 2)
+        os.dup2(err, 1)
+        for fd in (sock, err):
+            if fd > 2:
+                os.close(fd)
+        if not owned:
+            own_state()
 
     spare = []  # [pid, the server's end of its socket] while a spare waits
 
@@ -194,6 +203,7 @@ def _serve_forks():
             try:
                 ours.close()
                 leave_server([])
+                own_state()
                 space = socket.CMSG_SPACE(2 * _I32.size)
                 msg, anc, _flags, _addr = theirs.recvmsg(16, space)
                 got = array("i")
@@ -203,7 +213,7 @@ def _serve_forks():
                 theirs.close()
                 if msg[:1] != b"F" or len(got) != 2:
                     os._exit(0)  # let go unused (the server ended, or killed it)
-                adopt(got[0], got[1])
+                adopt(got[0], got[1], owned=True)
             except BaseException:
                 os._exit(71)
             return True
@@ -304,6 +314,10 @@ def _serve_forks():
                 _close_quietly(err)
                 children[pid] = status
                 _write_quietly(status, b"P" + _I32.pack(pid))
+                # The next spare at once: it gets ready beside the worker that just started
+                # (which mostly waits for the engine), so that the next request finds it ready.
+                if fork_spare():
+                    return
                 continue
             flush_quietly()
             try:
