@@ -10,6 +10,7 @@ use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
+use datafusion::datasource::source_as_provider;
 use datafusion::error::DataFusionError;
 use datafusion::execution::FunctionRegistry;
 use datafusion::execution::SendableRecordBatchStream;
@@ -1096,13 +1097,14 @@ impl Session {
             ]);
         }
         let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
-        // A memory table that INSERTs leave in many small batches is compacted after each.
+        // A memory table that INSERTs leave in many small batches is compacted after each (the
+        // plan holds the table it writes to).
         let insert_target = match &plan {
             LogicalPlan::Dml(DmlStatement {
-                table_name,
+                target,
                 op: WriteOp::Insert(_),
                 ..
-            }) => self.ctx.table_provider(table_name.clone()).await.ok(),
+            }) => source_as_provider(target).ok(),
             _ => None,
         };
         let ordered = asks_for_order(&plan);
