@@ -25,7 +25,6 @@ use futures::{Stream, StreamExt};
 /// A partition is compacted once it holds at least this many batches.
 pub(crate) const COMPACT_MIN_BATCHES: usize = 64;
 
-
 /// The partitions of `table` when it is a memory table (the tables `CREATE TABLE` and
 /// `CREATE TABLE … AS` make), else `None`.
 fn memory_partitions(table: &Arc<dyn TableProvider>) -> Option<Vec<MemPartition>> {
@@ -53,6 +52,7 @@ pub(crate) async fn compact_table(
 }
 
 /// Compacts `batches` where it is worth it (see the module's doc); the rows keep their order.
+/// A join that fails (e.g. string offsets beyond `i32`) leaves `batches` as they were.
 fn compact_in_place(batches: &mut Vec<RecordBatch>, batch_size: usize) -> DfResult<()> {
     if batches.len() < COMPACT_MIN_BATCHES {
         return Ok(());
@@ -62,7 +62,7 @@ fn compact_in_place(batches: &mut Vec<RecordBatch>, batch_size: usize) -> DfResu
     let mut out = Vec::with_capacity(batches.len() / 8 + 1);
     let mut run: Vec<RecordBatch> = Vec::new();
     let mut run_rows = 0;
-    for batch in batches.drain(..) {
+    for batch in batches.iter().cloned() {
         let rows = batch.num_rows();
         if rows >= small {
             flush(&mut run, &mut out)?;
