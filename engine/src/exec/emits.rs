@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, new_null_array};
 use datafusion::arrow::compute::{concat, interleave, partition, take};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
@@ -301,6 +301,7 @@ impl ExecutionPlan for UdfCallExec {
                         let elapsed = state.baseline.elapsed_compute().clone();
                         let timer = elapsed.timer();
                         state.finish_group().map_err(EngineError::into_datafusion)?;
+                        state.run_empty_input().map_err(EngineError::into_datafusion)?;
                         state
                             .order_gathered()
                             .map_err(EngineError::into_datafusion)?;
@@ -508,6 +509,30 @@ impl RunState {
         }
         self.run(&group)?;
         Ok(true)
+    }
+
+    /// A SET script called without GROUP BY over no rows at all: Exasol calls it once even
+    /// then, with one row of NULLs. Other UDFs, and grouped calls (no group), are not called.
+    fn run_empty_input(&mut self) -> crate::Result<()> {
+        let once = self.call.def.input_type() == InputType::Set
+            && self.call.def.is_local()
+            && self.call.keys.is_empty()
+            && !self.call.partial
+            && self.runs_started == 0
+            && self.rows_in.value() == 0;
+        if !once {
+            return Ok(());
+        }
+        let schema = self.input.schema();
+        let nulls = self
+            .call
+            .args
+            .iter()
+            .map(|e| Ok(ColumnarValue::Array(new_null_array(&e.data_type(&schema)?, 1))))
+            .collect::<DfResult<Vec<_>>>()?;
+        let mut group = Group::new(Vec::new(), 0);
+        group.input.push(RunChunk::new(1, nulls))?;
+        self.run(&group)
     }
 
     /// Hands the gathered group, if any, to an instance as one run.

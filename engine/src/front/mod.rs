@@ -4,7 +4,8 @@
 //! [`Session`](session::Session) that runs SQL: splitting text into statements ([`splitter`]),
 //! accelsql's own statements (script DDL: [`scripts`]; Exasol's statements: [`exasol`]), the
 //! ordered rewrites of a statement before it is planned ([`passes`]), statement parameters,
-//! restricted sessions' checks ([`restricted`]), loading Arrow batches into tables ([`import`]),
+//! restricted sessions' checks ([`restricted`]), loading Arrow batches into tables ([`import`]), writes the session runs itself ([`writes`]:
+//! `CREATE TABLE … AS`, `TRUNCATE`), compaction of tables left in tiny batches ([`compact`]),
 //! and the results it makes itself ([`results`]).
 //!
 //! May use: every layer below (`core`, `udf`, `plan`, `exec`, `catalog`).
@@ -19,3 +20,4 @@ pub(crate) mod results;
 pub(crate) mod scripts;
 pub(crate) mod session;
 pub mod splitter;
+pub(crate) mod writes;

@@ -32,8 +32,8 @@ use super::exasol::schemas::{
     DEFAULT_SCHEMA, SchemaChange, no_such_schema, schema_change, schema_has_scripts,
 };
 use super::exasol::statements::{ExasolStatement, parse_exasol_statement};
-use super::exasol::text::rewrite_exasol_text;
-use super::exasol::transfer::{SqlRunner, TransferContext};
+use super::exasol::text::{Piece, import_subselects, rewrite_exasol_text};
+use super::exasol::transfer::{SqlRunner, TransferContext, import_query};
 use super::passes::exasol_functions::SessionValues;
 use super::passes::script_calls::NameScope;
 use super::passes::{PassContext, rewrite_names};
@@ -43,6 +43,7 @@ use super::results::{empty_stream, with_schema};
 use super::scripts::ddl::is_script_ddl;
 use super::scripts::languages::SessionScripts;
 use super::splitter::split_statements;
+use super::writes::{ctas_query, ctas_with_rows, truncate_as_delete};
 use crate::catalog::files::enable_url_tables;
 use crate::core::error::{EngineError, Result};
 use crate::core::memory::{SessionPool, session_runtime};
@@ -578,7 +579,8 @@ impl Session {
                 }
                 continue;
             }
-            let text = rewrite_exasol_text(&piece.text);
+            let text = self.expand_import_subselects(&piece.text).await?;
+            let text = rewrite_exasol_text(&text);
             let target = self.insert_target_columns(&text).await;
             let (text, extra) = self
                 .scripts
@@ -626,15 +628,27 @@ impl Session {
         };
         let table = self.ctx.table_provider(name.to_string()).await.ok()?;
         let schema = table.schema();
-        let wanted: Vec<String> = insert
-            .columns
+        // The columns listed, in the list's order (the script's columns fill them in that
+        // order), or all of them.
+        let fields: Vec<_> = if insert.columns.is_empty() {
+            schema.fields().iter().cloned().collect()
+        } else {
+            insert
+                .columns
+                .iter()
+                .map(|c| {
+                    let name = c.to_string();
+                    let name = name.trim_matches('"');
+                    schema
+                        .fields()
+                        .iter()
+                        .find(|f| f.name().eq_ignore_ascii_case(name))
+                        .cloned()
+                })
+                .collect::<Option<_>>()?
+        };
+        fields
             .iter()
-            .map(|c| c.to_string().to_ascii_lowercase())
-            .collect();
-        schema
-            .fields()
-            .iter()
-            .filter(|f| wanted.is_empty() || wanted.contains(&f.name().to_ascii_lowercase()))
             .map(|f| {
                 let ty = accelsql_udf_runtime::script::SqlType::from_arrow(f.data_type()).ok()?;
                 Some((f.name().clone(), ty.to_string()))
@@ -726,6 +740,45 @@ impl Session {
     }
 
     /// Runs a statement of Exasol's that DataFusion does not know.
+    /// `text` with each sub-select `(IMPORT … FROM SCRIPT …)` replaced by the query the import
+    /// stands for (its script's generated SQL, cast to the columns it names).
+    async fn expand_import_subselects(&self, text: &str) -> Result<String> {
+        let Some(pieces) = import_subselects(text) else {
+            return Ok(text.to_string());
+        };
+        let grants = self.identity.grants();
+        let cx = self.transfer_context(&grants)?;
+        let mut out = String::with_capacity(text.len());
+        for piece in pieces {
+            match piece {
+                Piece::Text(t) => out.push_str(&t),
+                Piece::Import(statement) => match parse_exasol_statement(&statement)? {
+                    Some(ExasolStatement::Import(t)) => {
+                        out.push_str(&import_query(&cx, t, true).await?);
+                    }
+                    _ => {
+                        return Err(EngineError::Sql(DataFusionError::Plan(format!(
+                            "not an IMPORT … FROM SCRIPT in a sub-select: {statement}"
+                        ))));
+                    }
+                },
+            }
+        }
+        Ok(out)
+    }
+
+    /// What IMPORT and EXPORT use of this session.
+    fn transfer_context<'a>(&'a self, grants: &'a Grants) -> Result<TransferContext<'a>> {
+        Ok(TransferContext {
+            catalog: self.engine.scripts(),
+            scripts: &self.scripts,
+            state: self.engine.state(),
+            udf_timeout: self.accelsql_options().udf_timeout()?,
+            runner: self,
+            grants,
+        })
+    }
+
     async fn run_exasol(&self, statement: ExasolStatement) -> Result<SendableRecordBatchStream> {
         match statement {
             ExasolStatement::OpenSchema(name) => {
@@ -753,14 +806,7 @@ impl Session {
             }
             other => {
                 let grants = self.identity.grants();
-                let cx = TransferContext {
-                    catalog: self.engine.scripts(),
-                    scripts: &self.scripts,
-                    state: self.engine.state(),
-                    udf_timeout: self.accelsql_options().udf_timeout()?,
-                    runner: self,
-                    grants: &grants,
-                };
+                let cx = self.transfer_context(&grants)?;
                 return super::exasol::run_statement(&cx, other).await;
             }
         }
@@ -1037,6 +1083,18 @@ impl Session {
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;
         }
+        // A CTAS's query runs as a query of this statement; the table is made from its rows.
+        let exists = match &plan {
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
+                self.ctx.table_exist(c.name.clone())?
+            }
+            _ => false,
+        };
+        let ctas = ctas_query(&plan, exists);
+        if let Some((_, query)) = &ctas {
+            plan = query.clone();
+        }
+        let plan = truncate_as_delete(plan);
         let batch_size = state.config().batch_size();
         match &plan {
             // DDL and SET change the session: they go through the context.
@@ -1136,6 +1194,16 @@ impl Session {
         )?;
         if is_analyze {
             stream = stream.with_call_report();
+        }
+        if let Some((create, query)) = ctas {
+            let name = create.name.clone();
+            let rows: Vec<RecordBatch> = stream.try_collect().await?;
+            let create = ctas_with_rows(create, &query, rows)?;
+            self.ctx.execute_logical_plan(create).await?.collect().await?;
+            if let Ok(table) = self.ctx.table_provider(name).await {
+                compact_table(&table, batch_size).await?;
+            }
+            return Ok((empty_stream()?, ResultShape::SINGLE));
         }
         let stream: SendableRecordBatchStream = match &insert_target {
             Some(table) => compact_after(Box::pin(stream), table, batch_size),

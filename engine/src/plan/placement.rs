@@ -75,6 +75,34 @@ impl CallSite {
     }
 }
 
+/// Whether `plan` (its subqueries included) calls an accelsql UDF the placement rule places: a
+/// scalar or SET UDF, an EMITS call (before or after the EMITS rule made it a node).
+pub(crate) fn has_udf_calls(plan: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        if unplaced_node(node).is_some() {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                let emits = match e {
+                    Expr::ScalarFunction(f) => crate::udf::emits_of(&f.func).is_some(),
+                    Expr::AggregateFunction(f) => crate::udf::emits_of_aggregate(&f.func).is_some(),
+                    _ => false,
+                };
+                found |= emits || CallSite::of_expr(e).is_some();
+                Ok(if found {
+                    TreeNodeRecursion::Stop
+                } else {
+                    TreeNodeRecursion::Continue
+                })
+            })
+        })
+    });
+    found
+}
+
 /// The `UdfCall` node `plan` is, if it is one and not yet placed.
 fn unplaced_node(plan: &LogicalPlan) -> Option<&UdfCallNode> {
     match plan {

@@ -5,7 +5,7 @@ use std::any::Any;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, ListArray};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, ListArray, new_null_array};
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::ScalarValue;
@@ -166,8 +166,17 @@ impl Accumulator for GroupAccumulator {
         let rows = self.input.num_rows();
         let def = &self.udf.def;
         if rows == 0 {
-            // An empty group (an aggregate over no rows): no run, NULL.
-            return ScalarValue::try_from(&self.udf.returns);
+            // Only the one group of a call without GROUP BY can be empty. Exasol calls a script
+            // there once, with one row of NULLs; other UDFs are not called (NULL).
+            if !def.is_local() {
+                return ScalarValue::try_from(&self.udf.returns);
+            }
+            let nulls = self
+                .fields
+                .iter()
+                .map(|f| ColumnarValue::Array(new_null_array(f.data_type(), 1)))
+                .collect();
+            self.input.push(RunChunk::new(1, nulls))?;
         }
         let result = (|| {
             let ran = on_instance(

@@ -50,8 +50,11 @@ class _RowContext(_RowContextBase):
         return getattr(self, self._slot_names[key])
 
     def size(self):
-        """Number of rows in the current group (1 in a SCALAR script)."""
-        return self._total
+        """Number of rows in the current group (SET), or in the current input chunk (SCALAR),
+        as in Exasol."""
+        if state.STATE.is_set:
+            return self._total
+        return self._n
 
     def next(self, reset=False):
         """SET scripts: moves to the next row of the group; False when there is none."""

@@ -17,7 +17,10 @@ from .wire import (
     T_DOUBLE,
     T_INTEGER,
     T_SMALLINT,
+    T_GEOMETRY,
+    T_HASHTYPE,
     T_TIMESTAMP,
+    T_TIMESTAMP_LTZ,
     T_VARCHAR,
     W_I64,
     W_I128,
@@ -64,6 +67,9 @@ def _read_column(r):
             T_CHAR: str,
             T_DATE: _dt.date,
             T_TIMESTAMP: _dt.datetime,
+            T_TIMESTAMP_LTZ: _dt.datetime,
+            T_GEOMETRY: str,
+            T_HASHTYPE: str,
         }[k]
     if c.wire == W_I64:
         if k == T_BIGINT:
@@ -160,8 +166,10 @@ class Exa(object):
 
 
 def _read_connection(r):
-    """str type | str address | str user | str password -> exa.ConnectionInformation."""
-    return Exa.ConnectionInformation(r.str(), r.str(), r.str(), r.str())
+    """str type | str address | str user | str password -> exa.ConnectionInformation. A part the
+    connection leaves out (no USER, no IDENTIFIED BY) is None, as in Exasol (where '' is NULL)."""
+    kind, address, user, password = r.str(), r.str(), r.str(), r.str()
+    return Exa.ConnectionInformation(kind, address or None, user or None, password or None)
 
 
 class ExaUDFError(Exception):

@@ -47,6 +47,14 @@ pub enum SqlType {
     Date,
     /// `TIMESTAMP` (microseconds, no time zone).
     Timestamp,
+    /// `TIMESTAMP WITH LOCAL TIME ZONE`: an instant; a script gets it as a `TIMESTAMP` in UTC
+    /// (microseconds).
+    TimestampLocalTz,
+    /// `GEOMETRY[(srid)]`: text in WKT (`POINT (1 2)`), as Exasol passes it to scripts.
+    Geometry(Option<u32>),
+    /// `HASHTYPE[(n BYTE)]` (`(n BIT)`: `n / 8` bytes; 16 bytes when not given): hex text of
+    /// `2n` characters.
+    Hashtype(u32),
 }
 
 impl SqlType {
@@ -65,6 +73,9 @@ impl SqlType {
             message,
         };
         let upper = text.trim().to_ascii_uppercase();
+        if let Some(rest) = upper.strip_prefix("HASHTYPE") {
+            return Self::parse_hashtype(rest).map_err(err);
+        }
         let (head, args, tail) = match upper.find('(') {
             Some(open) => {
                 let close = upper[open..]
@@ -100,6 +111,10 @@ impl SqlType {
             {
                 head = rest.trim_end().to_string();
             }
+        }
+        if head == "TIMESTAMP" && tail == "WITH LOCAL TIME ZONE" {
+            tail.clear();
+            head = "TIMESTAMP WITH LOCAL TIME ZONE".to_string();
         }
         if !tail.is_empty() {
             return Err(err(format!("unexpected '{tail}' after the type")));
@@ -187,21 +202,58 @@ impl SqlType {
                 ))),
                 _ => Ok(SqlType::Timestamp),
             },
-            "TIMESTAMP WITH LOCAL TIME ZONE" => Err(err(
-                "TIMESTAMP WITH LOCAL TIME ZONE is not supported in script signatures; use TIMESTAMP"
-                    .to_string(),
-            )),
+            "TIMESTAMP WITH LOCAL TIME ZONE" => match one_arg("TIMESTAMP")? {
+                Some(p) if p > 9 => Err(err(format!(
+                    "the precision of a TIMESTAMP must be 0 to 9, not {p}"
+                ))),
+                _ => Ok(SqlType::TimestampLocalTz),
+            },
+            "GEOMETRY" => Ok(SqlType::Geometry(one_arg("GEOMETRY")?)),
             "" => Err(err("no type given".to_string())),
             other => Err(err(format!(
                 "unknown type {other}; script signatures accept BOOLEAN, SMALLINT, INTEGER, BIGINT, \
-                 DECIMAL(p,s), DOUBLE, VARCHAR(n), CHAR(n), DATE, TIMESTAMP and their aliases"
+                 DECIMAL(p,s), DOUBLE, VARCHAR(n), CHAR(n), DATE, TIMESTAMP [WITH LOCAL TIME ZONE], \
+                 GEOMETRY, HASHTYPE and their aliases"
             ))),
         }
     }
 
+    /// `HASHTYPE`'s parenthesized size after the name: `(n BYTE)`, `(n BIT)` (a multiple of 8),
+    /// or nothing (16 bytes).
+    fn parse_hashtype(rest: &str) -> std::result::Result<Self, String> {
+        let rest = rest.trim();
+        if rest.is_empty() {
+            return Ok(SqlType::Hashtype(16));
+        }
+        let inner = rest
+            .strip_prefix('(')
+            .and_then(|r| r.strip_suffix(')'))
+            .ok_or_else(|| "HASHTYPE takes a size, e.g. HASHTYPE(16 BYTE)".to_string())?;
+        let words: Vec<&str> = inner.split_whitespace().collect();
+        let (n, unit) = match words.as_slice() {
+            [n] => (*n, "BYTE"),
+            [n, unit] => (*n, *unit),
+            _ => return Err("HASHTYPE takes a size, e.g. HASHTYPE(16 BYTE)".to_string()),
+        };
+        let n: u32 = n
+            .parse()
+            .map_err(|_| format!("'{n}' is not a HASHTYPE size"))?;
+        let bytes = match unit {
+            "BYTE" => n,
+            "BIT" if n % 8 == 0 => n / 8,
+            "BIT" => return Err(format!("a HASHTYPE of {n} bits is not whole bytes")),
+            other => return Err(format!("HASHTYPE's size is in BYTE or BIT, not {other}")),
+        };
+        if bytes == 0 || bytes > 1024 {
+            return Err(format!("a HASHTYPE must be 1 to 1024 bytes, not {bytes}"));
+        }
+        Ok(SqlType::Hashtype(bytes))
+    }
+
     /// The Arrow type values of this SQL type travel as: BOOLEAN → Boolean; SMALLINT, INTEGER,
     /// BIGINT and DECIMAL(p,0) with p ≤ 18 → Int64; other DECIMAL → Decimal128(p,s); DOUBLE →
-    /// Float64; VARCHAR, CHAR → Utf8; DATE → Date32; TIMESTAMP → Timestamp(Microsecond, None).
+    /// Float64; VARCHAR, CHAR, GEOMETRY, HASHTYPE → Utf8; DATE → Date32; TIMESTAMP [WITH LOCAL
+    /// TIME ZONE] → Timestamp(Microsecond, None).
     pub fn arrow_type(&self) -> DataType {
         match *self {
             SqlType::Boolean => DataType::Boolean,
@@ -211,9 +263,13 @@ impl SqlType {
             }
             SqlType::Decimal { precision, scale } => DataType::Decimal128(precision, scale),
             SqlType::Double => DataType::Float64,
-            SqlType::Varchar(_) | SqlType::Char(_) => DataType::Utf8,
+            SqlType::Varchar(_) | SqlType::Char(_) | SqlType::Geometry(_) | SqlType::Hashtype(_) => {
+                DataType::Utf8
+            }
             SqlType::Date => DataType::Date32,
-            SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            SqlType::Timestamp | SqlType::TimestampLocalTz => {
+                DataType::Timestamp(TimeUnit::Microsecond, None)
+            }
         }
     }
 
@@ -275,10 +331,12 @@ impl SqlType {
         }
     }
 
-    /// Length in characters of VARCHAR and CHAR (`exa.meta` `length`).
+    /// Length in characters of VARCHAR and CHAR, and of a HASHTYPE's hex text (`exa.meta`
+    /// `length`).
     pub fn length(&self) -> Option<u32> {
         match *self {
             SqlType::Varchar(n) | SqlType::Char(n) => Some(n),
+            SqlType::Hashtype(bytes) => Some(bytes * 2),
             _ => None,
         }
     }
@@ -287,7 +345,8 @@ impl SqlType {
 impl fmt::Display for SqlType {
     /// The canonical Exasol spelling, which [`SqlType::parse`] reads back: `BOOLEAN`,
     /// `SMALLINT`, `INTEGER`, `BIGINT`, `DECIMAL(p,s)`, `DOUBLE`, `VARCHAR(n)`, `CHAR(n)`,
-    /// `DATE`, `TIMESTAMP`.
+    /// `DATE`, `TIMESTAMP`, `TIMESTAMP WITH LOCAL TIME ZONE`, `GEOMETRY[(srid)]`, `HASHTYPE(n
+    /// BYTE)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             SqlType::Boolean => f.write_str("BOOLEAN"),
@@ -300,6 +359,10 @@ impl fmt::Display for SqlType {
             SqlType::Char(n) => write!(f, "CHAR({n})"),
             SqlType::Date => f.write_str("DATE"),
             SqlType::Timestamp => f.write_str("TIMESTAMP"),
+            SqlType::TimestampLocalTz => f.write_str("TIMESTAMP WITH LOCAL TIME ZONE"),
+            SqlType::Geometry(None) => f.write_str("GEOMETRY"),
+            SqlType::Geometry(Some(srid)) => write!(f, "GEOMETRY({srid})"),
+            SqlType::Hashtype(bytes) => write!(f, "HASHTYPE({bytes} BYTE)"),
         }
     }
 }
@@ -390,10 +453,13 @@ mod tests {
             "DECIMAL(5,6)",
             "DECIMAL(x)",
             "BOOLEAN(3)",
-            "GEOMETRY",
+            "GEOMETRY(1,2)",
+            "HASHTYPE(0 BYTE)",
+            "HASHTYPE(12 BIT)",
+            "HASHTYPE(16 WORDS)",
             "DOUBLE junk",
             "VARCHAR(10",
-            "TIMESTAMP WITH LOCAL TIME ZONE",
+            "TIMESTAMP WITH TIME ZONE",
         ] {
             let e = SqlType::parse(text).unwrap_err();
             assert_eq!(e.code(), "42U15", "{text}: {e}");
@@ -418,9 +484,30 @@ mod tests {
             SqlType::Char(3),
             SqlType::Date,
             SqlType::Timestamp,
+            SqlType::TimestampLocalTz,
+            SqlType::Geometry(None),
+            SqlType::Geometry(Some(4326)),
+            SqlType::Hashtype(32),
         ] {
             assert_eq!(SqlType::parse(&t.to_string()).unwrap(), t);
         }
+    }
+
+    #[test]
+    fn exasol_types_beyond_the_arrow_ones() {
+        assert_eq!(
+            SqlType::parse("timestamp(3) with local time zone").unwrap(),
+            SqlType::TimestampLocalTz
+        );
+        assert_eq!(SqlType::parse("GEOMETRY").unwrap(), SqlType::Geometry(None));
+        assert_eq!(SqlType::parse("HASHTYPE").unwrap(), SqlType::Hashtype(16));
+        assert_eq!(SqlType::parse("hashtype(256 bit)").unwrap(), SqlType::Hashtype(32));
+        assert_eq!(SqlType::Hashtype(16).length(), Some(32));
+        assert_eq!(
+            SqlType::TimestampLocalTz.arrow_type(),
+            DataType::Timestamp(TimeUnit::Microsecond, None)
+        );
+        assert_eq!(SqlType::Geometry(Some(4326)).arrow_type(), DataType::Utf8);
     }
 
     #[test]

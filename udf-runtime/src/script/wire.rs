@@ -161,6 +161,9 @@ fn type_code(t: &SqlType) -> u8 {
         SqlType::Char(_) => 8,
         SqlType::Date => 9,
         SqlType::Timestamp => 10,
+        SqlType::TimestampLocalTz => 11,
+        SqlType::Geometry(_) => 12,
+        SqlType::Hashtype(_) => 13,
     }
 }
 

@@ -1,14 +1,18 @@
 //! Exasol syntax that DataFusion's parser rejects, rewritten on the statement's tokens before it
 //! is parsed: character sets after string types (`VARCHAR(100) UTF8`, `CHAR(1) ASCII`, `CHARACTER
-//! SET UTF8`), which accelsql's strings (always UTF-8) do not need, and `VALUES` rows written
+//! SET UTF8`), which accelsql's strings (always UTF-8) do not need; `TIMESTAMP WITH LOCAL TIME
+//! ZONE`, which is `TIMESTAMP WITH TIME ZONE` here (a timestamp in the session's time zone,
+//! `datafusion.execution.time_zone`, as Exasol shows it; with none set, a plain timestamp); and `VALUES` rows written
 //! without parentheses (`INSERT INTO t VALUES false`, `VALUES 1, 2` — one row per value, as in
-//! standard SQL).
+//! standard SQL), and rows that are queries (`INSERT INTO t VALUES (SELECT a, b FROM s)`: the
+//! query's rows; several such rows are the `UNION ALL` of their queries).
 
 use datafusion::sql::sqlparser::dialect::GenericDialect;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
 
-/// `text` with Exasol's character sets dropped and bare `VALUES` items parenthesized; the text
-/// unchanged when it has neither (or does not tokenize: the parser then says why).
+/// `text` with Exasol's character sets dropped, `VALUES` rows that are queries made the queries
+/// they are, and bare `VALUES` items parenthesized; the text unchanged when it has none of them
+/// (or does not tokenize: the parser then says why).
 pub(crate) fn rewrite_exasol_text(text: &str) -> String {
     let dialect = GenericDialect {};
     // Unescaped off: string literals keep their text as written (`'it''s'`), so the tokens
@@ -21,6 +25,8 @@ pub(crate) fn rewrite_exasol_text(text: &str) -> String {
     };
     let mut changed = false;
     let tokens = drop_character_sets(tokens, &mut changed);
+    let tokens = local_time_zone(tokens, &mut changed);
+    let tokens = values_of_queries(tokens, &mut changed);
     let tokens = parenthesize_values(tokens, &mut changed);
     if !changed {
         return text.to_string();
@@ -47,6 +53,56 @@ pub(crate) fn replace_from_dual(sql: &str, table: &str) -> String {
         }
     }
     out
+}
+
+/// A piece of a statement's text: as written, or the text of an `IMPORT` in a sub-select
+/// (`(IMPORT … FROM SCRIPT …)`, without its parentheses), which the session replaces with the
+/// query the import stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Piece {
+    /// Text as written.
+    Text(String),
+    /// The `IMPORT …` statement of a sub-select.
+    Import(String),
+}
+
+/// `text` split around its sub-select imports; `None` when it has none (or does not tokenize).
+/// An `IMPORT` that starts the statement is not a sub-select.
+pub(crate) fn import_subselects(text: &str) -> Option<Vec<Piece>> {
+    if !text.to_ascii_uppercase().contains("IMPORT") {
+        return None;
+    }
+    let dialect = GenericDialect {};
+    let tokens = Tokenizer::new(&dialect, text)
+        .with_unescape(false)
+        .tokenize()
+        .ok()?;
+    let mut pieces = Vec::new();
+    let mut plain = String::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        let import = (tokens[i] == Token::LParen)
+            .then(|| next_solid(&tokens, i))
+            .flatten()
+            .filter(|&w| is_word(&tokens[w], "IMPORT"))
+            .and_then(|_| closing(&tokens, i));
+        let Some(close) = import else {
+            plain.push_str(&tokens[i].to_string());
+            i += 1;
+            continue;
+        };
+        plain.push('(');
+        pieces.push(Piece::Text(std::mem::take(&mut plain)));
+        let inner: String = tokens[i + 1..close].iter().map(|t| t.to_string()).collect();
+        pieces.push(Piece::Import(inner.trim().to_string()));
+        plain.push(')');
+        i = close + 1;
+    }
+    if pieces.is_empty() {
+        return None;
+    }
+    pieces.push(Piece::Text(plain));
+    Some(pieces)
 }
 
 fn is_word(t: &Token, word: &str) -> bool {
@@ -83,6 +139,41 @@ fn ends_string_type(tokens: &[Token], end: usize) -> bool {
         at = before;
     }
     TYPES.iter().any(|t| is_word(&tokens[at], t))
+}
+
+/// `TIMESTAMP WITH LOCAL TIME ZONE` → `TIMESTAMP WITH TIME ZONE`.
+fn local_time_zone(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
+    let mut drop = vec![false; tokens.len()];
+    for i in 0..tokens.len() {
+        if !is_word(&tokens[i], "LOCAL") {
+            continue;
+        }
+        let before = prev_solid(&tokens, i).filter(|&w| is_word(&tokens[w], "WITH"));
+        let ts = before.and_then(|w| prev_solid(&tokens, w));
+        let time = next_solid(&tokens, i).filter(|&t| is_word(&tokens[t], "TIME"));
+        let zone = time.and_then(|t| next_solid(&tokens, t));
+        if ts.is_some_and(|t| is_word(&tokens[t], "TIMESTAMP"))
+            && zone.is_some_and(|z| is_word(&tokens[z], "ZONE"))
+        {
+            drop[i] = true;
+            // The whitespace after LOCAL goes with it.
+            for (j, t) in tokens.iter().enumerate().skip(i + 1) {
+                if !matches!(t, Token::Whitespace(_)) {
+                    break;
+                }
+                drop[j] = true;
+            }
+        }
+    }
+    if !drop.iter().any(|d| *d) {
+        return tokens;
+    }
+    *changed = true;
+    tokens
+        .into_iter()
+        .zip(drop)
+        .filter_map(|(t, d)| (!d).then_some(t))
+        .collect()
 }
 
 fn drop_character_sets(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
@@ -158,6 +249,78 @@ fn starts_row_list(tokens: &[Token], at: usize) -> bool {
                 .iter()
                 .any(|k| is_word(t, k))
         })
+}
+
+/// The index of the `)` that closes the `(` at `open`.
+fn closing(tokens: &[Token], open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (j, t) in tokens.iter().enumerate().skip(open) {
+        match t {
+            Token::LParen => depth += 1,
+            Token::RParen => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(j);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The rows of the row list after the `VALUES` at `at`, as the `(`, `)` positions of each,
+/// when every row is a query in parentheses (`(SELECT …)`, `(WITH …)`); `None` otherwise.
+fn query_rows(tokens: &[Token], at: usize) -> Option<Vec<(usize, usize)>> {
+    let mut rows = Vec::new();
+    let mut open = next_solid(tokens, at)?;
+    loop {
+        if tokens[open] != Token::LParen {
+            return None;
+        }
+        let first = next_solid(tokens, open)?;
+        if !is_word(&tokens[first], "SELECT") && !is_word(&tokens[first], "WITH") {
+            return None;
+        }
+        let close = closing(tokens, open)?;
+        rows.push((open, close));
+        match next_solid(tokens, close) {
+            Some(comma) if tokens[comma] == Token::Comma => open = next_solid(tokens, comma)?,
+            _ => return Some(rows),
+        }
+    }
+}
+
+/// `VALUES (SELECT …), (SELECT …)` → `(SELECT …) UNION ALL (SELECT …)`: a row list whose every
+/// row is a query in parentheses gives the rows of its queries.
+fn values_of_queries(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut i = 0;
+    while i < tokens.len() {
+        let rows = (is_word(&tokens[i], "VALUES") && starts_row_list(&tokens, i))
+            .then(|| query_rows(&tokens, i))
+            .flatten();
+        let Some(rows) = rows else {
+            out.push(tokens[i].clone());
+            i += 1;
+            continue;
+        };
+        *changed = true;
+        for (k, &(open, close)) in rows.iter().enumerate() {
+            if k > 0 {
+                out.extend([
+                    Token::Whitespace(Whitespace::Space),
+                    Token::make_keyword("UNION"),
+                    Token::Whitespace(Whitespace::Space),
+                    Token::make_keyword("ALL"),
+                    Token::Whitespace(Whitespace::Space),
+                ]);
+            }
+            out.extend(tokens[open..=close].iter().cloned());
+        }
+        i = rows.last().map_or(i + 1, |&(_, close)| close + 1);
+    }
+    out
 }
 
 /// `VALUES a, b` → `VALUES (a), (b)`: after a `VALUES` not followed by `(`, each top-level
@@ -266,6 +429,58 @@ mod tests {
             replace_from_dual("SELECT 'dual' AS dual", "x"),
             "SELECT 'dual' AS dual"
         );
+    }
+
+    #[test]
+    fn local_time_zone_is_the_session_time_zone() {
+        assert_eq!(
+            rewrite_exasol_text("CREATE TABLE t (ts TIMESTAMP WITH LOCAL TIME ZONE, local INT)"),
+            "CREATE TABLE t (ts TIMESTAMP WITH TIME ZONE, local INT)"
+        );
+        let same = "SELECT local FROM t WITH x";
+        assert_eq!(rewrite_exasol_text(same), same);
+    }
+
+    #[test]
+    fn imports_in_sub_selects_are_split_out() {
+        assert_eq!(
+            import_subselects(
+                "SELECT a FROM (IMPORT INTO (a INT) FROM SCRIPT s WITH k = ')') AS i WHERE a > 1"
+            ),
+            Some(vec![
+                Piece::Text("SELECT a FROM (".into()),
+                Piece::Import("IMPORT INTO (a INT) FROM SCRIPT s WITH k = ')'".into()),
+                Piece::Text(") AS i WHERE a > 1".into()),
+            ])
+        );
+        // A statement that is an IMPORT, a word or string that only says IMPORT: no pieces.
+        for none in [
+            "IMPORT INTO t FROM SCRIPT s",
+            "SELECT 'x (IMPORT' FROM imports",
+            "SELECT import FROM t",
+        ] {
+            assert_eq!(import_subselects(none), None, "{none}");
+        }
+    }
+
+    #[test]
+    fn values_rows_that_are_queries_give_the_queries_rows() {
+        assert_eq!(
+            rewrite_exasol_text("INSERT INTO t VALUES (SELECT max(a) + 1, 'w' FROM t)"),
+            "INSERT INTO t (SELECT max(a) + 1, 'w' FROM t)"
+        );
+        assert_eq!(
+            rewrite_exasol_text("INSERT INTO t (a) VALUES (SELECT 1), ( WITH q AS (SELECT 2) SELECT * FROM q);"),
+            "INSERT INTO t (a) (SELECT 1) UNION ALL ( WITH q AS (SELECT 2) SELECT * FROM q);"
+        );
+        // A row list that is not all queries, and a scalar subquery in a row, are left alone.
+        for same in [
+            "INSERT INTO t VALUES (1), (SELECT 2)",
+            "INSERT INTO t VALUES ((SELECT 1), 2)",
+            "SELECT * FROM t WHERE a IN (SELECT 1)",
+        ] {
+            assert_eq!(rewrite_exasol_text(same), same);
+        }
     }
 
     #[test]

@@ -128,28 +128,10 @@ pub(crate) async fn import(
     cx: &TransferContext<'_>,
     t: ScriptTransfer,
 ) -> Result<SendableRecordBatchStream> {
-    let subselect = t.table.is_none();
-    let (names, types): (Vec<String>, Vec<String>) = t
-        .columns
-        .iter()
-        .map(|(name, ty)| (name.clone(), ty.clone().unwrap_or_default()))
-        .unzip();
-    if subselect && (names.is_empty() || types.iter().any(String::is_empty)) {
-        return Err(EngineError::Sql(DataFusionError::Plan(
-            "IMPORT INTO (…) FROM SCRIPT needs each column's name and type".into(),
-        )));
-    }
-    let spec = ImportSpec {
-        is_subselect: subselect,
-        subselect_column_names: subselect.then(|| names.iter().map(|n| exasol_name(n)).collect()),
-        subselect_column_types: subselect.then(|| types.iter().map(|t| type_text(t)).collect()),
-        connection_name: t.connection_name.clone(),
-        connection: connection_of(cx, &t)?,
-        parameters: t.parameters.clone(),
-    };
-    let generated = generate(cx, &t, SingleCall::ImportSpec(spec)).await?;
-    let sql = match &t.table {
+    let sql = match t.table.clone() {
         Some(table) => {
+            let names: Vec<&str> = t.columns.iter().map(|(n, _)| n.as_str()).collect();
+            let generated = import_generated(cx, &t, false).await?;
             let columns = if names.is_empty() {
                 String::new()
             } else {
@@ -157,20 +139,74 @@ pub(crate) async fn import(
             };
             format!("INSERT INTO {table}{columns} {generated}")
         }
-        None => {
-            let casts: Vec<String> = names
-                .iter()
-                .zip(&types)
-                .map(|(n, ty)| format!("CAST({n} AS {ty}) AS {n}"))
-                .collect();
-            format!(
-                "SELECT {} FROM ({generated}) AS import_result({})",
-                casts.join(", "),
-                names.join(", ")
-            )
-        }
+        None => import_query(cx, t, false).await?,
     };
     cx.runner.run_sql(&sql).await
+}
+
+/// The query an IMPORT that gives rows (`IMPORT INTO (a INT, …) FROM SCRIPT …`, or one in a
+/// sub-select, `SELECT … FROM (IMPORT [INTO (a INT, …)] FROM SCRIPT …)`) stands for: the SQL the
+/// script generated, its columns cast to those named. In a sub-select the columns may be left
+/// out; the generated SQL's own columns are then the rows'.
+pub(crate) async fn import_query(
+    cx: &TransferContext<'_>,
+    t: ScriptTransfer,
+    in_subselect: bool,
+) -> Result<String> {
+    if let Some(table) = &t.table {
+        return Err(EngineError::Sql(DataFusionError::Plan(format!(
+            "IMPORT INTO {table} writes a table; a sub-select can only IMPORT INTO (<name> \
+             <type>, …) or IMPORT FROM SCRIPT"
+        ))));
+    }
+    let (names, types): (Vec<String>, Vec<String>) = t
+        .columns
+        .iter()
+        .map(|(name, ty)| (name.clone(), ty.clone().unwrap_or_default()))
+        .unzip();
+    let untyped = names.is_empty() || types.iter().any(String::is_empty);
+    if untyped && !(in_subselect && names.is_empty()) {
+        return Err(EngineError::Sql(DataFusionError::Plan(
+            "IMPORT INTO (…) FROM SCRIPT needs each column's name and type".into(),
+        )));
+    }
+    let generated = import_generated(cx, &t, true).await?;
+    if names.is_empty() {
+        return Ok(format!("SELECT * FROM ({generated}) AS import_result"));
+    }
+    let casts: Vec<String> = names
+        .iter()
+        .zip(&types)
+        .map(|(n, ty)| format!("CAST({n} AS {ty}) AS {n}"))
+        .collect();
+    Ok(format!(
+        "SELECT {} FROM ({generated}) AS import_result({})",
+        casts.join(", "),
+        names.join(", ")
+    ))
+}
+
+/// Calls the script's `generate_sql_for_import_spec` with the import's spec; `subselect` when
+/// its rows are a result rather than written to a table.
+async fn import_generated(
+    cx: &TransferContext<'_>,
+    t: &ScriptTransfer,
+    subselect: bool,
+) -> Result<String> {
+    let (names, types): (Vec<String>, Vec<String>) = t
+        .columns
+        .iter()
+        .map(|(name, ty)| (name.clone(), ty.clone().unwrap_or_default()))
+        .unzip();
+    let spec = ImportSpec {
+        is_subselect: subselect,
+        subselect_column_names: subselect.then(|| names.iter().map(|n| exasol_name(n)).collect()),
+        subselect_column_types: subselect.then(|| types.iter().map(|t| type_text(t)).collect()),
+        connection_name: t.connection_name.clone(),
+        connection: connection_of(cx, t)?,
+        parameters: t.parameters.clone(),
+    };
+    generate(cx, t, SingleCall::ImportSpec(spec)).await
 }
 
 /// A column type as Exasol writes it: upper case, no spaces inside parentheses (`VARCHAR(20)`,

@@ -17,11 +17,13 @@
 
 pub(crate) mod emits_calls;
 pub(crate) mod exasol_functions;
+pub(crate) mod exasol_types;
 pub(crate) mod identifier_case;
 pub(crate) mod placeholders;
 pub(crate) mod repeated;
 pub(crate) mod script_calls;
 pub(crate) mod system_tables;
+pub(crate) mod values_subqueries;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -61,7 +63,21 @@ pub(crate) struct StatementPass {
 /// what the earlier ones wrote (the EMITS expansion sees resolved script names; aliasing sees
 /// Exasol's functions mapped; system tables are qualified last, after every table name is
 /// final).
-pub(crate) const NAME_PASSES: [StatementPass; 5] = [
+pub(crate) const NAME_PASSES: [StatementPass; 7] = [
+    StatementPass {
+        name: "map Exasol types and interval literals",
+        run: |s, _| {
+            exasol_types::map_exasol_types(s);
+            Ok(())
+        },
+    },
+    StatementPass {
+        name: "lift VALUES rows with subqueries",
+        run: |s, _| {
+            values_subqueries::lift_values_subqueries(s);
+            Ok(())
+        },
+    },
     StatementPass {
         name: "resolve script calls",
         run: |s, cx| script_calls::resolve_script_calls(s, cx.scripts, &cx.names),

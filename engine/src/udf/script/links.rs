@@ -65,6 +65,14 @@ pub(crate) fn script_imports(
             None => plain_candidates(&name, &entries, &current),
         };
         match found.as_slice() {
+            // As Exasol documents: the accelerator annotation belongs on the script a
+            // statement calls; a script only imported cannot ask for devices.
+            [entry] if requested_devices(entry).is_some() => Err(format!(
+                "script {} declares %perInstanceRequiredAcceleratorDevices {}, which only a \
+                 script that is called may declare: remove it there, or call that script",
+                qualified_function(&entry.schema, &entry.name),
+                requested_devices(entry).unwrap_or_default()
+            )),
             [entry] => Ok(ImportedScript {
                 qualified_name: qualified_function(&entry.schema, &entry.name),
                 code: entry.code.clone(),
@@ -83,6 +91,13 @@ pub(crate) fn script_imports(
             )),
         }
     })
+}
+
+/// The accelerator devices `entry` asks for (`GpuNvidia`, `GpuNvidia|None`), if any (`None`
+/// asks for none).
+fn requested_devices(entry: &ScriptEntry) -> Option<&str> {
+    let devices = entry.accelerator.as_deref()?.trim().trim_end_matches(';').trim();
+    (!devices.eq_ignore_ascii_case("none")).then_some(devices)
 }
 
 /// `exa.get_connection(name)`'s lookup: a snapshot of the catalog's connections (a change to
