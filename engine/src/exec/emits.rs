@@ -301,7 +301,9 @@ impl ExecutionPlan for UdfCallExec {
                         let elapsed = state.baseline.elapsed_compute().clone();
                         let timer = elapsed.timer();
                         state.finish_group().map_err(EngineError::into_datafusion)?;
-                        state.run_empty_input().map_err(EngineError::into_datafusion)?;
+                        state
+                            .run_empty_input()
+                            .map_err(EngineError::into_datafusion)?;
                         state
                             .order_gathered()
                             .map_err(EngineError::into_datafusion)?;
@@ -528,7 +530,12 @@ impl RunState {
             .call
             .args
             .iter()
-            .map(|e| Ok(ColumnarValue::Array(new_null_array(&e.data_type(&schema)?, 1))))
+            .map(|e| {
+                Ok(ColumnarValue::Array(new_null_array(
+                    &e.data_type(&schema)?,
+                    1,
+                )))
+            })
             .collect::<DfResult<Vec<_>>>()?;
         let mut group = Group::new(Vec::new(), 0);
         group.input.push(RunChunk::new(1, nulls))?;

@@ -157,8 +157,7 @@ mod tests {
 
     fn batch(values: std::ops::Range<i64>) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
-        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(values))])
-            .unwrap()
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(values))]).unwrap()
     }
 
     fn values(batches: &[RecordBatch]) -> Vec<i64> {

@@ -1199,7 +1199,11 @@ impl Session {
             let name = create.name.clone();
             let rows: Vec<RecordBatch> = stream.try_collect().await?;
             let create = ctas_with_rows(create, &query, rows)?;
-            self.ctx.execute_logical_plan(create).await?.collect().await?;
+            self.ctx
+                .execute_logical_plan(create)
+                .await?
+                .collect()
+                .await?;
             if let Ok(table) = self.ctx.table_provider(name).await {
                 compact_table(&table, batch_size).await?;
             }

@@ -63,8 +63,8 @@ pub(crate) fn truncate_as_delete(plan: LogicalPlan) -> LogicalPlan {
     let LogicalPlan::Dml(dml) = &plan else {
         return plan;
     };
-    let is_memory = source_as_provider(&dml.target)
-        .is_ok_and(|t| t.downcast_ref::<MemTable>().is_some());
+    let is_memory =
+        source_as_provider(&dml.target).is_ok_and(|t| t.downcast_ref::<MemTable>().is_some());
     if dml.op != WriteOp::Truncate || !is_memory {
         return plan;
     }
@@ -111,7 +111,11 @@ mod tests {
         assert!(ctas_query(&create, true).is_none());
         let replace = plan(&ctx, "CREATE OR REPLACE TABLE t AS SELECT cpu_probe() AS a").await;
         assert!(ctas_query(&replace, true).is_some());
-        let keep = plan(&ctx, "CREATE TABLE IF NOT EXISTS t AS SELECT cpu_probe() AS a").await;
+        let keep = plan(
+            &ctx,
+            "CREATE TABLE IF NOT EXISTS t AS SELECT cpu_probe() AS a",
+        )
+        .await;
         assert!(ctas_query(&keep, true).is_none());
         assert!(ctas_query(&keep, false).is_some());
         // A call in a subquery counts; a CTAS without calls is DataFusion's.
@@ -125,22 +129,46 @@ mod tests {
     #[tokio::test]
     async fn the_table_is_made_from_the_rows_the_query_produced() {
         let ctx = context();
-        let create = plan(&ctx, "CREATE TABLE t AS SELECT CAST(length(cpu_probe()) AS BIGINT) AS a").await;
+        let create = plan(
+            &ctx,
+            "CREATE TABLE t AS SELECT CAST(length(cpu_probe()) AS BIGINT) AS a",
+        )
+        .await;
         let (c, query) = ctas_query(&create, false).unwrap();
         let schema = Arc::clone(query.schema().inner());
-        let rows = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![7, 8]))])
-            .unwrap();
+        let rows =
+            RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![7, 8]))]).unwrap();
         let made = ctas_with_rows(c, &query, vec![rows]).unwrap();
-        ctx.execute_logical_plan(made).await.unwrap().collect().await.unwrap();
-        let out = ctx.sql("SELECT sum(a) FROM t").await.unwrap().collect().await.unwrap();
-        let sum = out[0].column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        ctx.execute_logical_plan(made)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let out = ctx
+            .sql("SELECT sum(a) FROM t")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let sum = out[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
         assert_eq!(sum.value(0), 15);
     }
 
     #[tokio::test]
     async fn truncate_of_a_memory_table_deletes_every_row() {
         let ctx = SessionContext::new();
-        ctx.sql("CREATE TABLE t (a INT)").await.unwrap().collect().await.unwrap();
+        ctx.sql("CREATE TABLE t (a INT)")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
         let truncate = plan(&ctx, "TRUNCATE TABLE t").await;
         let LogicalPlan::Dml(dml) = truncate_as_delete(truncate) else {
             panic!("not a DML plan");
@@ -148,6 +176,9 @@ mod tests {
         assert_eq!(dml.op, WriteOp::Delete);
         // Other statements are left as they are.
         let select = plan(&ctx, "SELECT 1").await;
-        assert!(matches!(truncate_as_delete(select), LogicalPlan::Projection(_)));
+        assert!(matches!(
+            truncate_as_delete(select),
+            LogicalPlan::Projection(_)
+        ));
     }
 }

@@ -170,7 +170,9 @@ impl SqlType {
                 None => decimal(18, 0),
                 Some([p]) => decimal(*p, 0),
                 Some([p, s]) => decimal(*p, *s),
-                Some(_) => Err(err(format!("{head} takes a precision and a scale, e.g. {head}(18,2)"))),
+                Some(_) => Err(err(format!(
+                    "{head} takes a precision and a scale, e.g. {head}(18,2)"
+                ))),
             },
             "DOUBLE" | "DOUBLE PRECISION" | "REAL" => no_args(SqlType::Double),
             // FLOAT(p): the precision is accepted and ignored, as Exasol does.
@@ -183,7 +185,9 @@ impl SqlType {
                     Self::MAX_VARCHAR
                 ))),
             },
-            "STRING" | "CLOB" | "NCLOB" | "LONG VARCHAR" => no_args(SqlType::Varchar(Self::MAX_VARCHAR)),
+            "STRING" | "CLOB" | "NCLOB" | "LONG VARCHAR" => {
+                no_args(SqlType::Varchar(Self::MAX_VARCHAR))
+            }
             "CHAR" | "CHARACTER" | "NCHAR" => {
                 let n = one_arg(&head)?.unwrap_or(1);
                 if n == 0 || n > Self::MAX_CHAR {
@@ -263,9 +267,10 @@ impl SqlType {
             }
             SqlType::Decimal { precision, scale } => DataType::Decimal128(precision, scale),
             SqlType::Double => DataType::Float64,
-            SqlType::Varchar(_) | SqlType::Char(_) | SqlType::Geometry(_) | SqlType::Hashtype(_) => {
-                DataType::Utf8
-            }
+            SqlType::Varchar(_)
+            | SqlType::Char(_)
+            | SqlType::Geometry(_)
+            | SqlType::Hashtype(_) => DataType::Utf8,
             SqlType::Date => DataType::Date32,
             SqlType::Timestamp | SqlType::TimestampLocalTz => {
                 DataType::Timestamp(TimeUnit::Microsecond, None)
@@ -501,7 +506,10 @@ mod tests {
         );
         assert_eq!(SqlType::parse("GEOMETRY").unwrap(), SqlType::Geometry(None));
         assert_eq!(SqlType::parse("HASHTYPE").unwrap(), SqlType::Hashtype(16));
-        assert_eq!(SqlType::parse("hashtype(256 bit)").unwrap(), SqlType::Hashtype(32));
+        assert_eq!(
+            SqlType::parse("hashtype(256 bit)").unwrap(),
+            SqlType::Hashtype(32)
+        );
         assert_eq!(SqlType::Hashtype(16).length(), Some(32));
         assert_eq!(
             SqlType::TimestampLocalTz.arrow_type(),

@@ -470,7 +470,9 @@ mod tests {
             "INSERT INTO t (SELECT max(a) + 1, 'w' FROM t)"
         );
         assert_eq!(
-            rewrite_exasol_text("INSERT INTO t (a) VALUES (SELECT 1), ( WITH q AS (SELECT 2) SELECT * FROM q);"),
+            rewrite_exasol_text(
+                "INSERT INTO t (a) VALUES (SELECT 1), ( WITH q AS (SELECT 2) SELECT * FROM q);"
+            ),
             "INSERT INTO t (a) (SELECT 1) UNION ALL ( WITH q AS (SELECT 2) SELECT * FROM q);"
         );
         // A row list that is not all queries, and a scalar subquery in a row, are left alone.

@@ -206,7 +206,9 @@ mod tests {
     #[test]
     fn exasol_types_become_datafusion_types_in_tables_and_casts() {
         assert_eq!(
-            mapped("CREATE TABLE t (g GEOMETRY, h HASHTYPE, g2 GEOMETRY(4326), i INTERVAL DAY TO SECOND, y INTERVAL YEAR TO MONTH)"),
+            mapped(
+                "CREATE TABLE t (g GEOMETRY, h HASHTYPE, g2 GEOMETRY(4326), i INTERVAL DAY TO SECOND, y INTERVAL YEAR TO MONTH)"
+            ),
             "CREATE TABLE t (g VARCHAR, h VARCHAR, g2 VARCHAR, i INTERVAL, y INTERVAL)"
         );
         assert_eq!(
@@ -226,7 +228,9 @@ mod tests {
             "SELECT INTERVAL '2 days 10 hours 20 minutes 30.5 seconds', INTERVAL '3 days 04 hours'"
         );
         assert_eq!(
-            mapped("SELECT INTERVAL '10:20' HOUR TO MINUTE, INTERVAL '100:30.123' MINUTE TO SECOND"),
+            mapped(
+                "SELECT INTERVAL '10:20' HOUR TO MINUTE, INTERVAL '100:30.123' MINUTE TO SECOND"
+            ),
             "SELECT INTERVAL '10 hours 20 minutes', INTERVAL '100 minutes 30.123 seconds'"
         );
         assert_eq!(
@@ -234,7 +238,11 @@ mod tests {
             "SELECT INTERVAL '1 years 2 months'"
         );
         // What is not Exasol's form is left for DataFusion to judge.
-        for same in ["SELECT INTERVAL '5' YEAR", "SELECT INTERVAL '1 day'", "SELECT INTERVAL 'x-y' YEAR TO MONTH"] {
+        for same in [
+            "SELECT INTERVAL '5' YEAR",
+            "SELECT INTERVAL '1 day'",
+            "SELECT INTERVAL 'x-y' YEAR TO MONTH",
+        ] {
             assert_eq!(mapped(same), parse(same).to_string(), "{same}");
         }
     }

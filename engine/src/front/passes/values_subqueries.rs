@@ -8,8 +8,8 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::parser::Statement as DfStatement;
-use datafusion::sql::sqlparser::ast::{Expr, Query, SetExpr, Values, VisitMut, VisitorMut};
 use datafusion::sql::sqlparser::ast::visit_expressions;
+use datafusion::sql::sqlparser::ast::{Expr, Query, SetExpr, Values, VisitMut, VisitorMut};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 

@@ -96,7 +96,12 @@ pub(crate) fn script_imports(
 /// The accelerator devices `entry` asks for (`GpuNvidia`, `GpuNvidia|None`), if any (`None`
 /// asks for none).
 fn requested_devices(entry: &ScriptEntry) -> Option<&str> {
-    let devices = entry.accelerator.as_deref()?.trim().trim_end_matches(';').trim();
+    let devices = entry
+        .accelerator
+        .as_deref()?
+        .trim()
+        .trim_end_matches(';')
+        .trim();
     (!devices.eq_ignore_ascii_case("none")).then_some(devices)
 }
 
