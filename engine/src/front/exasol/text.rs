@@ -165,6 +165,11 @@ fn local_time_zone(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
             }
         }
     }
+    without(tokens, &drop, changed)
+}
+
+/// `tokens` less those `drop` marks (`changed` set when there are any).
+fn without(tokens: Vec<Token>, drop: &[bool], changed: &mut bool) -> Vec<Token> {
     if !drop.iter().any(|d| *d) {
         return tokens;
     }
@@ -172,7 +177,7 @@ fn local_time_zone(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
     tokens
         .into_iter()
         .zip(drop)
-        .filter_map(|(t, d)| (!d).then_some(t))
+        .filter_map(|(t, &d)| (!d).then_some(t))
         .collect()
 }
 
@@ -212,12 +217,7 @@ fn drop_character_sets(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
             }
         }
     }
-    *changed = true;
-    tokens
-        .into_iter()
-        .zip(drop)
-        .filter_map(|(t, d)| (!d).then_some(t))
-        .collect()
+    without(tokens, &drop, changed)
 }
 
 /// Whether the `VALUES` at `at` opens a row list: it starts the statement or a query (after `(`,
