@@ -739,7 +739,6 @@ impl Session {
         }
     }
 
-    /// Runs a statement of Exasol's that DataFusion does not know.
     /// `text` with each sub-select `(IMPORT … FROM SCRIPT …)` replaced by the query the import
     /// stands for (its script's generated SQL, cast to the columns it names).
     async fn expand_import_subselects(&self, text: &str) -> Result<String> {
@@ -779,6 +778,7 @@ impl Session {
         })
     }
 
+    /// Runs a statement of Exasol's that DataFusion does not know.
     async fn run_exasol(&self, statement: ExasolStatement) -> Result<SendableRecordBatchStream> {
         match statement {
             ExasolStatement::OpenSchema(name) => {
