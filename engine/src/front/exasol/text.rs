@@ -165,11 +165,6 @@ fn local_time_zone(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
             }
         }
     }
-    without(tokens, &drop, changed)
-}
-
-/// `tokens` less those `drop` marks (`changed` set when there are any).
-fn without(tokens: Vec<Token>, drop: &[bool], changed: &mut bool) -> Vec<Token> {
     if !drop.iter().any(|d| *d) {
         return tokens;
     }
@@ -177,7 +172,7 @@ fn without(tokens: Vec<Token>, drop: &[bool], changed: &mut bool) -> Vec<Token> 
     tokens
         .into_iter()
         .zip(drop)
-        .filter_map(|(t, &d)| (!d).then_some(t))
+        .filter_map(|(t, d)| (!d).then_some(t))
         .collect()
 }
 
@@ -217,7 +212,12 @@ fn drop_character_sets(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
             }
         }
     }
-    without(tokens, &drop, changed)
+    *changed = true;
+    tokens
+        .into_iter()
+        .zip(drop)
+        .filter_map(|(t, d)| (!d).then_some(t))
+        .collect()
 }
 
 /// Whether the `VALUES` at `at` opens a row list: it starts the statement or a query (after `(`,

@@ -131,7 +131,7 @@ pub(crate) async fn import(
     let sql = match t.table.clone() {
         Some(table) => {
             let names: Vec<&str> = t.columns.iter().map(|(n, _)| n.as_str()).collect();
-            let generated = import_generated(cx, &t, None).await?;
+            let generated = import_generated(cx, &t, false).await?;
             let columns = if names.is_empty() {
                 String::new()
             } else {
@@ -170,7 +170,7 @@ pub(crate) async fn import_query(
             "IMPORT INTO (…) FROM SCRIPT needs each column's name and type".into(),
         )));
     }
-    let generated = import_generated(cx, &t, Some((&names, &types))).await?;
+    let generated = import_generated(cx, &t, true).await?;
     if names.is_empty() {
         return Ok(format!("SELECT * FROM ({generated}) AS import_result"));
     }
@@ -186,19 +186,22 @@ pub(crate) async fn import_query(
     ))
 }
 
-/// Calls the script's `generate_sql_for_import_spec` with the import's spec; `subselect` holds
-/// the columns' names and types when its rows are a result rather than written to a table.
+/// Calls the script's `generate_sql_for_import_spec` with the import's spec; `subselect` when
+/// its rows are a result rather than written to a table.
 async fn import_generated(
     cx: &TransferContext<'_>,
     t: &ScriptTransfer,
-    subselect: Option<(&[String], &[String])>,
+    subselect: bool,
 ) -> Result<String> {
+    let (names, types): (Vec<String>, Vec<String>) = t
+        .columns
+        .iter()
+        .map(|(name, ty)| (name.clone(), ty.clone().unwrap_or_default()))
+        .unzip();
     let spec = ImportSpec {
-        is_subselect: subselect.is_some(),
-        subselect_column_names: subselect
-            .map(|(names, _)| names.iter().map(|n| exasol_name(n)).collect()),
-        subselect_column_types: subselect
-            .map(|(_, types)| types.iter().map(|t| type_text(t)).collect()),
+        is_subselect: subselect,
+        subselect_column_names: subselect.then(|| names.iter().map(|n| exasol_name(n)).collect()),
+        subselect_column_types: subselect.then(|| types.iter().map(|t| type_text(t)).collect()),
         connection_name: t.connection_name.clone(),
         connection: connection_of(cx, t)?,
         parameters: t.parameters.clone(),

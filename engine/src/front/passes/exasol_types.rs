@@ -10,12 +10,19 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
-    CastKind, ColumnDef, DataType, DateTimeField, Expr, Interval, Statement, Value, VisitorMut,
+    CastKind, ColumnDef, DataType, DateTimeField, Expr, Interval, Statement, Value, VisitMut,
+    VisitorMut,
 };
 
 /// Rewrites Exasol's types and interval literals throughout `statement`.
 pub(crate) fn map_exasol_types(statement: &mut DfStatement) {
-    super::visit_statement(statement, &mut Types);
+    match statement {
+        DfStatement::Statement(inner) => {
+            let _ = inner.visit(&mut Types);
+        }
+        DfStatement::Explain(explain) => map_exasol_types(&mut explain.statement),
+        _ => {}
+    }
 }
 
 struct Types;

@@ -30,7 +30,6 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::sql::parser::Statement as DfStatement;
-use datafusion::sql::sqlparser::ast::{VisitMut, VisitorMut};
 
 use self::exasol_functions::SessionValues;
 use self::script_calls::NameScope;
@@ -50,17 +49,6 @@ pub(crate) struct PassContext<'a> {
     pub(crate) values: &'a SessionValues,
     /// Whether the current schema has a table of a name (which then hides a system table's).
     pub(crate) has_table: &'a (dyn Fn(&str) -> bool + Sync),
-}
-
-/// Runs `visitor` over the SQL statement `statement` is, or the one it EXPLAINs.
-pub(crate) fn visit_statement<V: VisitorMut>(statement: &mut DfStatement, visitor: &mut V) {
-    match statement {
-        DfStatement::Statement(inner) => {
-            let _ = inner.visit(visitor);
-        }
-        DfStatement::Explain(explain) => visit_statement(&mut explain.statement, visitor),
-        _ => {}
-    }
 }
 
 /// One rewrite of a parsed statement.

@@ -9,14 +9,20 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::visit_expressions;
-use datafusion::sql::sqlparser::ast::{Expr, Query, SetExpr, Values, VisitorMut};
+use datafusion::sql::sqlparser::ast::{Expr, Query, SetExpr, Values, VisitMut, VisitorMut};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
 /// Rewrites every `VALUES` row list of `statement` that has a subquery in a row (and no
 /// `DEFAULT`, which only `VALUES` can say) into the union of its rows as selects.
 pub(crate) fn lift_values_subqueries(statement: &mut DfStatement) {
-    super::visit_statement(statement, &mut Lifter);
+    match statement {
+        DfStatement::Statement(inner) => {
+            let _ = inner.visit(&mut Lifter);
+        }
+        DfStatement::Explain(explain) => lift_values_subqueries(&mut explain.statement),
+        _ => {}
+    }
 }
 
 struct Lifter;

@@ -67,18 +67,16 @@ pub(crate) fn script_imports(
         match found.as_slice() {
             // As Exasol documents: the accelerator annotation belongs on the script a
             // statement calls; a script only imported cannot ask for devices.
-            [entry] => match requested_devices(entry) {
-                Some(devices) => Err(format!(
-                    "script {} declares %perInstanceRequiredAcceleratorDevices {devices}, which \
-                     only a script that is called may declare: remove it there, or call that \
-                     script",
-                    qualified_function(&entry.schema, &entry.name),
-                )),
-                None => Ok(ImportedScript {
-                    qualified_name: qualified_function(&entry.schema, &entry.name),
-                    code: entry.code.clone(),
-                }),
-            },
+            [entry] if requested_devices(entry).is_some() => Err(format!(
+                "script {} declares %perInstanceRequiredAcceleratorDevices {}, which only a \
+                 script that is called may declare: remove it there, or call that script",
+                qualified_function(&entry.schema, &entry.name),
+                requested_devices(entry).unwrap_or_default()
+            )),
+            [entry] => Ok(ImportedScript {
+                qualified_name: qualified_function(&entry.schema, &entry.name),
+                code: entry.code.clone(),
+            }),
             [] => Err(format!(
                 "script {} does not exist",
                 qualified_function(schema.as_deref().unwrap_or(&current), &name)
