@@ -69,6 +69,11 @@ pub(crate) struct ServeArgs {
     /// of the pool.
     #[arg(long, value_name = "SIZE")]
     session_memory_limit: Option<String>,
+    /// Every session's SQL dialect to start with: `datafusion` (unquoted names fold to lower
+    /// case) or `exasol` (unquoted names fold to upper case, '' is NULL, Exasol's literals,
+    /// conversions and type names). A session may change it (SET accelsql.sql_dialect).
+    #[arg(long, value_name = "DIALECT", default_value = "datafusion")]
+    sql_dialect: String,
     /// End a client's session after it has been idle this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     session_idle_timeout: u64,
@@ -217,6 +222,8 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
             .filter(|t| !t.is_zero()),
         memory_limit: Some(memory_limit),
         session_memory_limit,
+        sql_dialect: accelsql_engine::SqlDialect::parse(&args.sql_dialect)
+            .map_err(|e| CliError::Engine(Box::new(e)))?,
         ..EngineOptions::default()
     };
     if let Some(address) = &args.cluster {

@@ -68,7 +68,9 @@ pub use crate::core::groups::{ConsumerGroup, DEFAULT_GROUP, GpuClass};
 pub use crate::core::memory::{
     DEFAULT_MEMORY_SHARE, SessionPool, default_memory_limit, machine_memory,
 };
-pub use crate::core::options::{AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy, SetGrouping};
+pub use crate::core::options::{
+    AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy, SetGrouping, SqlDialect,
+};
 pub use crate::core::passwords::{DEFAULT_ROUNDS, check_hash, hash_password, verify_password};
 pub use crate::core::privileges::{
     DBA_ROLE, Denial, Grants, Holding, ObjectGrant, ObjectKind, ObjectPrivilege, PUBLIC_ROLE,

@@ -48,6 +48,7 @@ class Connection:
         restricted: bool = False,
         user: Optional[str] = None,
         password: Optional[str] = None,
+        dialect: Optional[str] = None,
         **settings: Any,
     ) -> None:
         """See :func:`connect`."""
@@ -84,6 +85,8 @@ class Connection:
                 if not (default_python and user is not None and e.code == "42501"):
                     raise
         self.set("identifier_case", "lower" if lower_ident else "upper")
+        if dialect is not None:
+            self.set("sql_dialect", dialect)
         for name, value in settings.items():
             self.set(name, value)
         if schema:
@@ -255,6 +258,7 @@ def connect(
     restricted: bool = False,
     user: Optional[str] = None,
     password: Optional[str] = None,
+    dialect: Optional[str] = None,
     **settings: Any,
 ) -> Connection:
     """Opens a connection to this process's engine, or to a server.
@@ -293,6 +297,11 @@ def connect(
       refuses (error 42501) script DDL, ``ALTER SESSION SET SCRIPT_LANGUAGES``, CREATE/DROP
       CONNECTION, file access (files as tables, CREATE EXTERNAL TABLE, COPY … TO) and settings
       that could lift a resource limit; existing scripts can still be called. It cannot be lifted.
+    - ``dialect``: the connection's SQL dialect (``accelsql.sql_dialect``): ``"datafusion"`` (the
+      engine's default, e.g. ``accelsql serve --sql-dialect``) or ``"exasol"``, where unquoted
+      names fold to upper case (``CREATE TABLE t(a INT)`` makes ``T`` with column ``A``;
+      ``"a"`` is another name), ``''`` is NULL, decimal literals are exact up to 36 digits, and
+      Exasol's implicit conversions and type names apply. None: the engine's default.
     - ``settings``: ``SET`` for this connection, e.g. ``gpu_wait_timeout='30s'`` (an accelsql
       setting) or ``**{'datafusion.execution.batch_size': 65536}``.
 
@@ -307,6 +316,7 @@ def connect(
         restricted=restricted,
         user=user,
         password=password,
+        dialect=dialect,
         **settings,
     )
 

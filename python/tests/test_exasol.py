@@ -51,6 +51,25 @@ def test_result_names_fold_to_upper_case_as_in_exasol_by_default():
         assert conn.execute("SELECT 1 AS a").column_names() == ["a"]
 
 
+def test_the_exasol_dialect_from_connect(unique):
+    schema = unique("dialect")
+    with accelsql.connect(simulated_gpus=0, dialect="exasol", schema=schema) as conn:
+        assert conn.execute("SELECT '' IS NULL").fetchval() is True
+        conn.execute('CREATE TABLE t (id DECIMAL(36, 0), "lbl" VARCHAR(10))')
+        conn.execute("INSERT INTO t VALUES (123456789012345678901234567890123456, '')")
+        st = conn.execute('SELECT ID, "lbl", REPEAT(1, 2) AS r FROM T')
+        assert st.column_names() == ["ID", "lbl", "R"]
+        assert st.fetchone() == (decimal.Decimal("123456789012345678901234567890123456"), None, "11")
+        with pytest.raises(accelsql.AccelsqlError, match='object "id" not found') as e:
+            conn.execute('SELECT "id" FROM t')
+        assert e.value.code == "42000"
+        # The dialect is a setting: the default one is a SET away.
+        conn.execute("SET accelsql.sql_dialect = 'datafusion'")
+        assert conn.execute("SELECT '' IS NULL").fetchval() is False
+    with pytest.raises(accelsql.AccelsqlError, match="'datafusion', 'exasol'"):
+        accelsql.connect(simulated_gpus=0, dialect="oracle")
+
+
 def test_exasol_style_flow(unique):
     schema = unique("flow")
     with accelsql.connect(simulated_gpus=1) as setup:

@@ -51,6 +51,9 @@ pub struct EngineOptions {
     /// change it, but a restricted one only lower it. `None` (the default): no budget of its
     /// own.
     pub session_memory_limit: Option<usize>,
+    /// Every session's SQL dialect to start with (`accelsql.sql_dialect`; `serve
+    /// --sql-dialect`): DataFusion's (the default) or Exasol's. A session may change it.
+    pub sql_dialect: crate::core::options::SqlDialect,
     /// Which node of a cluster this engine is (`iproc()`, `exa.meta.node_id`) and how many there
     /// are (`nproc()`, `exa.meta.node_count`); one node of one by default.
     pub node: NodeIdentity,
@@ -112,6 +115,7 @@ impl Default for EngineOptions {
             statement_timeout: None,
             memory_limit: None,
             session_memory_limit: None,
+            sql_dialect: crate::core::options::SqlDialect::Datafusion,
             node: NodeIdentity::default(),
             distributor: None,
             password_rounds: crate::core::passwords::DEFAULT_ROUNDS,

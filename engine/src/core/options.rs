@@ -51,6 +51,37 @@ impl IdentifierCase {
     }
 }
 
+/// The SQL dialect a session speaks: DataFusion's (the default) or Exasol's, where unquoted
+/// identifiers fold to upper case, `''` is NULL and literals, conversions and type names are
+/// Exasol's (see `front/exasol/dialect.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SqlDialect {
+    /// DataFusion's SQL: unquoted names fold to lower case, `''` is an empty string.
+    #[default]
+    Datafusion,
+    /// Exasol's SQL, as far as accelsql follows it.
+    Exasol,
+}
+
+impl SqlDialect {
+    /// The setting's value as `SET` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Datafusion => "datafusion",
+            Self::Exasol => "exasol",
+        }
+    }
+
+    /// The dialect a value names (case-insensitively), or 22E03 listing the values.
+    pub fn parse(value: &str) -> Result<Self> {
+        choose(
+            "sql_dialect",
+            value.trim(),
+            [("datafusion", Self::Datafusion), ("exasol", Self::Exasol)],
+        )
+    }
+}
+
 /// How a grouped SET call (`SELECT f(...) ... GROUP BY k`) gets each group's rows together.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SetGrouping {
@@ -97,6 +128,8 @@ pub struct AccelsqlOptions {
     pub identifier_case: IdentifierCase,
     /// How a grouped SET call gets each group's rows together: `gather` (default) or `sort`.
     pub set_grouping: SetGrouping,
+    /// The session's SQL dialect: `datafusion` (default) or `exasol`.
+    pub sql_dialect: SqlDialect,
 }
 
 impl Default for AccelsqlOptions {
@@ -110,12 +143,13 @@ impl Default for AccelsqlOptions {
             create_schema_opens: true,
             identifier_case: IdentifierCase::default(),
             set_grouping: SetGrouping::default(),
+            sql_dialect: SqlDialect::default(),
         }
     }
 }
 
 /// The settings: name, description.
-const SETTINGS: [(&str, &str); 8] = [
+const SETTINGS: [(&str, &str); 9] = [
     (
         "gpu_wait_timeout",
         "Longest wait for the node's GPU lease, e.g. '30s' or '5min'; empty: the engine's default",
@@ -153,6 +187,12 @@ const SETTINGS: [(&str, &str); 8] = [
         "How a grouped SET call gets each group's rows together: 'gather' (default: row indices \
          sorted by the keys, each group's rows gathered for its run) or 'sort' (the whole input, \
          arguments included, sorted by the keys first)",
+    ),
+    (
+        "sql_dialect",
+        "The session's SQL dialect: 'datafusion' (default) or 'exasol' (unquoted names fold to \
+         upper case, '' is NULL, exact decimal literals up to 36 digits, Exasol's conversions \
+         and type names)",
     ),
 ];
 
@@ -192,6 +232,7 @@ impl ExtensionOptions for AccelsqlOptions {
                     "create_schema_opens" => self.create_schema_opens.to_string(),
                     "identifier_case" => self.identifier_case.as_str().to_string(),
                     "set_grouping" => self.set_grouping.as_str().to_string(),
+                    "sql_dialect" => self.sql_dialect.as_str().to_string(),
                     _ => String::new(),
                 }),
                 description,
@@ -202,12 +243,15 @@ impl ExtensionOptions for AccelsqlOptions {
 
 impl AccelsqlOptions {
     /// The settings a session of an engine whose default statement timeout is
-    /// `statement_timeout` and default session memory budget `memory_limit` starts with.
+    /// `statement_timeout`, default session memory budget `memory_limit` and default dialect
+    /// `sql_dialect` starts with.
     pub(crate) fn for_session(
         statement_timeout: Option<Duration>,
         memory_limit: Option<usize>,
+        sql_dialect: SqlDialect,
     ) -> Self {
         Self {
+            sql_dialect,
             statement_timeout: statement_timeout
                 .map(|d| format!("{}ms", d.as_millis().max(1)))
                 .unwrap_or_default(),
@@ -301,6 +345,7 @@ impl AccelsqlOptions {
                     [("gather", SetGrouping::Gather), ("sort", SetGrouping::Sort)],
                 )?;
             }
+            "sql_dialect" => self.sql_dialect = SqlDialect::parse(value)?,
             _ => return Err(no_such_setting(key)),
         }
         Ok(())
@@ -326,6 +371,7 @@ impl AccelsqlOptions {
             "create_schema_opens" => self.create_schema_opens = default.create_schema_opens,
             "identifier_case" => self.identifier_case = default.identifier_case,
             "set_grouping" => self.set_grouping = default.set_grouping,
+            "sql_dialect" => self.sql_dialect = default.sql_dialect,
             _ => return Err(no_such_setting(key)),
         }
         Ok(())
@@ -444,8 +490,13 @@ mod tests {
         let e = EngineError::from(o.set("identifier_case", "title").unwrap_err());
         assert!(e.to_string().contains("'lower', 'upper'"), "{e}");
         assert_eq!(o.identifier_case, IdentifierCase::Upper);
+        o.set("sql_dialect", "EXASOL").unwrap();
+        assert_eq!(o.sql_dialect, SqlDialect::Exasol);
+        let e = EngineError::from(o.set("sql_dialect", "oracle").unwrap_err());
+        assert!(e.to_string().contains("'datafusion', 'exasol'"), "{e}");
         o.reset("create_schema_opens").unwrap();
         o.reset("identifier_case").unwrap();
+        o.reset("sql_dialect").unwrap();
         assert_eq!(o, AccelsqlOptions::default());
     }
 }

@@ -33,6 +33,8 @@ pub(crate) struct EngineState {
     pub(crate) statement_timeout: Option<Duration>,
     /// [`EngineOptions::session_memory_limit`].
     pub(crate) session_memory_limit: Option<usize>,
+    /// [`EngineOptions::sql_dialect`].
+    pub(crate) sql_dialect: crate::core::options::SqlDialect,
     /// The memory pool and spill folder every session's runtime shares.
     pub(crate) runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
     /// [`EngineOptions::node`].
@@ -94,6 +96,7 @@ impl EngineState {
             max_lease_hold: options.max_lease_hold,
             statement_timeout: options.statement_timeout,
             session_memory_limit: options.session_memory_limit,
+            sql_dialect: options.sql_dialect,
             runtime,
             node: options.node,
             password_rounds: options.password_rounds,

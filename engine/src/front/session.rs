@@ -28,6 +28,7 @@ use futures::TryStreamExt;
 
 use super::compact::{compact_after, compact_table};
 use super::engine::Engine;
+use super::exasol::dialect::{exasol_plan_error, exasol_result, exasol_text};
 use super::exasol::schemas::{
     DEFAULT_SCHEMA, SchemaChange, no_such_schema, schema_change, schema_has_scripts,
 };
@@ -48,12 +49,13 @@ use crate::catalog::files::enable_url_tables;
 use crate::core::error::{EngineError, Result};
 use crate::core::memory::{SessionPool, session_runtime};
 use crate::core::names::exasol_name;
-use crate::core::options::{AccelsqlOptions, IdentifierCase};
+use crate::core::options::{AccelsqlOptions, IdentifierCase, SqlDialect};
 use crate::core::owners::{SessionIdentity, StatementOwner};
 use crate::core::privileges::{Grants, SYS_USER, SystemPrivilege};
 use crate::exec::planner::AccelQueryPlanner;
 use crate::exec::stream::StatementStream;
 use crate::plan::emits_rule::EmitsRule;
+use crate::plan::empty_strings::EmptyStringsAreNull;
 use crate::plan::placement::PlacementRule;
 use crate::plan::statement::StatementScope;
 use crate::udf::node_functions::node_functions;
@@ -215,6 +217,7 @@ impl Session {
             .with_option_extension(AccelsqlOptions::for_session(
                 engine.state().statement_timeout,
                 engine.state().session_memory_limit,
+                engine.state().sql_dialect,
             ))
             .with_information_schema(true);
         let shared = engine.state();
@@ -569,7 +572,11 @@ impl Session {
                 }
                 continue;
             }
-            if let Some(statement) = parse_exasol_statement(&piece.text)? {
+            let exasol = self.accelsql_options().sql_dialect == SqlDialect::Exasol;
+            let exasol_piece = exasol.then(|| exasol_text(&piece.text));
+            if let Some(statement) =
+                parse_exasol_statement(exasol_piece.as_deref().unwrap_or(&piece.text))?
+            {
                 self.check_connection_change(&statement, &grants)?;
                 let stream = self.run_exasol(statement).await?;
                 if is_last_piece {
@@ -580,6 +587,7 @@ impl Session {
                 continue;
             }
             let text = self.expand_import_subselects(&piece.text).await?;
+            let text = if exasol { exasol_text(&text) } else { text };
             let text = rewrite_exasol_text(&text);
             let target = self.insert_target_columns(&text).await;
             let (text, extra) = self
@@ -977,6 +985,7 @@ impl Session {
                 &AccelsqlOptions::for_session(
                     self.engine.state().statement_timeout,
                     self.engine.state().session_memory_limit,
+                    self.engine.state().sql_dialect,
                 ),
             ),
             None => Ok(()),
@@ -1007,6 +1016,21 @@ impl Session {
                 }
             }
         }
+        let own = state
+            .config_options()
+            .extensions
+            .get::<AccelsqlOptions>()
+            .cloned()
+            .unwrap_or_default();
+        let exasol = own.sql_dialect == SqlDialect::Exasol;
+        if exasol {
+            // Exasol's exact literals: `1.5` is a DECIMAL, up to 36 digits.
+            state
+                .config_mut()
+                .options_mut()
+                .sql_parser
+                .parse_float_as_decimal = true;
+        }
         let current = self.scripts.current_schema();
         let scripts = self.engine.scripts().entries();
         let values = self.session_values(&state);
@@ -1021,14 +1045,9 @@ impl Session {
             emits_udf: &emits_udf,
             values: &values,
             has_table: &has_table,
+            exasol,
         };
         let mut rewritten = rewrite_names(statement, &passes)?;
-        let own = state
-            .config_options()
-            .extensions
-            .get::<AccelsqlOptions>()
-            .cloned()
-            .unwrap_or_default();
         let engine = self.engine.state();
         let id = engine.next_statement_id();
         self.last_statement.store(id, Ordering::Release);
@@ -1073,10 +1092,17 @@ impl Session {
         rewritten.bind(&passes)?;
         let statement = rewritten.statement;
         state.add_analyzer_rule(Arc::new(PlacementRule::new(Arc::clone(&scope))));
+        if exasol {
+            state.add_analyzer_rule(Arc::new(EmptyStringsAreNull));
+        }
         let schema_change = schema_change(&statement)
             .filter(|c| own.create_schema_opens || !matches!(c, SchemaChange::Create(_)));
         let upper_case = own.identifier_case == IdentifierCase::Upper;
-        let mut plan = state.statement_to_plan(statement).await?;
+        let mut plan = match state.statement_to_plan(statement).await {
+            Ok(plan) => plan,
+            Err(e) if exasol => return Err(exasol_plan_error(e).into()),
+            Err(e) => return Err(e.into()),
+        };
         if !grants.is_all() {
             privileges::check_plan(&plan, &grants, &own, &self.script_functions(&scripts))?;
         }
@@ -1155,6 +1181,7 @@ impl Session {
             ]);
         }
         let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
+        let is_describe = matches!(plan, LogicalPlan::DescribeTable(_));
         // A memory table that INSERTs leave in many small batches is compacted after each (the
         // plan holds the table it writes to).
         let insert_target = match &plan {
@@ -1213,11 +1240,16 @@ impl Session {
             Some(table) => compact_after(Box::pin(stream), table, batch_size),
             None => Box::pin(stream),
         };
-        let stream: SendableRecordBatchStream =
-            match rewritten.output.rename(&stream.schema(), upper_case) {
-                Some(schema) => with_schema(stream, schema),
-                None => stream,
-            };
+        let stream: SendableRecordBatchStream = match rewritten
+            .output
+            .rename(&stream.schema(), upper_case && !exasol)
+        {
+            Some(schema) => with_schema(stream, schema),
+            None => stream,
+        };
+        if exasol {
+            return Ok((exasol_result(stream, is_describe), shape));
+        }
         Ok((stream, shape))
     }
 }

@@ -9,5 +9,6 @@
 
 pub(crate) mod emits_node;
 pub(crate) mod emits_rule;
+pub(crate) mod empty_strings;
 pub(crate) mod placement;
 pub(crate) mod statement;

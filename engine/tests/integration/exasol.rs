@@ -84,3 +84,69 @@ async fn create_schema_opens_can_be_turned_off() {
     s.sql("CREATE TABLE here(x INT)").await.unwrap();
     s.sql("SELECT * FROM first_s.here").await.unwrap();
 }
+
+#[tokio::test]
+async fn the_exasol_dialect_names_results_columns_and_errors_as_exasol_does() {
+    let s = session();
+    s.sql("SET accelsql.sql_dialect = 'exasol'").await.unwrap();
+    s.sql(r#"CREATE TABLE t (id BIGINT, "lbl" VARCHAR(10), "MiXed" DOUBLE)"#)
+        .await
+        .unwrap();
+    s.sql("INSERT INTO t VALUES (1, 'a', 1.0)").await.unwrap();
+    assert_eq!(
+        result_names(&s, "SELECT * FROM t").await,
+        ["ID", "lbl", "MiXed"]
+    );
+    assert_eq!(
+        result_names(&s, r#"SELECT id AS x, 1 AS "y", upper("lbl") FROM t"#).await,
+        ["X", "y", "UPPER(T.lbl)"]
+    );
+    // DESCRIBE: names and types as Exasol shows them.
+    let b = s.sql("DESCRIBE t").await.unwrap();
+    let shown = accelsql_engine::datafusion::arrow::util::pretty::pretty_format_batches(&b)
+        .unwrap()
+        .to_string();
+    assert!(shown.contains("| ID          | DECIMAL(19,0)"), "{shown}");
+    assert!(
+        shown.contains("| lbl         | VARCHAR(2000000) UTF8"),
+        "{shown}"
+    );
+    assert!(shown.contains("| MiXed       | DOUBLE"), "{shown}");
+    // A missing name is named as the statement wrote it.
+    let e = s.sql(r#"SELECT "id" FROM t"#).await.unwrap_err();
+    assert_eq!(e.code(), "42000");
+    assert!(e.to_string().contains(r#"object "id" not found"#), "{e}");
+    let e = s.sql("SELECT * FROM nope").await.unwrap_err();
+    assert!(e.to_string().contains("object NOPE not found"), "{e}");
+    // Back in the default dialect the same table has the engine's names.
+    s.sql("SET accelsql.sql_dialect = 'datafusion'")
+        .await
+        .unwrap();
+    assert_eq!(
+        result_names(&s, "SELECT * FROM t").await,
+        ["id", "LBL", "mIxED"]
+    );
+}
+
+#[tokio::test]
+async fn an_engine_can_start_its_sessions_in_the_exasol_dialect() {
+    let engine = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+        sql_dialect: accelsql_engine::SqlDialect::Exasol,
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let s = engine.session();
+    assert_eq!(result_names(&s, "SELECT 1 AS a").await, ["A"]);
+    let b = s.sql("SELECT '' IS NULL").await.unwrap();
+    let shown = accelsql_engine::datafusion::arrow::util::pretty::pretty_format_batches(&b)
+        .unwrap()
+        .to_string();
+    assert!(shown.contains("true"), "{shown}");
+    // RESET goes back to the engine's dialect, not DataFusion's.
+    s.sql("SET accelsql.sql_dialect = 'datafusion'")
+        .await
+        .unwrap();
+    s.sql("RESET accelsql.sql_dialect").await.unwrap();
+    assert_eq!(result_names(&s, "SELECT 1 AS a").await, ["A"]);
+}

@@ -5,6 +5,7 @@
 //! Exasol").
 
 pub(crate) mod connections;
+pub(crate) mod dialect;
 pub(crate) mod schemas;
 pub(crate) mod statements;
 pub(crate) mod text;

@@ -16,6 +16,7 @@
 //! placement rule, see `plan/`) run after these, on the logical plan.
 
 pub(crate) mod emits_calls;
+pub(crate) mod exasol_conversions;
 pub(crate) mod exasol_functions;
 pub(crate) mod exasol_types;
 pub(crate) mod identifier_case;
@@ -49,6 +50,8 @@ pub(crate) struct PassContext<'a> {
     pub(crate) values: &'a SessionValues,
     /// Whether the current schema has a table of a name (which then hides a system table's).
     pub(crate) has_table: &'a (dyn Fn(&str) -> bool + Sync),
+    /// Whether the session speaks Exasol's dialect (`accelsql.sql_dialect = 'exasol'`).
+    pub(crate) exasol: bool,
 }
 
 /// One rewrite of a parsed statement.
@@ -63,11 +66,20 @@ pub(crate) struct StatementPass {
 /// what the earlier ones wrote (the EMITS expansion sees resolved script names; aliasing sees
 /// Exasol's functions mapped; system tables are qualified last, after every table name is
 /// final).
-pub(crate) const NAME_PASSES: [StatementPass; 7] = [
+pub(crate) const NAME_PASSES: [StatementPass; 8] = [
     StatementPass {
         name: "map Exasol types and interval literals",
         run: |s, _| {
             exasol_types::map_exasol_types(s);
+            Ok(())
+        },
+    },
+    StatementPass {
+        name: "make the Exasol dialect's conversions explicit",
+        run: |s, cx| {
+            if cx.exasol {
+                exasol_conversions::make_conversions_explicit(s);
+            }
             Ok(())
         },
     },
@@ -231,6 +243,7 @@ mod tests {
             emits_udf: &|_| None,
             values: &values,
             has_table,
+            exasol: false,
         };
         rewrite(parse(sql), &cx).unwrap()
     }

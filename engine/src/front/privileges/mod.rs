@@ -101,6 +101,7 @@ pub(crate) const FREE_SETTINGS: &[&str] = &[
     "accelsql.create_schema_opens",
     "accelsql.identifier_case",
     "accelsql.set_grouping",
+    "accelsql.sql_dialect",
 ];
 /// Settings that bound a resource: a session without `ALTER SESSION` may lower them, never raise or lift them.
 const LIMIT_SETTINGS: &[&str] = &[
