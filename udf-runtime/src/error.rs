@@ -233,8 +233,10 @@ pub enum RuntimeError {
 /// What [`RuntimeError::PythonException`] says (boxed: it is the largest error).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "[{}] Python script {script} failed in {phase}{} (instance {vm_id}): {exception}: {message}\n{traceback}",
+    "[{}] VM error: {}Python script {script} failed in {phase}{} (instance {vm_id}): \
+     {exception}: {message}\n{traceback}",
     RuntimeError::PYTHON_EXCEPTION,
+    exasol_vm_error(phase),
     line_suffix(*.line)
 )]
 pub struct PythonExceptionInfo {
@@ -276,6 +278,20 @@ pub struct BadOutputValueInfo {
     pub message: String,
     /// Row of the run's output (1-based).
     pub row: u64,
+}
+
+/// Exasol's words for a script's exception in `phase`, as its Python VM prints them
+/// (`F-UDF-CL-SL-PYTHON-1114: Exception during run: ` for `run(ctx)`).
+fn exasol_vm_error(phase: &str) -> String {
+    if phase.starts_with("run") {
+        "F-UDF-CL-SL-PYTHON-1114: Exception during run: ".into()
+    } else if phase.starts_with("cleanup") {
+        "Exception during cleanup: ".into()
+    } else if phase.contains("module-level") {
+        "Exception during the script's initialisation: ".into()
+    } else {
+        format!("Exception during {phase}: ")
+    }
 }
 
 fn line_suffix(line: Option<u32>) -> String {

@@ -620,7 +620,8 @@ def run(ctx):
     let text = e.to_string();
     assert!(
         text.starts_with(
-            "[22U10] Python script TEST.F failed in run(ctx) at line 6 (instance 0): NameError:"
+            "[22U10] VM error: F-UDF-CL-SL-PYTHON-1114: Exception during run: Python script \
+             TEST.F failed in run(ctx) at line 6 (instance 0): NameError:"
         ),
         "{text}"
     );

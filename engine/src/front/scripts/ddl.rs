@@ -136,7 +136,7 @@ pub(crate) fn parse_columns(text: &str) -> Result<Vec<(String, String)>, DdlErro
     let mut t = Tokens::new(&wrapped);
     let columns = t.column_list(")", "EMITS column")?;
     if columns.is_empty() {
-        return Err(t.error_here("EMITS needs at least one column"));
+        return Err(t.error_here("Empty return argument definition is not allowed"));
     }
     t.end()?;
     Ok(columns)
@@ -178,7 +178,7 @@ fn parse_create(t: &mut Tokens<'_>, text: &str) -> Result<CreateScript, DdlError
             } else {
                 let cols = t.column_list(")", "EMITS column")?;
                 if cols.is_empty() {
-                    return Err(t.error_before("EMITS needs at least one column"));
+                    return Err(t.error_before("Empty return argument definition is not allowed"));
                 }
                 DdlOutput::Emits(cols)
             }
@@ -459,7 +459,16 @@ impl<'a> Tokens<'a> {
                 .map_err(|_| self.error_here(&format!("expected a {what} name")))?;
             let ty = self.type_text(&[])?;
             if columns.iter().any(|(n, _): &(String, String)| n == &name) {
-                return Err(self.error_at(self.last_start, format!("{what} {name} appears twice")));
+                let message = if what == "EMITS column" {
+                    // Exasol's words.
+                    format!(
+                        "Return argument {} is declared more than once",
+                        crate::core::names::exasol_name(&name)
+                    )
+                } else {
+                    format!("{what} {name} appears twice")
+                };
+                return Err(self.error_at(self.last_start, message));
             }
             columns.push((name, ty));
             if self.peek_symbol(",") {

@@ -21,9 +21,15 @@ pub(crate) struct DynamicCall {
 /// Rewrites the calls of `EMITS (...)` scripts; returns the new text and the calls. `find` gets
 /// each called name, as (schema if qualified, name) folded as SQL folds them, and says which such
 /// script it calls, if any.
+///
+/// A call site's `EMITS (…)` list after anything else fails as Exasol words it: after a script
+/// with a static output (`is_script` says which names call scripts), "The script has a static
+/// return argument definition…"; after any other function, "emits specification is not allowed
+/// for built-in functions".
 pub(crate) fn rewrite_dynamic_emits(
     text: &str,
     find: &dyn Fn(Option<&str>, &str) -> Option<String>,
+    is_script: &dyn Fn(Option<&str>, &str) -> bool,
 ) -> crate::Result<(String, Vec<DynamicCall>)> {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
@@ -62,11 +68,13 @@ pub(crate) fn rewrite_dynamic_emits(
                 if follows_dot(bytes, start) || bytes.get(after_word) != Some(&b'(') {
                     continue;
                 }
-                let Some(script) = find(schema.as_deref(), &word) else {
+                let script = find(schema.as_deref(), &word);
+                let Some(args_end) = matching_paren(bytes, after_word) else {
+                    if script.is_some() {
+                        return Err(dynamic_err(&word, "its argument list is not closed"));
+                    }
                     continue;
                 };
-                let args_end = matching_paren(bytes, after_word)
-                    .ok_or_else(|| dynamic_err(&word, "its argument list is not closed"))?;
                 let emits_at = skip_space(bytes, args_end);
                 let has_emits = text
                     .get(emits_at..emits_at + 5)
@@ -75,6 +83,12 @@ pub(crate) fn rewrite_dynamic_emits(
                         .get(emits_at + 5)
                         .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_');
                 let open = skip_space(bytes, emits_at + 5);
+                let Some(script) = script else {
+                    if has_emits && bytes.get(open) == Some(&b'(') {
+                        return Err(misplaced_emits(&word, is_script(schema.as_deref(), &word)));
+                    }
+                    continue;
+                };
                 let function = format!("{word}__emits_{}", calls.len() + 1);
                 out.push_str(&text[copied..start]);
                 out.push('"');
@@ -83,7 +97,14 @@ pub(crate) fn rewrite_dynamic_emits(
                 let columns = if has_emits && bytes.get(open) == Some(&b'(') {
                     let close = matching_paren(bytes, open)
                         .ok_or_else(|| dynamic_err(&word, "its EMITS list is not closed"))?;
-                    let columns = parse_columns(&text[open + 1..close - 1])
+                    let list = &text[open + 1..close - 1];
+                    if list.trim().is_empty() {
+                        return Err(dynamic_err(
+                            &word,
+                            "Empty return argument definition is not allowed",
+                        ));
+                    }
+                    let columns = parse_columns(list)
                         .map_err(|e| dynamic_err(&word, &format!("in its EMITS list: {e}")))?;
                     out.push_str(&text[i..args_end]);
                     copied = close;
@@ -107,6 +128,20 @@ pub(crate) fn rewrite_dynamic_emits(
     }
     out.push_str(&text[copied..]);
     Ok((out, calls))
+}
+
+/// An `EMITS (…)` list after a call of `function`, which is not an `EMITS (...)` script.
+fn misplaced_emits(function: &str, is_script: bool) -> EngineError {
+    EngineError::ScriptDefinition {
+        message: if is_script {
+            format!(
+                "The script has a static return argument definition. Dynamic return arguments \
+                 are not supported in this case (script {function})"
+            )
+        } else {
+            format!("emits specification is not allowed for built-in functions ({function})")
+        },
+    }
 }
 
 fn dynamic_err(script: &str, message: &str) -> EngineError {
@@ -198,6 +233,40 @@ fn matching_paren(bytes: &[u8], open: usize) -> Option<usize> {
 mod tests {
     use super::*;
 
+    fn no_scripts(_: Option<&str>, _: &str) -> bool {
+        false
+    }
+
+    #[test]
+    fn misplaced_emits_lists_fail_in_exasols_words() {
+        let dynamic =
+            |_: Option<&str>, name: &str| (name == "split").then(|| "public.split".to_string());
+        let fixed = |_: Option<&str>, name: &str| name == "fixed";
+        let e = rewrite_dynamic_emits("SELECT split(x) EMITS ( ) FROM t", &dynamic, &fixed)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("Empty return argument definition is not allowed"),
+            "{e}"
+        );
+        let e = rewrite_dynamic_emits("SELECT fixed(x) EMITS (a INT) FROM t", &dynamic, &fixed)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("The script has a static return argument definition"),
+            "{e}"
+        );
+        let e = rewrite_dynamic_emits("SELECT upper(x) emits (a INT) FROM t", &dynamic, &fixed)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("emits specification is not allowed for built-in functions"),
+            "{e}"
+        );
+        // A column named emits is not a list.
+        assert!(rewrite_dynamic_emits("SELECT upper(x) emits FROM t", &dynamic, &fixed).is_ok());
+    }
+
     #[test]
     fn calls_are_renamed_and_their_emits_clause_taken() {
         let dynamic = |schema: Option<&str>, name: &str| {
@@ -207,6 +276,7 @@ mod tests {
         let (text, calls) = rewrite_dynamic_emits(
             "SELECT Split(x, ')') EMITS (word VARCHAR(20), n DECIMAL(18, 0)) FROM t -- split(y)",
             &dynamic,
+            &no_scripts,
         )
         .unwrap();
         assert_eq!(text, "SELECT \"split__emits_1\"(x, ')') FROM t -- split(y)");
@@ -219,14 +289,17 @@ mod tests {
             ])
         );
         // Without an EMITS list the call is renamed; its columns come from the script.
-        let (text, calls) = rewrite_dynamic_emits("SELECT split(x) FROM t", &dynamic).unwrap();
+        let (text, calls) =
+            rewrite_dynamic_emits("SELECT split(x) FROM t", &dynamic, &no_scripts).unwrap();
         assert_eq!(text, "SELECT \"split__emits_1\"(x) FROM t");
         assert_eq!(calls[0].columns, None);
-        let (same, none) = rewrite_dynamic_emits("SELECT 'split(x)' FROM t", &dynamic).unwrap();
+        let (same, none) =
+            rewrite_dynamic_emits("SELECT 'split(x)' FROM t", &dynamic, &no_scripts).unwrap();
         assert_eq!((same.as_str(), none.len()), ("SELECT 'split(x)' FROM t", 0));
         let (text, calls) = rewrite_dynamic_emits(
             "SELECT PUBLIC . split(x) EMITS (w VARCHAR(9)) FROM (SELECT other.split(y) FROM t)",
             &dynamic,
+            &no_scripts,
         )
         .unwrap();
         assert_eq!(
@@ -237,6 +310,7 @@ mod tests {
         let (text, calls) = rewrite_dynamic_emits(
             "SELECT \"public\".\"split\"(x) EMITS (w INT), \"Split\"(x), \"S\".split(x), a.b.split(x)",
             &dynamic,
+            &no_scripts,
         )
         .unwrap();
         assert_eq!(

@@ -505,7 +505,9 @@ impl SessionScripts {
             .into_iter()
             .filter(|e| matches!(e.output, StoredOutput::DynamicEmits))
             .collect();
-        if dynamic.is_empty() {
+        // Without such scripts only a misplaced EMITS list (after another function) matters.
+        let mentions_emits = text.to_ascii_lowercase().contains("emits");
+        if dynamic.is_empty() && !mentions_emits {
             return Ok((text.to_string(), Vec::new()));
         }
         let all = catalog.entries();
@@ -526,7 +528,25 @@ impl SessionScripts {
                 })
                 .map(|e| qualified_function(&e.schema, &e.name))
         };
-        let (rewritten, calls) = rewrite_dynamic_emits(text, &find)?;
+        let is_script = |schema: Option<&str>, name: &str| {
+            all.iter().any(|e| match schema {
+                Some(schema) => e.schema == schema && e.name == name,
+                None => e.name == name && !builtins.contains(name),
+            })
+        };
+        let (rewritten, calls) = rewrite_dynamic_emits(text, &find, &is_script)?;
+        let inserts = text
+            .trim_start()
+            .get(..6)
+            .is_some_and(|w| w.eq_ignore_ascii_case("INSERT"));
+        if inserts && calls.iter().any(|c| c.columns.is_some()) {
+            // Exasol's rule and words: INSERT … SELECT takes the columns from its table.
+            return Err(EngineError::ScriptDefinition {
+                message: "The return arguments for EMITS functions are inferred from the table \
+                          to insert into. Specification of EMITS is not allowed in this case"
+                    .into(),
+            });
+        }
         let mut udfs = Vec::with_capacity(calls.len());
         let connections = catalog.connections();
         let grants = self.grants();
