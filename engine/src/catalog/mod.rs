@@ -16,3 +16,4 @@ pub(crate) mod security;
 pub(crate) mod security_views;
 pub(crate) mod system;
 pub(crate) mod system_table;
+pub(crate) mod table_views;

@@ -1,5 +1,6 @@
 //! System tables, read fresh at each scan: Exasol's in schema `sys` (`EXA_METADATA`,
-//! `EXA_ALL_SCRIPTS`, `EXA_USER_SCRIPTS`, `EXA_ALL_CONNECTIONS`, `EXA_DBA_CONNECTIONS`, `DUAL`;
+//! `EXA_ALL_SCRIPTS`, `EXA_USER_SCRIPTS`, `EXA_ALL_CONNECTIONS`, `EXA_DBA_CONNECTIONS`, `DUAL`,
+//! the security views and the table and column views of `table_views.rs`;
 //! reachable unqualified from any schema: the front end's `system_tables` pass), and
 //! `accelsql.gpu_devices`, `accelsql.gpu_leases`, `accelsql.udf_calls` (see [`node_tables`]),
 //! `accelsql.scripts`, `accelsql.script_spares`.
@@ -42,7 +43,9 @@ pub(crate) const SYSTEM_TABLES: [&str; 6] = [
 /// Whether `name` (lower case) is one of Exasol's system views that an unqualified name
 /// reaches from any schema.
 pub(crate) fn is_system_table(name: &str) -> bool {
-    SYSTEM_TABLES.contains(&name) || super::security_views::SECURITY_VIEWS.contains(&name)
+    SYSTEM_TABLES.contains(&name)
+        || super::security_views::SECURITY_VIEWS.contains(&name)
+        || super::table_views::TABLE_VIEWS.contains(&name)
 }
 
 /// Registers Exasol's script and connection views and `DUAL` in [`SYSTEM_SCHEMA`].
@@ -294,6 +297,7 @@ pub(crate) fn register(
     use DataType::Utf8;
     register_exasol_views(ctx, &table, restricted, who)?;
     super::security_views::register(ctx, &table, who)?;
+    super::table_views::register(ctx, &table, who)?;
 
     ctx.register_table(
         "sys.exa_metadata",

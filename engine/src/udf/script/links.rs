@@ -44,7 +44,18 @@ pub(crate) fn script_imports(
     denied: Vec<(String, String)>,
 ) -> ScriptImports {
     ScriptImports::new(move |text| {
-        let (schema, name) = split_script_name(text)?;
+        let readings = split_script_name(text)?;
+        // The first reading that names a script (or, with none, the first).
+        let (schema, name) = readings
+            .iter()
+            .find(|(schema, name)| {
+                entries
+                    .iter()
+                    .any(|e| e.name == *name && schema.as_ref().is_none_or(|s| &e.schema == s))
+            })
+            .or(readings.first())
+            .cloned()
+            .ok_or_else(|| format!("{text:?} is not a script name"))?;
         let target = (
             schema.clone().unwrap_or_else(|| current.clone()),
             name.clone(),

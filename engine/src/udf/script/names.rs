@@ -96,15 +96,20 @@ pub(crate) fn find_script(
     }
 }
 
-/// Splits a script name as `exa.import_script` gets it (`name`, `schema.name`, parts optionally
-/// `"quoted"`) into (schema, name), folded as SQL folds identifiers.
-pub(crate) fn split_script_name(text: &str) -> Result<(Option<String>, String), String> {
-    let bad = || format!("{text:?} is not a script name (name or schema.name)");
-    let mut parts = Vec::new();
+/// The readings of a script name as `exa.import_script` gets it (`name`, `schema.name`, or
+/// `catalog.schema.name` whose catalog is the engine's one; parts optionally `"quoted"`), as
+/// (schema, name) folded as SQL folds identifiers, in the order to try them: as written, then,
+/// when a part is quoted, with the quoted parts read as Exasol names (`"LIB"` is the script
+/// `CREATE SCRIPT lib` made, see `core/names.rs`).
+pub(crate) fn split_script_name(text: &str) -> Result<Vec<(Option<String>, String)>, String> {
+    let bad =
+        || format!("{text:?} is not a script name (name, schema.name or catalog.schema.name)");
+    let mut parts: Vec<(String, bool)> = Vec::new();
     let mut chars = text.trim().chars().peekable();
     loop {
         let mut part = String::new();
-        if chars.peek() == Some(&'"') {
+        let quoted = chars.peek() == Some(&'"');
+        if quoted {
             chars.next();
             loop {
                 match chars.next() {
@@ -126,20 +131,41 @@ pub(crate) fn split_script_name(text: &str) -> Result<(Option<String>, String), 
         if part.is_empty() {
             return Err(bad());
         }
-        parts.push(part);
+        parts.push((part, quoted));
         match chars.next() {
             None => break,
             Some('.') => {}
             Some(_) => return Err(bad()),
         }
     }
-    match <[String; 2]>::try_from(parts) {
-        Ok([schema, name]) => Ok((Some(schema), name)),
-        Err(parts) => match <[String; 1]>::try_from(parts) {
-            Ok([name]) => Ok((None, name)),
-            Err(_) => Err(bad()),
-        },
+    // A three-part name's first part is the catalog: there is one.
+    if parts.len() == 3 {
+        parts.remove(0);
     }
+    let reading = |exasol: bool| -> Vec<String> {
+        parts
+            .iter()
+            .map(|(p, quoted)| {
+                if *quoted && exasol {
+                    crate::core::names::swap_case(p)
+                } else {
+                    p.clone()
+                }
+            })
+            .collect()
+    };
+    let mut readings = Vec::new();
+    for exasol in [false, true] {
+        let reading = match reading(exasol).as_slice() {
+            [schema, name] => (Some(schema.clone()), name.clone()),
+            [name] => (None, name.clone()),
+            _ => return Err(bad()),
+        };
+        if !readings.contains(&reading) {
+            readings.push(reading);
+        }
+    }
+    Ok(readings)
 }
 
 /// An identifier as SQL folds it: unquoted → lower case.
@@ -153,4 +179,39 @@ pub(crate) fn folded(ident: &Ident) -> String {
 
 pub(crate) fn name_error(message: String) -> EngineError {
     EngineError::Sql(DataFusionError::Plan(message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn readings(text: &str) -> Vec<(Option<String>, String)> {
+        split_script_name(text).unwrap()
+    }
+
+    #[test]
+    fn import_names_fold_and_quoted_ones_also_read_as_exasol_names() {
+        assert_eq!(readings("Lib"), [(None, "lib".to_string())]);
+        assert_eq!(
+            readings("S.Lib"),
+            [(Some("s".to_string()), "lib".to_string())]
+        );
+        // A catalog in front is dropped.
+        assert_eq!(
+            readings("EXA.s.lib"),
+            [(Some("s".to_string()), "lib".to_string())]
+        );
+        // Quoted: as written first, then as Exasol's name for the engine's.
+        assert_eq!(
+            readings(r#""S"."LIB""#),
+            [
+                (Some("S".to_string()), "LIB".to_string()),
+                (Some("s".to_string()), "lib".to_string())
+            ]
+        );
+        assert_eq!(readings(r#""a.b""#)[0], (None, "a.b".to_string()));
+        assert!(split_script_name("a.b.c.d").is_err());
+        assert!(split_script_name("").is_err());
+        assert!(split_script_name(r#""open"#).is_err());
+    }
 }
