@@ -297,7 +297,12 @@ pub(crate) fn register(
     use DataType::Utf8;
     register_exasol_views(ctx, &table, restricted, who)?;
     super::security_views::register(ctx, &table, who)?;
-    super::table_views::register(ctx, &table, who)?;
+    super::table_views::register(
+        ctx,
+        &table,
+        who,
+        &[SYSTEM_SCHEMA, "accelsql", "information_schema"],
+    )?;
 
     ctx.register_table(
         "sys.exa_metadata",

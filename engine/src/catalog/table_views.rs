@@ -14,7 +14,7 @@ use datafusion::prelude::SessionContext;
 use futures::FutureExt;
 
 use super::columns::strings;
-use super::system::{Producer, SYSTEM_SCHEMA, TableMaker};
+use super::system_table::{Producer, TableMaker};
 use crate::core::names::{exasol_name, exasol_type_name, swap_case};
 use crate::core::options::{AccelsqlOptions, SqlDialect};
 use crate::core::owners::SessionIdentity;
@@ -27,9 +27,6 @@ pub(crate) const TABLE_VIEWS: [&str; 4] = [
     "exa_user_columns",
 ];
 
-/// Schemas of the engine's own, not the user's.
-const HIDDEN_SCHEMAS: [&str; 3] = [SYSTEM_SCHEMA, "accelsql", "information_schema"];
-
 /// One column of a user table, as the views show it.
 struct ColumnRow {
     schema: String,
@@ -40,9 +37,9 @@ struct ColumnRow {
     position: u64,
 }
 
-/// The columns of every table of the session's default catalog, outside the engine's schemas,
-/// with names as the session's dialect shows them.
-fn session_columns(state: &SessionState) -> Vec<ColumnRow> {
+/// The columns of every table of the session's default catalog, outside the engine's schemas
+/// (`hidden`), with names as the session's dialect shows them.
+fn session_columns(state: &SessionState, hidden: &[&str]) -> Vec<ColumnRow> {
     let options = state.config_options();
     let exasol = options
         .extensions
@@ -65,7 +62,7 @@ fn session_columns(state: &SessionState) -> Vec<ColumnRow> {
     schemas.sort();
     let mut rows = Vec::new();
     for schema_name in schemas {
-        if HIDDEN_SCHEMAS.contains(&schema_name.as_str()) {
+        if hidden.contains(&schema_name.as_str()) {
             continue;
         }
         let Some(schema) = catalog.schema(&schema_name) else {
@@ -111,11 +108,13 @@ fn precision_scale(data_type: &DataType) -> (Option<u64>, Option<u64>) {
     }
 }
 
-/// Registers the views in `sys` (see the module docs).
+/// Registers the views in `sys` (see the module docs); the tables of schemas `hidden` (the
+/// engine's own) are left out.
 pub(crate) fn register(
     ctx: &SessionContext,
     table: &TableMaker<'_>,
     who: &Arc<SessionIdentity>,
+    hidden: &'static [&'static str],
 ) -> DfResult<()> {
     use DataType::{Boolean, UInt64, Utf8};
     let state = Arc::downgrade(&ctx.state_ref());
@@ -126,7 +125,7 @@ pub(crate) fn register(
             let mut seen: Vec<(String, String, u64)> = Vec::new();
             let rows = state
                 .upgrade()
-                .map(|s| session_columns(&s.read()))
+                .map(|s| session_columns(&s.read(), hidden))
                 .unwrap_or_default();
             for row in rows {
                 match seen.last_mut() {
@@ -162,7 +161,7 @@ pub(crate) fn register(
         Box::new(move |_| {
             let rows = state
                 .upgrade()
-                .map(|s| session_columns(&s.read()))
+                .map(|s| session_columns(&s.read(), hidden))
                 .unwrap_or_default();
             let owner = exasol_name(&who.grants().user);
             let text = |f: &dyn Fn(&ColumnRow) -> Option<String>| strings(rows.iter().map(f));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
-    Expr as SqlExpr, Function, Ident, ObjectName, ObjectNamePart, VisitMut, VisitorMut,
+    Expr as SqlExpr, Function, Ident, ObjectName, ObjectNamePart, Query, VisitMut, VisitorMut,
 };
 
 use crate::core::error::{EngineError, Result};
@@ -33,7 +33,12 @@ pub(crate) fn resolve_script_calls(
         }
         _ => return Ok(()),
     };
-    match statement.visit(&mut Resolver { entries, scope }) {
+    let mut resolver = Resolver {
+        entries,
+        scope,
+        calls: vec![Vec::new()],
+    };
+    match statement.visit(&mut resolver) {
         ControlFlow::Break(e) => Err(e),
         ControlFlow::Continue(()) => Ok(()),
     }
@@ -52,15 +57,86 @@ pub(crate) struct NameScope<'a> {
 struct Resolver<'a> {
     entries: &'a [Arc<ScriptEntry>],
     scope: &'a NameScope<'a>,
+    /// Per query (a subquery starts its own), the function calls being visited, each with
+    /// whether it calls a SCALAR script: a SET script's call inside one is an error.
+    calls: Vec<Vec<bool>>,
+}
+
+impl Resolver<'_> {
+    /// The script a call of `name` calls, if it names exactly one.
+    fn script(&self, name: &ObjectName) -> Option<&ScriptEntry> {
+        match name.0.as_slice() {
+            [ObjectNamePart::Identifier(plain)] => {
+                let plain = folded(plain);
+                if self.scope.builtins.contains(&plain) {
+                    return None;
+                }
+                match plain_candidates(&plain, self.entries, self.scope.current).as_slice() {
+                    [one] => Some(*one),
+                    _ => None,
+                }
+            }
+            [
+                ObjectNamePart::Identifier(schema),
+                ObjectNamePart::Identifier(script),
+            ] => {
+                let (schema, script) = (folded(schema), folded(script));
+                self.entries
+                    .iter()
+                    .find(|e| e.schema == schema && e.name == script)
+                    .map(Arc::as_ref)
+            }
+            _ => None,
+        }
+    }
 }
 
 impl VisitorMut for Resolver<'_> {
     type Break = EngineError;
 
+    fn pre_visit_query(&mut self, _query: &mut Query) -> ControlFlow<Self::Break> {
+        self.calls.push(Vec::new());
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<Self::Break> {
+        self.calls.pop();
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, expr: &mut SqlExpr) -> ControlFlow<Self::Break> {
+        if matches!(expr, SqlExpr::Function(_))
+            && let Some(calls) = self.calls.last_mut()
+        {
+            calls.pop();
+        }
+        ControlFlow::Continue(())
+    }
+
     fn pre_visit_expr(&mut self, expr: &mut SqlExpr) -> ControlFlow<Self::Break> {
         let SqlExpr::Function(Function { name, .. }) = expr else {
             return ControlFlow::Continue(());
         };
+        // Exasol's rule: a SET script's call may not sit inside a SCALAR script's.
+        let script = self
+            .script(name)
+            .map(|e| (e.set, qualified_function(&e.schema, &e.name)));
+        let inside_scalar = self
+            .calls
+            .last()
+            .is_some_and(|calls| calls.iter().any(|scalar| *scalar));
+        if let Some((true, set_script)) = &script
+            && inside_scalar
+        {
+            return ControlFlow::Break(name_error(format!(
+                "encapsulated set function: the SET script {set_script} is called inside a \
+                 SCALAR script's call; call it in a select of its own (a subquery) and pass \
+                 its result on"
+            )));
+        }
+        if let Some(calls) = self.calls.last_mut() {
+            calls.push(matches!(script, Some((false, _))));
+        }
         match name.0.as_slice() {
             [ObjectNamePart::Identifier(plain)] => {
                 let plain = folded(plain);
@@ -180,6 +256,21 @@ mod tests {
     }
 
     #[test]
+    fn a_set_script_inside_a_scalar_scripts_call_is_encapsulated() {
+        let mut set = (*entry("public", "agg")).clone();
+        set.set = true;
+        let entries = [entry("public", "f"), Arc::new(set)];
+        let e = resolved("SELECT f(agg(x)) FROM t", &entries).unwrap_err();
+        assert!(e.to_string().contains("encapsulated set function"), "{e}");
+        let e = resolved("SELECT f(1 + public.agg(x)) FROM t", &entries).unwrap_err();
+        assert!(e.to_string().contains("encapsulated set function"), "{e}");
+        // Beside it, around it, or in a subquery of its arguments: allowed.
+        assert!(resolved("SELECT f(1), agg(x) FROM t", &entries).is_ok());
+        assert!(resolved("SELECT abs(agg(x)), agg(f(x)) FROM t", &entries).is_ok());
+        assert!(resolved("SELECT f((SELECT agg(x) FROM t))", &entries).is_ok());
+    }
+
+    #[test]
     fn qualified_calls_name_the_schemas_function() {
         let entries = [entry("public", "f"), entry("s", "f"), entry("s", "g")];
         assert_eq!(
@@ -223,7 +314,9 @@ mod tests {
                 .unwrap_err()
                 .contains("ambiguous: scripts a.g, b.g exist")
         );
-        for bad in ["", "a.", ".a", "a.b.c", "\"open", "\"a\"x"] {
+        // A three-part name's first part is the catalog.
+        assert_eq!(name("exa.lib.f").unwrap(), "lib.f");
+        for bad in ["", "a.", ".a", "a.b.c.d", "\"open", "\"a\"x"] {
             assert!(
                 name(bad).unwrap_err().contains("is not a script name"),
                 "{bad}"
