@@ -119,6 +119,12 @@ class Statement:
         """Each column's name and Arrow type, in order."""
         return {field.name: field.type for field in self._table.schema}
 
+    def exasol_columns(self) -> Dict[str, Dict[str, Any]]:
+        """Each column's name and type as Exasol (and pyexasol's ``columns()``) describes them:
+        ``{"A": {"type": "DECIMAL", "precision": 19, "scale": 0}, "S": {"type": "VARCHAR",
+        "size": 2000000, "characterSet": "UTF8"}}``, in order."""
+        return {field.name: exasol_type(field.type) for field in self._table.schema}
+
     def rowcount(self) -> int:
         """Rows in the result; for INSERT/UPDATE/DELETE, the rows it affected."""
         if self._dml and self._table.num_rows == 1 and self._table.num_columns == 1:
@@ -155,3 +161,36 @@ class Statement:
 
     def __repr__(self) -> str:
         return f"<accelsql.Statement columns={self.column_names()} rows={self._table.num_rows}>"
+
+
+_INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
+
+
+def exasol_type(t: pa.DataType) -> Dict[str, Any]:
+    """The Exasol type (as pyexasol's ``columns()`` describes one) of values of Arrow type ``t``:
+    integers are ``DECIMAL`` with the digits their width holds (``DECIMAL(19,0)`` for int64),
+    floats ``DOUBLE``, strings ``VARCHAR(2000000) UTF8``; a type Exasol lacks keeps Arrow's name."""
+    if pa.types.is_integer(t):
+        digits = _INT_DIGITS.get(t.bit_width, 19)
+        if pa.types.is_unsigned_integer(t) and t.bit_width == 64:
+            digits = 20
+        return {"type": "DECIMAL", "precision": digits, "scale": 0}
+    if pa.types.is_decimal(t):
+        return {"type": "DECIMAL", "precision": t.precision, "scale": t.scale}
+    if pa.types.is_floating(t):
+        return {"type": "DOUBLE"}
+    if pa.types.is_boolean(t):
+        return {"type": "BOOLEAN"}
+    if pa.types.is_date(t):
+        return {"type": "DATE"}
+    if pa.types.is_timestamp(t):
+        if t.tz is not None:
+            return {"type": "TIMESTAMP WITH LOCAL TIME ZONE"}
+        return {"type": "TIMESTAMP"}
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or str(t) == "string_view":
+        return {"type": "VARCHAR", "size": 2000000, "characterSet": "UTF8"}
+    if pa.types.is_interval(t) or pa.types.is_duration(t):
+        return {"type": "INTERVAL DAY TO SECOND", "precision": 2, "fraction": 3}
+    if pa.types.is_null(t):
+        return {"type": "VARCHAR", "size": 2000000, "characterSet": "UTF8"}
+    return {"type": str(t).upper()}

@@ -60,6 +60,14 @@ def test_the_exasol_dialect_from_connect(unique):
         st = conn.execute('SELECT ID, "lbl", REPEAT(1, 2) AS r FROM T')
         assert st.column_names() == ["ID", "lbl", "R"]
         assert st.fetchone() == (decimal.Decimal("123456789012345678901234567890123456"), None, "11")
+        assert st.exasol_columns() == {
+            "ID": {"type": "DECIMAL", "precision": 36, "scale": 0},
+            "lbl": {"type": "VARCHAR", "size": 2000000, "characterSet": "UTF8"},
+            "R": {"type": "VARCHAR", "size": 2000000, "characterSet": "UTF8"},
+        }
+        kinds = conn.execute("SELECT 1.5e0 AS d, TRUE AS b, DATE '2024-01-02' AS t, CAST(1 AS BIGINT) AS n").exasol_columns()
+        assert [v["type"] for v in kinds.values()] == ["DOUBLE", "BOOLEAN", "DATE", "DECIMAL"]
+        assert kinds["N"]["precision"] == 19
         with pytest.raises(accelsql.AccelsqlError, match='object "id" not found') as e:
             conn.execute('SELECT "id" FROM t')
         assert e.value.code == "42000"

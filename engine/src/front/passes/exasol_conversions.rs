@@ -5,6 +5,7 @@
 //!   `LPAD(5, 3, '0')`): each is cast to `VARCHAR` (a string literal is left alone);
 //! - `a || b` is `CONCAT(a, b)`: NULL counts as the empty string, numbers and dates as their
 //!   text, as Exasol documents the operator;
+//! - a number with an exponent (`1.5e0`) is a `DOUBLE`, as in Exasol;
 //! - a string literal in arithmetic (`'5' + 1`) is the number it spells: an exact literal when
 //!   it is one, else cast to `DOUBLE` (which fails on text that is not a number, as Exasol's
 //!   conversion does).
@@ -76,6 +77,17 @@ impl VisitorMut for Converter {
                 as_number(right);
             }
             Expr::Function(f) => cast_string_arguments(f),
+            // Exasol types a literal with an exponent as DOUBLE (the dialect's other decimal
+            // literals are exact).
+            Expr::Value(ValueWithSpan {
+                value: Value::Number(n, _),
+                ..
+            }) if n.contains(['e', 'E']) => {
+                *expr = cast(
+                    std::mem::replace(expr, null()),
+                    DataType::Double(datafusion::sql::sqlparser::ast::ExactNumberInfo::None),
+                );
+            }
             _ => {}
         }
         ControlFlow::Continue(())
@@ -225,6 +237,10 @@ mod tests {
         assert_eq!(
             converted("SELECT a || 'x' || 1, '5' + 1, 2 * '-1.5', 'abc' - 1"),
             "SELECT concat(concat(a, 'x'), 1), 5 + 1, 2 * -1.5, CAST('abc' AS DOUBLE) - 1"
+        );
+        assert_eq!(
+            converted("SELECT 1.5e0, 2E3, 1.5"),
+            "SELECT CAST(1.5e0 AS DOUBLE), CAST(2E3 AS DOUBLE), 1.5"
         );
     }
 }
