@@ -3,7 +3,8 @@
 //! Owns the statement's scope shared by its calls ([`statement`]: id, placements, the devices of
 //! its lease once granted, why placement failed), the GPU placement rule ([`placement`]: at
 //! most one call per query block gets the GPUs), and the EMITS call's logical node with the
-//! analyzer rule that builds it ([`emits_node`], [`emits_rule`]).
+//! analyzer rule that builds it ([`emits_node`], [`emits_rule`]), and the Exasol dialect's rule
+//! that makes empty strings NULL ([`empty_strings`]).
 //!
 //! May use: `core`, `udf`.
 

@@ -3,14 +3,16 @@
 //! A statement's text goes through, in this order:
 //!
 //! 1. Text passes, on the tokens of the text before it is parsed (they change what parses):
-//!    Exasol syntax DataFusion rejects (`front/exasol/text.rs`), and a script call site's
+//!    in the Exasol dialect, quoted names and `''` (`front/exasol/dialect.rs`); Exasol syntax
+//!    DataFusion rejects (`front/exasol/text.rs`); and a script call site's
 //!    `EMITS (a INT, …)`, which names a UDF of that call only (`front/scripts/dynamic.rs`).
 //! 2. Statement passes, on the parsed statement: [`NAME_PASSES`], then the statement's label is
 //!    taken (its text as `accelsql.gpu_leases` and `accelsql.udf_calls` show it), then
 //!    [`BINDING_PASSES`]. Each is a small function of its own file, with its own tests.
 //! 3. Result passes, on the planned result's column names ([`OutputNames`]): names that
 //!    repeated select items were aliased to get their own back, and under
-//!    `SET accelsql.identifier_case = 'upper'` unquoted names are shown upper case.
+//!    `SET accelsql.identifier_case = 'upper'` unquoted names are shown upper case (in the
+//!    Exasol dialect, `front/exasol/dialect.rs` names the result instead).
 //!
 //! DataFusion's own analyzer and optimizer rules (accelsql adds the EMITS rule and the
 //! placement rule, see `plan/`) run after these, on the logical plan.
