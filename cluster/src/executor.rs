@@ -61,18 +61,53 @@ impl ExecutorOptions {
     }
 }
 
-/// A free TCP port on `host` (bound and released: another process could take it before the
-/// executor does, which then fails to start with a clear error).
+/// A free TCP port on `host`, one this process has not handed out before.
+///
+/// Ballista binds the port itself, so the port is only tried here and released: whatever
+/// binds it in between makes the executor's start fail. Two things keep that from happening
+/// in practice. Ports come from below the kernel's ephemeral range (where it picks ports for
+/// `bind(…:0)` and outgoing connections), so a scheduler, Flight server or client socket
+/// opened meanwhile never lands on one; and a process-wide cursor, started at a place drawn
+/// from the process id and the clock, walks that range, so executors started at once in one
+/// process (or in several) do not pick the same port. Without a usable range below the
+/// ephemeral one the kernel picks, as `bind(…:0)` does.
 fn free_port(host: &str) -> Result<u16> {
-    let listener = std::net::TcpListener::bind((host, 0)).map_err(|e| ClusterError::Process {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
+    const LOWEST: u32 = 10_000;
+    let no_port = |e: std::io::Error| ClusterError::Process {
         message: format!("no free port on {host}: {e}"),
-    })?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| ClusterError::Process {
-            message: format!("no free port on {host}: {e}"),
-        })
+    };
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|&low| low > LOWEST + 1_000 && low <= u32::from(u16::MAX));
+    if let Some(high) = ephemeral_low {
+        let span = high - LOWEST;
+        if CURSOR.load(Ordering::Relaxed) == u32::MAX {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let seed = std::process::id().wrapping_mul(7_919) ^ nanos;
+            let _ = CURSOR.compare_exchange(
+                u32::MAX,
+                seed % span,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        for _ in 0..512 {
+            let offset = CURSOR.fetch_add(1, Ordering::Relaxed) % span;
+            let Ok(port) = u16::try_from(LOWEST + offset) else {
+                continue;
+            };
+            if std::net::TcpListener::bind((host, port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
+    let listener = std::net::TcpListener::bind((host, 0)).map_err(no_port)?;
+    Ok(listener.local_addr().map_err(no_port)?.port())
 }
 
 /// Runs an executor until the scheduler stops it, it is interrupted (SIGINT/SIGTERM), or it
@@ -263,4 +298,20 @@ fn secure_flight_service(tls: ServerTlsConfig) -> Arc<ArrowFlightServerProvider>
                 .map_err(BallistaError::TonicError)
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::free_port;
+
+    #[test]
+    fn free_ports_are_never_handed_out_twice_in_a_process() {
+        let mut ports: Vec<u16> = (0..64)
+            .map(|_| free_port("127.0.0.1").unwrap_or_default())
+            .collect();
+        assert!(ports.iter().all(|&p| p != 0));
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 64);
+    }
 }
