@@ -68,6 +68,7 @@ pub use crate::core::groups::{ConsumerGroup, DEFAULT_GROUP, GpuClass};
 pub use crate::core::memory::{
     DEFAULT_MEMORY_SHARE, SessionPool, default_memory_limit, machine_memory,
 };
+pub use crate::core::names::SQL_TYPE_METADATA_KEY;
 pub use crate::core::options::{
     AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy, SetGrouping, SqlDialect,
 };

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 import pyarrow as pa
@@ -122,8 +123,10 @@ class Statement:
     def exasol_columns(self) -> Dict[str, Dict[str, Any]]:
         """Each column's name and type as Exasol (and pyexasol's ``columns()``) describes them:
         ``{"A": {"type": "DECIMAL", "precision": 19, "scale": 0}, "S": {"type": "VARCHAR",
-        "size": 2000000, "characterSet": "UTF8"}}``, in order."""
-        return {field.name: exasol_type(field.type) for field in self._table.schema}
+        "size": 2000000, "characterSet": "UTF8"}}``, in order. A column's declared type
+        (``VARCHAR(10)``; in the Exasol dialect a string literal's ``CHAR(3) ASCII``) comes
+        before its Arrow type's."""
+        return {field.name: exasol_field_type(field) for field in self._table.schema}
 
     def rowcount(self) -> int:
         """Rows in the result; for INSERT/UPDATE/DELETE, the rows it affected."""
@@ -164,6 +167,45 @@ class Statement:
 
 
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
+
+#: The Arrow field metadata key with a column's SQL type as Exasol names it (the engine's
+#: ``SQL_TYPE_METADATA_KEY``).
+SQL_TYPE_METADATA_KEY = b"accelsql.sql_type"
+
+_DECLARED = re.compile(
+    r"^\s*([A-Z ]+?)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?(BYTE|BIT)?\s*\))?\s*(UTF8|ASCII)?\s*$"
+)
+
+
+def exasol_field_type(field: pa.Field) -> Dict[str, Any]:
+    """The Exasol type of a result column: the SQL type its metadata declares
+    (``SQL_TYPE_METADATA_KEY``), else the one of its Arrow type (``exasol_type``)."""
+    declared = (field.metadata or {}).get(SQL_TYPE_METADATA_KEY)
+    if declared is not None:
+        described = _declared_type(declared.decode("utf-8", "replace"))
+        if described is not None:
+            return described
+    return exasol_type(field.type)
+
+
+def _declared_type(text: str) -> Optional[Dict[str, Any]]:
+    """``VARCHAR(10) UTF8`` → ``{"type": "VARCHAR", "size": 10, "characterSet": "UTF8"}``."""
+    m = _DECLARED.match(text.upper())
+    if m is None:
+        return None
+    name, first, second, unit, charset = m.groups()
+    if name in ("VARCHAR", "CHAR"):
+        return {"type": name, "size": int(first or 2000000), "characterSet": charset or "UTF8"}
+    if name == "DECIMAL":
+        return {"type": "DECIMAL", "precision": int(first or 18), "scale": int(second or 0)}
+    if name == "GEOMETRY":
+        return {"type": "GEOMETRY", "srid": int(first or 0)}
+    if name == "HASHTYPE":
+        size = int(first or 16)
+        return {"type": "HASHTYPE", "size": size // 8 if unit == "BIT" else size}
+    if first is None:
+        return {"type": name}
+    return None
 
 
 def exasol_type(t: pa.DataType) -> Dict[str, Any]:

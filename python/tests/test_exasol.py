@@ -62,8 +62,14 @@ def test_the_exasol_dialect_from_connect(unique):
         assert st.fetchone() == (decimal.Decimal("123456789012345678901234567890123456"), None, "11")
         assert st.exasol_columns() == {
             "ID": {"type": "DECIMAL", "precision": 36, "scale": 0},
-            "lbl": {"type": "VARCHAR", "size": 2000000, "characterSet": "UTF8"},
+            "lbl": {"type": "VARCHAR", "size": 10, "characterSet": "UTF8"},
             "R": {"type": "VARCHAR", "size": 2000000, "characterSet": "UTF8"},
+        }
+        # A string literal is CHAR(n) ASCII (UTF8 with other characters), as Exasol types it.
+        literals = conn.execute("SELECT 'abc' AS a, 'äb' AS u").exasol_columns()
+        assert literals == {
+            "A": {"type": "CHAR", "size": 3, "characterSet": "ASCII"},
+            "U": {"type": "CHAR", "size": 2, "characterSet": "UTF8"},
         }
         kinds = conn.execute("SELECT 1.5e0 AS d, TRUE AS b, DATE '2024-01-02' AS t, CAST(1 AS BIGINT) AS n").exasol_columns()
         assert [v["type"] for v in kinds.values()] == ["DOUBLE", "BOOLEAN", "DATE", "DECIMAL"]

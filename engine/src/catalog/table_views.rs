@@ -15,7 +15,7 @@ use futures::FutureExt;
 
 use super::columns::strings;
 use super::system_table::{Producer, TableMaker};
-use crate::core::names::{exasol_name, exasol_type_name, swap_case};
+use crate::core::names::{ExasolType, exasol_field_type, exasol_name, swap_case};
 use crate::core::options::{AccelsqlOptions, SqlDialect};
 use crate::core::owners::SessionIdentity;
 
@@ -32,7 +32,7 @@ struct ColumnRow {
     schema: String,
     table: String,
     name: String,
-    data_type: DataType,
+    sql_type: ExasolType,
     nullable: bool,
     position: u64,
 }
@@ -81,7 +81,7 @@ fn session_columns(state: &SessionState, hidden: &[&str]) -> Vec<ColumnRow> {
                     schema: shown(&schema_name),
                     table: shown(&table_name),
                     name: shown(field.name()),
-                    data_type: field.data_type().clone(),
+                    sql_type: exasol_field_type(field),
                     nullable: field.is_nullable(),
                     position: i as u64 + 1,
                 });
@@ -89,23 +89,6 @@ fn session_columns(state: &SessionState, hidden: &[&str]) -> Vec<ColumnRow> {
         }
     }
     rows
-}
-
-/// Digits and scale of a numeric type, as `COLUMN_NUM_PREC` and `COLUMN_NUM_SCALE` show them.
-fn precision_scale(data_type: &DataType) -> (Option<u64>, Option<u64>) {
-    use DataType as T;
-    match data_type {
-        T::Int8 | T::UInt8 => (Some(3), Some(0)),
-        T::Int16 | T::UInt16 => (Some(5), Some(0)),
-        T::Int32 | T::UInt32 => (Some(10), Some(0)),
-        T::Int64 => (Some(19), Some(0)),
-        T::UInt64 => (Some(20), Some(0)),
-        T::Decimal32(p, s) | T::Decimal64(p, s) | T::Decimal128(p, s) | T::Decimal256(p, s) => {
-            (Some(u64::from(*p)), u64::try_from(*s).ok())
-        }
-        T::Float16 | T::Float32 | T::Float64 => (Some(64), None),
-        _ => (None, None),
-    }
 }
 
 /// Registers the views in `sys` (see the module docs); the tables of schemas `hidden` (the
@@ -173,13 +156,10 @@ pub(crate) fn register(
                 text(&|r| Some(r.table.clone())),
                 text(&|_| Some("TABLE".into())),
                 text(&|r| Some(r.name.clone())),
-                text(&|r| Some(exasol_type_name(&r.data_type))),
-                number(&|r| match r.data_type {
-                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Some(2_000_000),
-                    _ => precision_scale(&r.data_type).0,
-                }),
-                number(&|r| precision_scale(&r.data_type).0),
-                number(&|r| precision_scale(&r.data_type).1),
+                text(&|r| Some(r.sql_type.name.clone())),
+                number(&|r| r.sql_type.size),
+                number(&|r| r.sql_type.precision),
+                number(&|r| r.sql_type.scale),
                 number(&|r| Some(r.position)),
                 Arc::new(
                     rows.iter()

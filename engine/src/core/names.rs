@@ -85,30 +85,137 @@ pub(crate) fn exasol_shown_name(name: &str) -> String {
     out
 }
 
-/// The name Exasol gives the type of values of Arrow type `data_type` (`DECIMAL(19,0)` for a
-/// 64-bit integer, `VARCHAR(2000000) UTF8` for a string); Arrow's name for a type Exasol lacks.
-pub(crate) fn exasol_type_name(data_type: &datafusion::arrow::datatypes::DataType) -> String {
-    use datafusion::arrow::datatypes::{DataType as T, IntervalUnit};
-    let decimal = |p: u8| format!("DECIMAL({p},0)");
-    match data_type {
-        T::Int8 | T::UInt8 => decimal(3),
-        T::Int16 | T::UInt16 => decimal(5),
-        T::Int32 | T::UInt32 => decimal(10),
-        T::Int64 => decimal(19),
-        T::UInt64 => decimal(20),
-        T::Decimal32(p, s) | T::Decimal64(p, s) | T::Decimal128(p, s) | T::Decimal256(p, s) => {
-            format!("DECIMAL({p},{s})")
+/// The Arrow field metadata key holding a column's SQL type as Exasol names it
+/// (`VARCHAR(10) UTF8`, `CHAR(3) ASCII`, `DECIMAL(18,0)`, `GEOMETRY(4326)`), where the Arrow
+/// type does not say it all. Set on the columns of `CREATE TABLE t (a VARCHAR(10), …)` (and so
+/// kept by the table, its scans and results), and in the Exasol dialect on a selected string
+/// literal (`'abc'` is `CHAR(3) ASCII`, as Exasol types it). Clients read it from a result's
+/// Arrow schema.
+pub const SQL_TYPE_METADATA_KEY: &str = "accelsql.sql_type";
+
+/// A column's type as Exasol describes it: its name (`DECIMAL(18,0)`, `VARCHAR(10) UTF8`), and
+/// the digits, scale and length `EXA_ALL_COLUMNS` and drivers show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ExasolType {
+    /// The type's name with its parameters.
+    pub(crate) name: String,
+    /// Total digits of a number (`DOUBLE`: 64, as Exasol says).
+    pub(crate) precision: Option<u64>,
+    /// Digits after the point of an exact number.
+    pub(crate) scale: Option<u64>,
+    /// Characters of a string (a number's digits, as `COLUMN_MAXSIZE` shows them).
+    pub(crate) size: Option<u64>,
+}
+
+impl ExasolType {
+    fn decimal(precision: u64, scale: u64) -> Self {
+        Self {
+            name: format!("DECIMAL({precision},{scale})"),
+            precision: Some(precision),
+            scale: Some(scale),
+            size: Some(precision),
         }
-        T::Float16 | T::Float32 | T::Float64 => "DOUBLE".into(),
-        T::Boolean => "BOOLEAN".into(),
-        T::Date32 | T::Date64 => "DATE".into(),
-        T::Timestamp(_, None) => "TIMESTAMP".into(),
-        T::Timestamp(_, Some(_)) => "TIMESTAMP WITH LOCAL TIME ZONE".into(),
-        T::Utf8 | T::LargeUtf8 | T::Utf8View => "VARCHAR(2000000) UTF8".into(),
-        T::Interval(IntervalUnit::YearMonth) => "INTERVAL YEAR(2) TO MONTH".into(),
-        T::Interval(_) => "INTERVAL DAY(2) TO SECOND(3)".into(),
-        T::Dictionary(_, value) => exasol_type_name(value),
+    }
+
+    fn named(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            precision: None,
+            scale: None,
+            size: None,
+        }
+    }
+}
+
+/// The Exasol type of a column: the SQL type its field's [`SQL_TYPE_METADATA_KEY`] declares,
+/// else the one of its Arrow type ([`exasol_type_of`]).
+pub(crate) fn exasol_field_type(field: &datafusion::arrow::datatypes::Field) -> ExasolType {
+    use crate::udf_runtime::script::SqlType;
+    let declared = field
+        .metadata()
+        .get(SQL_TYPE_METADATA_KEY)
+        .and_then(|text| {
+            let sql_type = SqlType::parse(text).ok()?;
+            if sql_type == SqlType::Double {
+                return Some(exasol_type_of(
+                    &datafusion::arrow::datatypes::DataType::Float64,
+                ));
+            }
+            Some(ExasolType {
+                name: text.clone(),
+                precision: sql_type.precision().map(u64::from),
+                scale: sql_type.scale().and_then(|s| u64::try_from(s).ok()),
+                size: sql_type
+                    .length()
+                    .or_else(|| sql_type.precision())
+                    .map(u64::from),
+            })
+        });
+    declared.unwrap_or_else(|| exasol_type_of(field.data_type()))
+}
+
+/// The name Exasol gives a declared SQL type, as [`SQL_TYPE_METADATA_KEY`] holds it: the
+/// integer types are the `DECIMAL`s Exasol stores them as (`INTEGER` is `DECIMAL(18,0)`),
+/// strings name their character set (`UTF8`), the others as SQL writes them.
+pub(crate) fn exasol_declared_type(sql_type: &crate::udf_runtime::script::SqlType) -> String {
+    use crate::udf_runtime::script::SqlType;
+    match sql_type {
+        SqlType::SmallInt | SqlType::Integer | SqlType::BigInt => {
+            let digits = sql_type.precision().unwrap_or(18);
+            format!("DECIMAL({digits},0)")
+        }
+        SqlType::Varchar(_) | SqlType::Char(_) => format!("{sql_type} UTF8"),
         other => other.to_string(),
+    }
+}
+
+/// The Exasol type of values of Arrow type `data_type` (`DECIMAL(19,0)` for a 64-bit integer,
+/// `VARCHAR(2000000) UTF8` for a string); Arrow's name for a type Exasol lacks.
+pub(crate) fn exasol_type_of(data_type: &datafusion::arrow::datatypes::DataType) -> ExasolType {
+    use datafusion::arrow::datatypes::{DataType as T, IntervalUnit};
+    match data_type {
+        T::Int8 | T::UInt8 => ExasolType::decimal(3, 0),
+        T::Int16 | T::UInt16 => ExasolType::decimal(5, 0),
+        T::Int32 | T::UInt32 => ExasolType::decimal(10, 0),
+        T::Int64 => ExasolType::decimal(19, 0),
+        T::UInt64 => ExasolType::decimal(20, 0),
+        T::Decimal32(p, s) | T::Decimal64(p, s) | T::Decimal128(p, s) | T::Decimal256(p, s) => {
+            ExasolType::decimal(u64::from(*p), u64::try_from(*s).unwrap_or(0))
+        }
+        T::Float16 | T::Float32 | T::Float64 => ExasolType {
+            precision: Some(64),
+            size: Some(64),
+            ..ExasolType::named("DOUBLE")
+        },
+        T::Boolean => ExasolType::named("BOOLEAN"),
+        T::Date32 | T::Date64 => ExasolType::named("DATE"),
+        T::Timestamp(_, None) => ExasolType::named("TIMESTAMP"),
+        T::Timestamp(_, Some(_)) => ExasolType::named("TIMESTAMP WITH LOCAL TIME ZONE"),
+        T::Utf8 | T::LargeUtf8 | T::Utf8View => ExasolType {
+            size: Some(2_000_000),
+            ..ExasolType::named("VARCHAR(2000000) UTF8")
+        },
+        T::Interval(IntervalUnit::YearMonth) => ExasolType::named("INTERVAL YEAR(2) TO MONTH"),
+        T::Interval(_) => ExasolType::named("INTERVAL DAY(2) TO SECOND(3)"),
+        T::Dictionary(_, value) => exasol_type_of(value),
+        other => ExasolType::named(&other.to_string()),
+    }
+}
+
+/// The name of [`exasol_type_of`]`(data_type)`.
+pub(crate) fn exasol_type_name(data_type: &datafusion::arrow::datatypes::DataType) -> String {
+    exasol_type_of(data_type).name
+}
+
+/// The type Exasol gives a string literal: `CHAR(n)` of its length (`VARCHAR(n)` past
+/// `CHAR`'s 2000 characters), `ASCII` when every character is, else `UTF8`.
+pub(crate) fn exasol_literal_type(text: &str) -> String {
+    let chars = text.chars().count();
+    let set = if text.is_ascii() { "ASCII" } else { "UTF8" };
+    if chars <= 2000 {
+        format!("CHAR({chars}) {set}")
+    } else {
+        format!("VARCHAR({chars}) {set}")
     }
 }
 
@@ -138,6 +245,44 @@ mod tests {
             "TIMESTAMP"
         );
         assert_eq!(exasol_type_name(&T::Utf8View), "VARCHAR(2000000) UTF8");
+        assert_eq!(exasol_type_of(&T::Int32).precision, Some(10));
+        assert_eq!(exasol_type_of(&T::Float64).scale, None);
+    }
+
+    #[test]
+    fn declared_types_come_before_the_arrow_type() {
+        use datafusion::arrow::datatypes::{DataType as T, Field};
+        use std::collections::HashMap;
+
+        use crate::udf_runtime::script::SqlType;
+        let declared = |text: &str, t: T| {
+            Field::new("c", t, true).with_metadata(HashMap::from([(
+                SQL_TYPE_METADATA_KEY.to_string(),
+                text.to_string(),
+            )]))
+        };
+        let varchar = exasol_field_type(&declared("VARCHAR(10) UTF8", T::Utf8));
+        assert_eq!(varchar.name, "VARCHAR(10) UTF8");
+        assert_eq!((varchar.size, varchar.precision), (Some(10), None));
+        let int = exasol_field_type(&declared("DECIMAL(18,0)", T::Int32));
+        assert_eq!((int.precision, int.scale), (Some(18), Some(0)));
+        // Metadata that is no SQL type is ignored.
+        let odd = exasol_field_type(&declared("NO SUCH TYPE", T::Int64));
+        assert_eq!(odd.name, "DECIMAL(19,0)");
+        assert_eq!(
+            exasol_declared_type(&SqlType::parse("INT").unwrap()),
+            "DECIMAL(18,0)"
+        );
+        assert_eq!(
+            exasol_declared_type(&SqlType::parse("char(3)").unwrap()),
+            "CHAR(3) UTF8"
+        );
+        assert_eq!(exasol_literal_type("abc"), "CHAR(3) ASCII");
+        assert_eq!(exasol_literal_type("äb"), "CHAR(2) UTF8");
+        assert_eq!(
+            exasol_literal_type(&"x".repeat(2001)),
+            "VARCHAR(2001) ASCII"
+        );
     }
 
     #[test]

@@ -12,10 +12,10 @@ use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::source_as_provider;
 use datafusion::error::DataFusionError;
-use datafusion::execution::FunctionRegistry;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::execution::{FunctionRegistry, RecordBatchStream};
 use datafusion::logical_expr::{
     AggregateUDF, DdlStatement, DmlStatement, LogicalPlan, ScalarUDF, WriteOp,
 };
@@ -44,7 +44,7 @@ use super::results::{empty_stream, with_schema};
 use super::scripts::ddl::is_script_ddl;
 use super::scripts::languages::SessionScripts;
 use super::splitter::split_statements;
-use super::writes::{ctas_query, ctas_with_rows, truncate_as_delete};
+use super::writes::{ctas_query, ctas_with_rows, truncate_as_delete, with_declared_types};
 use crate::catalog::files::enable_url_tables;
 use crate::core::error::{EngineError, Result};
 use crate::core::memory::{SessionPool, session_runtime};
@@ -55,9 +55,10 @@ use crate::core::privileges::{Grants, SYS_USER, SystemPrivilege};
 use crate::exec::planner::AccelQueryPlanner;
 use crate::exec::stream::StatementStream;
 use crate::plan::emits_rule::EmitsRule;
-use crate::plan::empty_strings::EmptyStringsAreNull;
+use crate::plan::empty_strings::{EmptyStringsAreNull, empty_strings_as_null, nullable_strings};
 use crate::plan::placement::PlacementRule;
 use crate::plan::statement::StatementScope;
+use crate::plan::string_arithmetic::StringsInArithmetic;
 use crate::udf::node_functions::node_functions;
 use crate::udf::script::udf::ScriptUdf;
 use crate::udf::sized::bound_growing_functions;
@@ -1090,10 +1091,12 @@ impl Session {
         scope.gpu_allowed = grants.has(SystemPrivilege::UseGpu);
         let scope = Arc::new(scope);
         rewritten.bind(&passes)?;
+        let declared_types = std::mem::take(&mut rewritten.declared_types);
         let statement = rewritten.statement;
         state.add_analyzer_rule(Arc::new(PlacementRule::new(Arc::clone(&scope))));
         if exasol {
             state.add_analyzer_rule(Arc::new(EmptyStringsAreNull));
+            state.register_expr_planner(Arc::new(StringsInArithmetic))?;
         }
         let schema_change = schema_change(&statement)
             .filter(|c| own.create_schema_opens || !matches!(c, SchemaChange::Create(_)));
@@ -1109,6 +1112,7 @@ impl Session {
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;
         }
+        let mut plan = with_declared_types(plan, &declared_types)?;
         // A CTAS's query runs as a query of this statement; the table is made from its rows.
         let exists = match &plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
@@ -1116,7 +1120,7 @@ impl Session {
             }
             _ => false,
         };
-        let ctas = ctas_query(&plan, exists);
+        let ctas = ctas_query(&plan, exists, exasol);
         if let Some((_, query)) = &ctas {
             plan = query.clone();
         }
@@ -1181,7 +1185,10 @@ impl Session {
             ]);
         }
         let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
-        let is_describe = matches!(plan, LogicalPlan::DescribeTable(_));
+        let described = match &plan {
+            LogicalPlan::DescribeTable(d) => Some(Arc::clone(&d.schema)),
+            _ => None,
+        };
         // A memory table that INSERTs leave in many small batches is compacted after each (the
         // plan holds the table it writes to).
         let insert_target = match &plan {
@@ -1222,10 +1229,23 @@ impl Session {
         if is_analyze {
             stream = stream.with_call_report();
         }
-        if let Some((create, query)) = ctas {
+        if let Some((create, _)) = ctas {
             let name = create.name.clone();
-            let rows: Vec<RecordBatch> = stream.try_collect().await?;
-            let create = ctas_with_rows(create, &query, rows)?;
+            let schema = RecordBatchStream::schema(&stream);
+            let mut rows: Vec<RecordBatch> = stream.try_collect().await?;
+            let schema = if exasol {
+                // What the plan left of the empty strings (an aggregate's, an EMITS call's).
+                let schema = nullable_strings(&schema);
+                rows = rows
+                    .iter()
+                    .map(|b| empty_strings_as_null(b, &schema))
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(DataFusionError::from)?;
+                schema
+            } else {
+                schema
+            };
+            let create = ctas_with_rows(create, schema, rows)?;
             self.ctx
                 .execute_logical_plan(create)
                 .await?
@@ -1248,7 +1268,7 @@ impl Session {
             None => stream,
         };
         if exasol {
-            return Ok((exasol_result(stream, is_describe), shape));
+            return Ok((exasol_result(stream, described), shape));
         }
         Ok((stream, shape))
     }

@@ -12,16 +12,22 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{Field, SchemaRef};
+use datafusion::common::metadata::FieldMetadata;
+use datafusion::common::{Column, DFSchema, TableReference};
 use datafusion::datasource::{MemTable, provider_as_source, source_as_provider};
 use datafusion::logical_expr::{
-    CreateMemoryTable, DdlStatement, DmlStatement, LogicalPlan, LogicalPlanBuilder, WriteOp,
+    CreateMemoryTable, DdlStatement, DmlStatement, EmptyRelation, Expr, LogicalPlan,
+    LogicalPlanBuilder, WriteOp,
 };
 
 use crate::core::error::Result;
+use crate::core::names::SQL_TYPE_METADATA_KEY;
 use crate::plan::placement::has_udf_calls;
 
-/// The `CREATE TABLE … AS` and its query, when the query calls accelsql UDFs and will run,
-/// given whether the table exists. `None` for other plans; for a CTAS without UDF calls, which
+/// The `CREATE TABLE … AS` and its query, when the query calls accelsql UDFs (or `always`: the
+/// Exasol dialect, whose rules every query must go through) and will run, given whether the
+/// table exists. `None` for other plans; for a CTAS without UDF calls, which
 /// DataFusion's context runs as it always has (the table keeps the query's output partitions,
 /// which upstream's EXPLAIN tests show); and for a CTAS that ends without running its query
 /// (the table exists and is not replaced, a temporary table, `IF NOT EXISTS` with `OR
@@ -29,22 +35,23 @@ use crate::plan::placement::has_udf_calls;
 pub(crate) fn ctas_query(
     plan: &LogicalPlan,
     exists: bool,
+    always: bool,
 ) -> Option<(CreateMemoryTable, LogicalPlan)> {
     let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) = plan else {
         return None;
     };
     let runs = !c.temporary && !(c.if_not_exists && c.or_replace) && (!exists || c.or_replace);
-    (runs && has_udf_calls(&c.input)).then(|| (c.clone(), c.input.as_ref().clone()))
+    (runs && (always || has_udf_calls(&c.input))).then(|| (c.clone(), c.input.as_ref().clone()))
 }
 
-/// The `CREATE TABLE … AS` of `create` with its query replaced by the rows it produced, for
-/// DataFusion's context to make the table from (a scan of those rows, in one partition).
+/// The `CREATE TABLE … AS` of `create` with its query replaced by the rows it produced
+/// (`schema`: the executed query's, with the field metadata its plan gave), for DataFusion's
+/// context to make the table from (a scan of those rows, in one partition).
 pub(crate) fn ctas_with_rows(
     create: CreateMemoryTable,
-    query: &LogicalPlan,
+    schema: SchemaRef,
     rows: Vec<RecordBatch>,
 ) -> Result<LogicalPlan> {
-    let schema = Arc::clone(query.schema().inner());
     let rows = MemTable::try_new(schema, vec![rows])?;
     let scan =
         LogicalPlanBuilder::scan("ctas_rows", provider_as_source(Arc::new(rows)), None)?.build()?;
@@ -52,6 +59,79 @@ pub(crate) fn ctas_with_rows(
         CreateMemoryTable {
             input: Arc::new(scan),
             ..create
+        },
+    )))
+}
+
+/// A `CREATE TABLE t (a VARCHAR(10), …)` whose columns carry the SQL types they were declared
+/// with (`declared`, engine names with Exasol's type names) as field metadata
+/// ([`SQL_TYPE_METADATA_KEY`]), so the table, its scans and its results keep them; other plans
+/// unchanged. (Arrow has no `VARCHAR(10)` or `CHAR(3)`; `DESCRIBE` and `EXA_ALL_COLUMNS` show
+/// what was declared.)
+pub(crate) fn with_declared_types(
+    plan: LogicalPlan,
+    declared: &[(String, String)],
+) -> Result<LogicalPlan> {
+    let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) = &plan else {
+        return Ok(plan);
+    };
+    if declared.is_empty() {
+        return Ok(plan);
+    }
+    let typed = |field: &Arc<Field>| -> Option<FieldMetadata> {
+        let (_, sql_type) = declared.iter().find(|(name, _)| name == field.name())?;
+        let mut metadata = field.metadata().clone();
+        metadata.insert(SQL_TYPE_METADATA_KEY.to_string(), sql_type.clone());
+        Some(FieldMetadata::from(metadata))
+    };
+    let input = match create.input.as_ref() {
+        // `CREATE TABLE t (a INT, …)`: the columns' fields themselves.
+        LogicalPlan::EmptyRelation(empty) => {
+            let fields: Vec<(Option<TableReference>, Arc<Field>)> = empty
+                .schema
+                .iter()
+                .map(|(qualifier, field)| {
+                    let field = match typed(field) {
+                        Some(metadata) => {
+                            Arc::new(field.as_ref().clone().with_metadata(metadata.to_hashmap()))
+                        }
+                        None => Arc::clone(field),
+                    };
+                    (qualifier.cloned(), field)
+                })
+                .collect();
+            let schema = DFSchema::new_with_metadata(fields, empty.schema.metadata().clone())?;
+            LogicalPlan::EmptyRelation(EmptyRelation {
+                produce_one_row: empty.produce_one_row,
+                schema: Arc::new(schema),
+            })
+        }
+        // `CREATE TABLE t (a INT, …) AS …`: the rows go through a projection that types them.
+        input => {
+            let exprs: Vec<Expr> = input
+                .schema()
+                .iter()
+                .map(|(qualifier, field)| {
+                    let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
+                    match typed(field) {
+                        Some(metadata) => column.alias_qualified_with_metadata(
+                            qualifier.cloned(),
+                            field.name(),
+                            Some(metadata),
+                        ),
+                        None => column,
+                    }
+                })
+                .collect();
+            LogicalPlanBuilder::from(input.clone())
+                .project(exprs)?
+                .build()?
+        }
+    };
+    Ok(LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(
+        CreateMemoryTable {
+            input: Arc::new(input),
+            ..create.clone()
         },
     )))
 }
@@ -104,26 +184,26 @@ mod tests {
     async fn a_ctas_with_udf_calls_runs_its_query_unless_the_table_stays() {
         let ctx = context();
         let create = plan(&ctx, "CREATE TABLE t AS SELECT cpu_probe() AS a").await;
-        let (c, query) = ctas_query(&create, false).unwrap();
+        let (c, query) = ctas_query(&create, false, false).unwrap();
         assert_eq!(c.name.table(), "t");
         assert_eq!(query.schema().field(0).name(), "a");
         // The table exists: only OR REPLACE runs the query.
-        assert!(ctas_query(&create, true).is_none());
+        assert!(ctas_query(&create, true, false).is_none());
         let replace = plan(&ctx, "CREATE OR REPLACE TABLE t AS SELECT cpu_probe() AS a").await;
-        assert!(ctas_query(&replace, true).is_some());
+        assert!(ctas_query(&replace, true, false).is_some());
         let keep = plan(
             &ctx,
             "CREATE TABLE IF NOT EXISTS t AS SELECT cpu_probe() AS a",
         )
         .await;
-        assert!(ctas_query(&keep, true).is_none());
-        assert!(ctas_query(&keep, false).is_some());
+        assert!(ctas_query(&keep, true, false).is_none());
+        assert!(ctas_query(&keep, false, false).is_some());
         // A call in a subquery counts; a CTAS without calls is DataFusion's.
         let nested = "CREATE TABLE t AS SELECT 1 AS a WHERE 'x' IN (SELECT cpu_probe())";
-        assert!(ctas_query(&plan(&ctx, nested).await, false).is_some());
+        assert!(ctas_query(&plan(&ctx, nested).await, false, false).is_some());
         let plain = plan(&ctx, "CREATE TABLE t AS SELECT 1 AS a").await;
-        assert!(ctas_query(&plain, false).is_none());
-        assert!(ctas_query(&plan(&ctx, "SELECT cpu_probe()").await, false).is_none());
+        assert!(ctas_query(&plain, false, false).is_none());
+        assert!(ctas_query(&plan(&ctx, "SELECT cpu_probe()").await, false, false).is_none());
     }
 
     #[tokio::test]
@@ -134,11 +214,11 @@ mod tests {
             "CREATE TABLE t AS SELECT CAST(length(cpu_probe()) AS BIGINT) AS a",
         )
         .await;
-        let (c, query) = ctas_query(&create, false).unwrap();
+        let (c, query) = ctas_query(&create, false, false).unwrap();
         let schema = Arc::clone(query.schema().inner());
         let rows =
             RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![7, 8]))]).unwrap();
-        let made = ctas_with_rows(c, &query, vec![rows]).unwrap();
+        let made = ctas_with_rows(c, Arc::clone(query.schema().inner()), vec![rows]).unwrap();
         ctx.execute_logical_plan(made)
             .await
             .unwrap()

@@ -6,6 +6,8 @@
 //! is left (an aggregate's or an `EMITS` call's output) on the result's rows, with
 //! [`empty_strings_as_null`].
 
+use std::cell::OnceCell;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, LargeStringArray, StringArray};
@@ -13,13 +15,16 @@ use datafusion::arrow::array::{RecordBatch, StringViewArray};
 use datafusion::arrow::compute::kernels::nullif::nullif;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::config::ConfigOptions;
+use datafusion::common::metadata::FieldMetadata;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
-use datafusion::common::{DFSchema, Result as DfResult, ScalarValue};
+use datafusion::common::{DFSchema, DFSchemaRef, Result as DfResult, ScalarValue};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
     DmlStatement, Expr, ExprSchemable, LogicalPlan, Projection, WriteOp, lit,
 };
 use datafusion::optimizer::AnalyzerRule;
+
+use crate::core::names::{SQL_TYPE_METADATA_KEY, exasol_literal_type};
 
 /// The analyzer rule of the Exasol dialect's empty strings (see the module docs).
 #[derive(Debug, Default)]
@@ -82,8 +87,14 @@ fn rewrite_node(node: LogicalPlan, wrap_scans: bool) -> DfResult<Transformed<Log
                     field.name(),
                 ));
                 if is_string(field.data_type()) {
-                    nullif_empty(column, field.data_type())
-                        .alias_qualified(qualifier.cloned(), field.name())
+                    // The column's declared type (`VARCHAR(10)`) stays with it.
+                    let metadata = (!field.metadata().is_empty())
+                        .then(|| FieldMetadata::from(field.metadata().clone()));
+                    nullif_empty(column, field.data_type()).alias_qualified_with_metadata(
+                        qualifier.cloned(),
+                        field.name(),
+                        metadata,
+                    )
                 } else {
                     column
                 }
@@ -92,14 +103,30 @@ fn rewrite_node(node: LogicalPlan, wrap_scans: bool) -> DfResult<Transformed<Log
         let projection = Projection::try_new(exprs, Arc::new(node))?;
         return Ok(Transformed::yes(LogicalPlan::Projection(projection)));
     }
-    let mut schema = DFSchema::empty();
-    for input in node.inputs() {
-        schema.merge(input.schema());
-    }
+    // The inputs' schema, merged only when an expression needs its type (a function call).
+    let inputs: Vec<DFSchemaRef> = node
+        .inputs()
+        .iter()
+        .map(|i| Arc::clone(i.schema()))
+        .collect();
+    let merged: OnceCell<DFSchema> = OnceCell::new();
+    let schema = || {
+        merged.get_or_init(|| {
+            let mut schema = DFSchema::empty();
+            for input in &inputs {
+                schema.merge(input);
+            }
+            schema
+        })
+    };
+    let is_projection = matches!(node, LogicalPlan::Projection(_));
     let preserver = NamePreserver::new(&node);
     let rewritten = node.map_expressions(|expr| {
         let saved = preserver.save(&expr);
-        let out = expr.transform_up(|e| rewrite_expr(e, &schema))?;
+        let mut out = expr.transform_up(|e| rewrite_expr(e, &schema))?;
+        if is_projection {
+            out = out.transform_data(typed_literal)?;
+        }
         Ok(if out.transformed {
             out.update_data(|e| saved.restore(e))
         } else {
@@ -113,7 +140,36 @@ fn rewrite_node(node: LogicalPlan, wrap_scans: bool) -> DfResult<Transformed<Log
     }
 }
 
-fn rewrite_expr(expr: Expr, schema: &DFSchema) -> DfResult<Transformed<Expr>> {
+/// A select item that is a string literal (`SELECT 'abc'`, `'abc' AS x`) with the type Exasol
+/// gives it (`CHAR(3) ASCII`) as its field's metadata.
+fn typed_literal(expr: Expr) -> DfResult<Transformed<Expr>> {
+    match expr {
+        Expr::Alias(alias) => Ok(typed_literal(*alias.expr)?.update_data(|inner| {
+            Expr::Alias(datafusion::logical_expr::expr::Alias {
+                expr: Box::new(inner),
+                ..alias
+            })
+        })),
+        Expr::Literal(value, None) => {
+            let text = match &value {
+                ScalarValue::Utf8(Some(s))
+                | ScalarValue::LargeUtf8(Some(s))
+                | ScalarValue::Utf8View(Some(s))
+                    if !s.is_empty() =>
+                {
+                    exasol_literal_type(s)
+                }
+                _ => return Ok(Transformed::no(Expr::Literal(value, None))),
+            };
+            let metadata =
+                FieldMetadata::from(BTreeMap::from([(SQL_TYPE_METADATA_KEY.to_string(), text)]));
+            Ok(Transformed::yes(Expr::Literal(value, Some(metadata))))
+        }
+        other => Ok(Transformed::no(other)),
+    }
+}
+
+fn rewrite_expr<'a>(expr: Expr, schema: &dyn Fn() -> &'a DFSchema) -> DfResult<Transformed<Expr>> {
     match &expr {
         Expr::Literal(value, metadata) => match value {
             ScalarValue::Utf8(Some(s))
@@ -127,7 +183,7 @@ fn rewrite_expr(expr: Expr, schema: &DFSchema) -> DfResult<Transformed<Expr>> {
             _ => Ok(Transformed::no(expr)),
         },
         Expr::ScalarFunction(f) if f.func.name() != "nullif" => {
-            let data_type = match expr.get_type(schema) {
+            let data_type = match expr.get_type(schema()) {
                 Ok(t) => t,
                 Err(_) => return Ok(Transformed::no(expr)),
             };

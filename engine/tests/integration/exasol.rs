@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
 
 use accelsql_engine::datafusion::arrow::array::RecordBatch;
-use accelsql_engine::{Engine, EngineOptions, SchedulerConfig, Session};
+use accelsql_engine::{Engine, EngineOptions, SQL_TYPE_METADATA_KEY, SchedulerConfig, Session};
 
 fn session() -> Session {
     Engine::with_options(EngineOptions {
@@ -101,17 +101,36 @@ async fn the_exasol_dialect_names_results_columns_and_errors_as_exasol_does() {
         result_names(&s, r#"SELECT id AS x, 1 AS "y", upper("lbl") FROM t"#).await,
         ["X", "y", "UPPER(T.lbl)"]
     );
-    // DESCRIBE: names and types as Exasol shows them.
+    // DESCRIBE: names and types as Exasol shows them, as declared.
     let b = s.sql("DESCRIBE t").await.unwrap();
     let shown = accelsql_engine::datafusion::arrow::util::pretty::pretty_format_batches(&b)
         .unwrap()
         .to_string();
     assert!(shown.contains("| ID          | DECIMAL(19,0)"), "{shown}");
     assert!(
-        shown.contains("| lbl         | VARCHAR(2000000) UTF8"),
+        shown.contains("| lbl         | VARCHAR(10) UTF8"),
         "{shown}"
     );
     assert!(shown.contains("| MiXed       | DOUBLE"), "{shown}");
+    // A result's Arrow schema says the declared types, and a string literal's.
+    let b = s
+        .sql(r#"SELECT "lbl", 'abc' AS l, id FROM t"#)
+        .await
+        .unwrap();
+    let declared: Vec<Option<String>> = b[0]
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.metadata().get(SQL_TYPE_METADATA_KEY).cloned())
+        .collect();
+    assert_eq!(
+        declared,
+        [
+            Some("VARCHAR(10) UTF8".to_string()),
+            Some("CHAR(3) ASCII".to_string()),
+            Some("DECIMAL(19,0)".to_string())
+        ]
+    );
     // A missing name is named as the statement wrote it.
     let e = s.sql(r#"SELECT "id" FROM t"#).await.unwrap_err();
     assert_eq!(e.code(), "42000");

@@ -21,7 +21,7 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use futures::StreamExt;
 
-use crate::core::names::{exasol_shown_name, exasol_type_name, swap_case};
+use crate::core::names::{exasol_field_type, exasol_shown_name, exasol_type_name, swap_case};
 use crate::plan::empty_strings::{empty_strings_as_null, nullable_strings};
 
 /// `text` as the engine reads an Exasol-dialect statement (see the module docs); unchanged
@@ -112,11 +112,11 @@ pub(crate) fn exasol_plan_error(e: DataFusionError) -> DataFusionError {
 }
 
 /// `stream` as an Exasol-dialect session shows it: its columns named as Exasol names them, its
-/// empty strings NULL, and for `DESCRIBE` (`describe`), each column's name and type as Exasol
-/// shows them.
+/// empty strings NULL, and for `DESCRIBE` of a table of schema `described`, each column's name
+/// and type as Exasol shows them (a declared type, `VARCHAR(10) UTF8`, as declared).
 pub(crate) fn exasol_result(
     stream: SendableRecordBatchStream,
-    describe: bool,
+    described: Option<SchemaRef>,
 ) -> SendableRecordBatchStream {
     let input = stream.schema();
     let fields: Vec<Field> = nullable_strings(&input)
@@ -130,8 +130,8 @@ pub(crate) fn exasol_result(
         out,
         stream.map(move |batch| {
             let batch = batch?;
-            let batch = if describe {
-                described_as_exasol(&batch)?
+            let batch = if let Some(described) = &described {
+                described_as_exasol(&batch, described)?
             } else {
                 batch
             };
@@ -140,24 +140,35 @@ pub(crate) fn exasol_result(
     ))
 }
 
-/// `DESCRIBE`'s rows (`column_name`, `data_type`, …) with Exasol's names and types.
-fn described_as_exasol(batch: &RecordBatch) -> datafusion::error::Result<RecordBatch> {
+/// `DESCRIBE`'s rows (`column_name`, `data_type`, …) of a table of schema `described`, with
+/// Exasol's names and types: row `i` describes the table's column `i`.
+fn described_as_exasol(
+    batch: &RecordBatch,
+    described: &Schema,
+) -> datafusion::error::Result<RecordBatch> {
     let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
     let schema = batch.schema();
     for (i, field) in schema.fields().iter().enumerate() {
-        let map: fn(&str) -> String = match field.name().as_str() {
-            "column_name" => swap_case,
-            "data_type" => |t| {
-                t.parse::<DataType>()
-                    .map(|t| exasol_type_name(&t))
-                    .unwrap_or_else(|_| t.to_string())
-            },
-            _ => continue,
-        };
         let Some(values) = columns[i].as_any().downcast_ref::<StringArray>() else {
             continue;
         };
-        let mapped: StringArray = values.iter().map(|v| v.map(map)).collect();
+        let mapped: StringArray = match field.name().as_str() {
+            "column_name" => values.iter().map(|v| v.map(swap_case)).collect(),
+            "data_type" => values
+                .iter()
+                .enumerate()
+                .map(|(row, v)| {
+                    v.map(|t| match described.fields().get(row) {
+                        Some(column) => exasol_field_type(column).name,
+                        None => t
+                            .parse::<DataType>()
+                            .map(|t| exasol_type_name(&t))
+                            .unwrap_or_else(|_| t.to_string()),
+                    })
+                })
+                .collect(),
+            _ => continue,
+        };
         columns[i] = Arc::new(mapped);
     }
     Ok(RecordBatch::try_new(schema, columns)?)

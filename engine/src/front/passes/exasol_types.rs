@@ -25,6 +25,31 @@ pub(crate) fn map_exasol_types(statement: &mut DfStatement) {
     }
 }
 
+/// The columns a `CREATE TABLE t (a VARCHAR(10), …)` declares, each with its SQL type as
+/// Exasol names it (`VARCHAR(10) UTF8`, `DECIMAL(18,0)` for `INT`, `GEOMETRY(4326)`), read
+/// before the types are mapped; the table keeps them as field metadata
+/// ([`SQL_TYPE_METADATA_KEY`](crate::core::names::SQL_TYPE_METADATA_KEY)). Names are the
+/// engine's (unquoted ones folded); a type that is no script type (`INTERVAL …`) is left out.
+pub(crate) fn declared_column_types(statement: &DfStatement) -> Vec<(String, String)> {
+    use crate::core::names::exasol_declared_type;
+    use crate::udf::script::names::folded;
+    use crate::udf_runtime::script::SqlType;
+    let DfStatement::Statement(inner) = statement else {
+        return Vec::new();
+    };
+    let Statement::CreateTable(create) = inner.as_ref() else {
+        return Vec::new();
+    };
+    create
+        .columns
+        .iter()
+        .filter_map(|column| {
+            let sql_type = SqlType::parse(&column.data_type.to_string()).ok()?;
+            Some((folded(&column.name), exasol_declared_type(&sql_type)))
+        })
+        .collect()
+}
+
 struct Types;
 
 impl VisitorMut for Types {
@@ -201,6 +226,24 @@ mod tests {
         let mut s = parse(sql);
         map_exasol_types(&mut s);
         s.to_string()
+    }
+
+    #[test]
+    fn declared_column_types_are_read_before_mapping() {
+        let statement = crate::front::passes::parse(
+            "CREATE TABLE t (a INT, \"B\" VARCHAR(10), c GEOMETRY(4326), d INTERVAL YEAR TO MONTH, e CHAR(3))",
+        );
+        assert_eq!(
+            super::declared_column_types(&statement),
+            [
+                ("a".to_string(), "DECIMAL(18,0)".to_string()),
+                ("B".into(), "VARCHAR(10) UTF8".into()),
+                ("c".into(), "GEOMETRY(4326)".into()),
+                ("e".into(), "CHAR(3) UTF8".into()),
+            ]
+        );
+        let select = crate::front::passes::parse("SELECT 1");
+        assert!(super::declared_column_types(&select).is_empty());
     }
 
     #[test]

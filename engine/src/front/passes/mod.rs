@@ -139,6 +139,9 @@ pub(crate) struct Rewritten {
     pub(crate) label: String,
     /// What the result passes need from the statement as the user wrote it.
     pub(crate) output: OutputNames,
+    /// The columns a `CREATE TABLE t (…)` declares, with their SQL types as Exasol names them
+    /// (see [`exasol_types::declared_column_types`]); empty for other statements.
+    pub(crate) declared_types: Vec<(String, String)>,
 }
 
 /// Runs the [`NAME_PASSES`] over `statement`, in order, and takes its label; the first pass that
@@ -148,6 +151,7 @@ pub(crate) fn rewrite_names(mut statement: DfStatement, cx: &PassContext<'_>) ->
     let output = OutputNames {
         quoted: identifier_case::quoted_output_names(&statement),
     };
+    let declared_types = exasol_types::declared_column_types(&statement);
     for pass in &NAME_PASSES {
         log::trace!("front-end pass: {}", pass.name);
         (pass.run)(&mut statement, cx)?;
@@ -157,6 +161,7 @@ pub(crate) fn rewrite_names(mut statement: DfStatement, cx: &PassContext<'_>) ->
         statement,
         label,
         output,
+        declared_types,
     })
 }
 
