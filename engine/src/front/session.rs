@@ -1042,6 +1042,7 @@ impl Session {
             names: NameScope {
                 current: &current,
                 builtins: self.scripts.builtins(),
+                exasol,
             },
             emits_udf: &emits_udf,
             values: &values,

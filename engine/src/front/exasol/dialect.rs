@@ -99,10 +99,23 @@ pub(crate) fn exasol_plan_error(e: DataFusionError) -> DataFusionError {
             }),
             _ => None,
         },
-        DataFusionError::Plan(message) => message
-            .strip_prefix("table '")
-            .and_then(|m| m.strip_suffix("' not found"))
-            .map(|name| shown_in_message(name.rsplit('.').next().unwrap_or(name))),
+        DataFusionError::Plan(message) => {
+            // DataFusion's "Invalid function 'F'.\nDid you mean 'g'?": Exasol names the
+            // function as the statement wrote it.
+            let function = message
+                .strip_prefix("Invalid function '")
+                .and_then(|m| m.split_once("'."))
+                .map(|(name, _)| {
+                    format!("function or script {} not found", shown_in_message(name))
+                });
+            if let Some(function) = function {
+                return DataFusionError::Plan(function);
+            }
+            message
+                .strip_prefix("table '")
+                .and_then(|m| m.strip_suffix("' not found"))
+                .map(|name| shown_in_message(name.rsplit('.').next().unwrap_or(name)))
+        }
         _ => None,
     };
     match missing {

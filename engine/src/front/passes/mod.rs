@@ -246,6 +246,7 @@ mod tests {
             names: NameScope {
                 current: "public",
                 builtins: &builtins,
+                exasol: false,
             },
             emits_udf: &|_| None,
             values: &values,

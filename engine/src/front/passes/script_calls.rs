@@ -12,6 +12,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use crate::core::error::{EngineError, Result};
+use crate::core::names::swap_case;
 use crate::udf::script::definition::{ScriptEntry, StoredOutput};
 use crate::udf::script::names::{folded, name_error, plain_candidates, qualified_function};
 
@@ -52,6 +53,11 @@ pub(crate) struct NameScope<'a> {
     pub(crate) current: &'a str,
     /// Built-in functions and Rust UDFs of the session.
     pub(crate) builtins: &'a std::collections::HashSet<String>,
+    /// Whether the session speaks Exasol's dialect. Outside it a quoted name that names no
+    /// script as written is also read as Exasol's name ([`swap_case`]: `"ADD_ONE"` is the
+    /// script made as unquoted `add_one`), since scripts are shared with Exasol-dialect
+    /// sessions and Exasol stores unquoted names upper case.
+    pub(crate) exasol: bool,
 }
 
 struct Resolver<'a> {
@@ -63,11 +69,32 @@ struct Resolver<'a> {
 }
 
 impl Resolver<'_> {
+    /// The engine's name a script name part means: as written (unquoted folded), or outside the
+    /// Exasol dialect, for a quoted part that names no script (`script`) or schema as written,
+    /// Exasol's reading of it when that names one (`"ADD_ONE"` → `add_one`).
+    fn reading(&self, ident: &Ident, schema: bool) -> String {
+        let written = folded(ident);
+        if ident.quote_style.is_none() || self.scope.exasol {
+            return written;
+        }
+        let names = |n: &str| {
+            self.entries
+                .iter()
+                .any(|e| if schema { e.schema == n } else { e.name == n })
+        };
+        let exasol = swap_case(&written);
+        if !names(&written) && names(&exasol) {
+            exasol
+        } else {
+            written
+        }
+    }
+
     /// The script a call of `name` calls, if it names exactly one.
     fn script(&self, name: &ObjectName) -> Option<&ScriptEntry> {
         match name.0.as_slice() {
             [ObjectNamePart::Identifier(plain)] => {
-                let plain = folded(plain);
+                let plain = self.reading(plain, false);
                 if self.scope.builtins.contains(&plain) {
                     return None;
                 }
@@ -80,7 +107,7 @@ impl Resolver<'_> {
                 ObjectNamePart::Identifier(schema),
                 ObjectNamePart::Identifier(script),
             ] => {
-                let (schema, script) = (folded(schema), folded(script));
+                let (schema, script) = (self.reading(schema, true), self.reading(script, false));
                 self.entries
                     .iter()
                     .find(|e| e.schema == schema && e.name == script)
@@ -138,10 +165,15 @@ impl VisitorMut for Resolver<'_> {
             calls.push(matches!(script, Some((false, _))));
         }
         match name.0.as_slice() {
-            [ObjectNamePart::Identifier(plain)] => {
-                let plain = folded(plain);
-                if self.scope.builtins.contains(&plain) {
+            [ObjectNamePart::Identifier(ident)] => {
+                let plain = self.reading(ident, false);
+                if self.scope.builtins.contains(&folded(ident)) {
                     return ControlFlow::Continue(());
+                }
+                if plain != folded(ident) {
+                    // Exasol's reading of a quoted name: the function is registered under the
+                    // engine's.
+                    *name = ObjectName::from(vec![Ident::with_quote('"', plain.clone())]);
                 }
                 let candidates = plain_candidates(&plain, self.entries, self.scope.current);
                 if candidates.len() > 1 {
@@ -163,7 +195,7 @@ impl VisitorMut for Resolver<'_> {
                 ObjectNamePart::Identifier(schema),
                 ObjectNamePart::Identifier(script),
             ] => {
-                let (schema, script) = (folded(schema), folded(script));
+                let (schema, script) = (self.reading(schema, true), self.reading(script, false));
                 let found = self
                     .entries
                     .iter()
@@ -251,8 +283,30 @@ mod tests {
         let mut statement = statements
             .pop_front()
             .ok_or_else(|| name_error("none".into()))?;
-        resolve_script_calls(&mut statement, entries, &NameScope { current, builtins })?;
+        resolve_script_calls(
+            &mut statement,
+            entries,
+            &NameScope {
+                current,
+                builtins,
+                exasol: false,
+            },
+        )?;
         Ok(statement.to_string())
+    }
+
+    #[test]
+    fn quoted_names_are_also_read_as_exasol_stores_them() {
+        let entries = [entry("public", "add_one"), entry("public", "Mixed")];
+        assert_eq!(
+            resolved(r#"SELECT "ADD_ONE"(1), "PUBLIC"."ADD_ONE"(2)"#, &entries).unwrap(),
+            r#"SELECT "add_one"(1), "public.add_one"(2)"#
+        );
+        // As written first: "Mixed" is that script; "mIXED" reads as it too, "MIXED" as none.
+        assert_eq!(
+            resolved(r#"SELECT "Mixed"(1), "mIXED"(2), "MIXED"(3)"#, &entries).unwrap(),
+            r#"SELECT "Mixed"(1), "Mixed"(2), "MIXED"(3)"#
+        );
     }
 
     #[test]
@@ -344,7 +398,9 @@ mod tests {
                 .contains("script name f is ambiguous: scripts a.f, b.f exist"),
             "{e}"
         );
-        assert!(resolved("SELECT g(1), h(2), \"F\"(3)", &entries).is_ok());
+        assert!(resolved("SELECT g(1), h(2), \"Q\"(3)", &entries).is_ok());
+        // A quoted "F" is Exasol's F, the engine's f: as ambiguous.
+        assert!(resolved("SELECT \"F\"(3)", &entries).is_err());
     }
 
     #[test]
