@@ -19,6 +19,8 @@ from .wire import (
     T_SMALLINT,
     T_GEOMETRY,
     T_HASHTYPE,
+    T_INTERVAL_DS,
+    T_INTERVAL_YM,
     T_TIMESTAMP,
     T_TIMESTAMP_LTZ,
     T_VARCHAR,
@@ -55,6 +57,10 @@ def _read_column(r):
             c.type = int
         else:
             c.type = _need_decimal().Decimal
+    elif k in (T_INTERVAL_YM, T_INTERVAL_DS):
+        # Exasol passes intervals as their text ('+05-03', '+02 10:20:30.500').
+        c.scale = c.scale if k == T_INTERVAL_DS else None
+        c.type = str
     else:
         c.scale = 0 if k in (T_SMALLINT, T_INTEGER, T_BIGINT) else None
         c.type = {

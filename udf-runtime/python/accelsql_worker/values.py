@@ -5,7 +5,7 @@ import struct
 import sys
 from array import array
 
-from .wire import _U32, _U64, _ProtocolError, T_BIGINT, T_CHAR, W_BOOL, W_DATE32, W_F64, W_I128, W_I64, W_TS_US, W_UTF8
+from .wire import _U32, _U64, _ProtocolError, T_BIGINT, T_CHAR, T_INTERVAL_DS, T_INTERVAL_YM, W_BOOL, W_DATE32, W_F64, W_I128, W_I64, W_TS_US, W_UTF8
 
 _LITTLE = sys.byteorder == "little" and array("i").itemsize == 4
 _NoneType = type(None)
@@ -346,7 +346,68 @@ def _enc_bool(col, vals):
     return (_mask_of(vals) if nulls else None), bytes(data)
 
 
+_YM_TEXT = None
+_DS_TEXT = None
+
+
+def _interval_texts(col, vals):
+    """An interval column's values as Exasol's text of them ('+05-03', '+02 10:20:30.500'):
+    such strings (any sign and padding), and for DAY TO SECOND datetime.timedelta values."""
+    global _YM_TEXT, _DS_TEXT
+    import re
+
+    if _YM_TEXT is None:
+        _YM_TEXT = re.compile(r"^\s*([+-]?)\s*(\d+)-(\d+)\s*$")
+        _DS_TEXT = re.compile(r"^\s*([+-]?)\s*(\d+)\s+(\d+):(\d+):(\d+)(?:\.(\d{1,9}))?\s*$")
+    lead = col.precision or 2
+    out = []
+    for i, v in enumerate(vals):
+        if v is None:
+            out.append(None)
+            continue
+        if col.kind == T_INTERVAL_YM:
+            m = _YM_TEXT.match(v) if isinstance(v, str) else None
+            if m is None or int(m.group(3)) >= 12:
+                raise _bad(col, v, i, "is not an %s value (write it as '+05-03')" % col.decl)
+            sign, years, months = m.group(1) or "+", int(m.group(2)), int(m.group(3))
+            if years == 0 and months == 0:
+                sign = "+"
+            if len(str(years)) > lead:
+                raise _bad(col, v, i, "has more year digits than %s allows" % col.decl)
+            out.append("%s%0*d-%02d" % (sign, lead, years, months))
+            continue
+        if isinstance(v, _dt.timedelta):
+            micros = (v.days * 86400 + v.seconds) * 1000000 + v.microseconds
+            sign = "-" if micros < 0 else "+"
+            micros = abs(micros)
+            days, rest = divmod(micros, 86400 * 1000000)
+            secs, frac = divmod(rest, 1000000)
+            nanos = frac * 1000
+        else:
+            m = _DS_TEXT.match(v) if isinstance(v, str) else None
+            if m is None:
+                raise _bad(col, v, i, "is not an %s value (write it as '+02 10:20:30.500', or return a datetime.timedelta)" % col.decl)
+            h, mi, s = int(m.group(3)), int(m.group(4)), int(m.group(5))
+            if h >= 24 or mi >= 60 or s >= 60:
+                raise _bad(col, v, i, "is not an %s value (hours 0-23, minutes and seconds 0-59)" % col.decl)
+            sign, days = m.group(1) or "+", int(m.group(2))
+            secs = (h * 60 + mi) * 60 + s
+            nanos = int((m.group(6) or "").ljust(9, "0") or 0)
+            if days == 0 and secs == 0 and nanos == 0:
+                sign = "+"
+        if len(str(days)) > lead:
+            raise _bad(col, v, i, "has more day digits than %s allows" % col.decl)
+        text = "%s%0*d %02d:%02d:%02d" % (sign, lead, days, secs // 3600, secs // 60 % 60, secs % 60)
+        frac_digits = col.scale if col.scale is not None else 3
+        if frac_digits > 0:
+            text += "." + ("%09d" % nanos)[:frac_digits]
+        out.append(text)
+    return out
+
+
 def _enc_utf8(col, vals):
+    if col.kind in (T_INTERVAL_YM, T_INTERVAL_DS):
+        vals = _interval_texts(col, vals)
     types = set(map(type, vals))
     nulls = _NoneType in types
     if not types <= {str, _NoneType}:

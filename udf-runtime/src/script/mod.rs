@@ -46,6 +46,7 @@
 mod chunks;
 mod fork_server;
 mod interpreter;
+mod intervals;
 mod process;
 mod single_call;
 mod single_call_spec;

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use arrow::datatypes::{DataType, TimeUnit};
+use arrow::datatypes::{DataType, IntervalUnit, TimeUnit};
 
 use crate::{Result, RuntimeError};
 
@@ -55,6 +55,19 @@ pub enum SqlType {
     /// `HASHTYPE[(n BYTE)]` (`(n BIT)`: `n / 8` bytes; 16 bytes when not given): hex text of
     /// `2n` characters.
     Hashtype(u32),
+    /// `INTERVAL YEAR[(p)] TO MONTH` (p: the years' digits, 1 to 9, 2 when not given): an
+    /// interval in the engine; a script gets Exasol's text of it (`+05-03`).
+    IntervalYearToMonth(u8),
+    /// `INTERVAL DAY[(p)] TO SECOND[(f)]` (p: the days' digits, 1 to 9, 2 when not given; f:
+    /// the seconds' fraction digits, 0 to 9, 3 when not given): an interval in the engine; a
+    /// script gets Exasol's text of it (`+02 10:20:30.500`) and may return a
+    /// `datetime.timedelta`.
+    IntervalDayToSecond {
+        /// Digits of the days.
+        precision: u8,
+        /// Digits of the seconds' fraction.
+        fraction: u8,
+    },
 }
 
 impl SqlType {
@@ -75,6 +88,11 @@ impl SqlType {
         let upper = text.trim().to_ascii_uppercase();
         if let Some(rest) = upper.strip_prefix("HASHTYPE") {
             return Self::parse_hashtype(rest).map_err(err);
+        }
+        if let Some(rest) = upper.strip_prefix("INTERVAL")
+            && rest.starts_with(|c: char| c.is_whitespace())
+        {
+            return Self::parse_interval(rest).map_err(err);
         }
         let (head, args, tail) = match upper.find('(') {
             Some(open) => {
@@ -217,8 +235,57 @@ impl SqlType {
             other => Err(err(format!(
                 "unknown type {other}; script signatures accept BOOLEAN, SMALLINT, INTEGER, BIGINT, \
                  DECIMAL(p,s), DOUBLE, VARCHAR(n), CHAR(n), DATE, TIMESTAMP [WITH LOCAL TIME ZONE], \
-                 GEOMETRY, HASHTYPE and their aliases"
+                 GEOMETRY, HASHTYPE, INTERVAL YEAR TO MONTH, INTERVAL DAY TO SECOND and their \
+                 aliases"
             ))),
+        }
+    }
+
+    /// An interval type after `INTERVAL`: `YEAR[(p)] TO MONTH` or `DAY[(p)] TO SECOND[(f)]`.
+    fn parse_interval(rest: &str) -> std::result::Result<Self, String> {
+        let compact: String = rest.split_whitespace().collect::<Vec<_>>().join(" ");
+        let (leading, last) = compact.split_once(" TO ").ok_or_else(|| {
+            "an INTERVAL type is INTERVAL YEAR TO MONTH or INTERVAL DAY TO SECOND".to_string()
+        })?;
+        // `WORD` or `WORD(n)`, spaces allowed around the parentheses.
+        let field = |part: &str| -> std::result::Result<(String, Option<u8>), String> {
+            let part: String = part.chars().filter(|c| !c.is_whitespace()).collect();
+            match part.split_once('(') {
+                None => Ok((part, None)),
+                Some((word, n)) => {
+                    let n = n
+                        .strip_suffix(')')
+                        .and_then(|n| n.parse::<u8>().ok())
+                        .ok_or_else(|| format!("'{part}' is not an interval field"))?;
+                    Ok((word.to_string(), Some(n)))
+                }
+            }
+        };
+        let ((lead, precision), (end, fraction)) = (field(leading)?, field(last)?);
+        let precision = precision.unwrap_or(2);
+        if !(1..=9).contains(&precision) {
+            return Err(format!(
+                "an interval's leading precision must be 1 to 9, not {precision}"
+            ));
+        }
+        match (lead.as_str(), end.as_str(), fraction) {
+            ("YEAR", "MONTH", None) => Ok(SqlType::IntervalYearToMonth(precision)),
+            ("DAY", "SECOND", fraction) => {
+                let fraction = fraction.unwrap_or(3);
+                if fraction > 9 {
+                    return Err(format!(
+                        "an interval's fraction precision must be 0 to 9, not {fraction}"
+                    ));
+                }
+                Ok(SqlType::IntervalDayToSecond {
+                    precision,
+                    fraction,
+                })
+            }
+            _ => Err(format!(
+                "INTERVAL {compact} is not a script type; scripts take INTERVAL YEAR TO MONTH \
+                 and INTERVAL DAY TO SECOND"
+            )),
         }
     }
 
@@ -275,7 +342,29 @@ impl SqlType {
             SqlType::Timestamp | SqlType::TimestampLocalTz => {
                 DataType::Timestamp(TimeUnit::Microsecond, None)
             }
+            SqlType::IntervalYearToMonth(_) | SqlType::IntervalDayToSecond { .. } => {
+                DataType::Interval(IntervalUnit::MonthDayNano)
+            }
         }
+    }
+
+    /// The Arrow type values of this SQL type travel to and from a script's worker as: the
+    /// [`arrow_type`](Self::arrow_type), except for intervals, which travel as Exasol's text
+    /// of them (Utf8: `+05-03`, `+02 10:20:30.500`).
+    pub fn wire_type(&self) -> DataType {
+        if self.is_interval() {
+            DataType::Utf8
+        } else {
+            self.arrow_type()
+        }
+    }
+
+    /// Whether this is an `INTERVAL` type.
+    pub fn is_interval(&self) -> bool {
+        matches!(
+            self,
+            SqlType::IntervalYearToMonth(_) | SqlType::IntervalDayToSecond { .. }
+        )
     }
 
     /// The SQL type a value of Arrow type `data_type` gets when it is passed to a variadic
@@ -304,11 +393,17 @@ impl SqlType {
             }
             DataType::Date32 | DataType::Date64 => SqlType::Date,
             DataType::Timestamp(_, _) => SqlType::Timestamp,
+            DataType::Interval(IntervalUnit::YearMonth) => SqlType::IntervalYearToMonth(9),
+            DataType::Interval(_) => SqlType::IntervalDayToSecond {
+                precision: 9,
+                fraction: 9,
+            },
             other => {
                 return Err(RuntimeError::InvalidSqlType {
                     text: other.to_string(),
                     message: "this Arrow type has no SQL type a script can take; cast the \
-                              argument to BOOLEAN, a number, a string, DATE or TIMESTAMP"
+                              argument to BOOLEAN, a number, a string, DATE, TIMESTAMP or an \
+                              INTERVAL"
                         .to_string(),
                 });
             }
@@ -316,9 +411,12 @@ impl SqlType {
     }
 
     /// Total digits for numeric types (`exa.meta` `precision`): DECIMAL's p, SMALLINT 9,
-    /// INTEGER 18, BIGINT 19; `None` for the others.
+    /// INTEGER 18, BIGINT 19; an interval's leading digits; `None` for the others.
     pub fn precision(&self) -> Option<u32> {
         match *self {
+            SqlType::IntervalYearToMonth(p) | SqlType::IntervalDayToSecond { precision: p, .. } => {
+                Some(u32::from(p))
+            }
             SqlType::SmallInt => Some(9),
             SqlType::Integer => Some(18),
             SqlType::BigInt => Some(19),
@@ -327,9 +425,11 @@ impl SqlType {
         }
     }
 
-    /// Digits after the point (`exa.meta` `scale`): DECIMAL's s, 0 for the integer types.
+    /// Digits after the point (`exa.meta` `scale`): DECIMAL's s, 0 for the integer types; the
+    /// seconds' fraction digits of an `INTERVAL DAY TO SECOND`.
     pub fn scale(&self) -> Option<i32> {
         match *self {
+            SqlType::IntervalDayToSecond { fraction, .. } => Some(i32::from(fraction)),
             SqlType::SmallInt | SqlType::Integer | SqlType::BigInt => Some(0),
             SqlType::Decimal { scale, .. } => Some(i32::from(scale)),
             _ => None,
@@ -351,7 +451,7 @@ impl fmt::Display for SqlType {
     /// The canonical Exasol spelling, which [`SqlType::parse`] reads back: `BOOLEAN`,
     /// `SMALLINT`, `INTEGER`, `BIGINT`, `DECIMAL(p,s)`, `DOUBLE`, `VARCHAR(n)`, `CHAR(n)`,
     /// `DATE`, `TIMESTAMP`, `TIMESTAMP WITH LOCAL TIME ZONE`, `GEOMETRY[(srid)]`, `HASHTYPE(n
-    /// BYTE)`.
+    /// BYTE)`, `INTERVAL YEAR(p) TO MONTH`, `INTERVAL DAY(p) TO SECOND(f)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             SqlType::Boolean => f.write_str("BOOLEAN"),
@@ -368,6 +468,11 @@ impl fmt::Display for SqlType {
             SqlType::Geometry(None) => f.write_str("GEOMETRY"),
             SqlType::Geometry(Some(srid)) => write!(f, "GEOMETRY({srid})"),
             SqlType::Hashtype(bytes) => write!(f, "HASHTYPE({bytes} BYTE)"),
+            SqlType::IntervalYearToMonth(p) => write!(f, "INTERVAL YEAR({p}) TO MONTH"),
+            SqlType::IntervalDayToSecond {
+                precision,
+                fraction,
+            } => write!(f, "INTERVAL DAY({precision}) TO SECOND({fraction})"),
         }
     }
 }
@@ -375,6 +480,32 @@ impl fmt::Display for SqlType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interval_types_parse_and_travel_as_text() {
+        let ym = SqlType::parse("interval year to month").unwrap();
+        assert_eq!(ym, SqlType::IntervalYearToMonth(2));
+        assert_eq!(ym.to_string(), "INTERVAL YEAR(2) TO MONTH");
+        assert_eq!(
+            ym.arrow_type(),
+            DataType::Interval(IntervalUnit::MonthDayNano)
+        );
+        assert_eq!(ym.wire_type(), DataType::Utf8);
+        let ds = SqlType::parse("INTERVAL DAY (4) TO SECOND (6)").unwrap();
+        assert_eq!(
+            ds,
+            SqlType::IntervalDayToSecond {
+                precision: 4,
+                fraction: 6
+            }
+        );
+        assert_eq!(SqlType::parse(&ds.to_string()).unwrap(), ds);
+        assert_eq!((ds.precision(), ds.scale()), (Some(4), Some(6)));
+        assert!(SqlType::parse("INTERVAL DAY TO HOUR").is_err());
+        assert!(SqlType::parse("INTERVAL YEAR(10) TO MONTH").is_err());
+        assert!(SqlType::parse("INTERVAL").is_err());
+        assert_eq!(SqlType::Integer.wire_type(), DataType::Int64);
+    }
 
     #[test]
     fn parses_names_and_aliases() {

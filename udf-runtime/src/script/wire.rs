@@ -164,6 +164,8 @@ fn type_code(t: &SqlType) -> u8 {
         SqlType::TimestampLocalTz => 11,
         SqlType::Geometry(_) => 12,
         SqlType::Hashtype(_) => 13,
+        SqlType::IntervalYearToMonth(_) => 14,
+        SqlType::IntervalDayToSecond { .. } => 15,
     }
 }
 
@@ -240,7 +242,7 @@ fn write_column_spec(w: &mut Writer, col: &ColumnSpec) {
     let t = &col.sql_type;
     w.str(&col.name);
     w.u8(type_code(t));
-    w.u8(wire_type(&t.arrow_type()).unwrap_or(0));
+    w.u8(wire_type(&t.wire_type()).unwrap_or(0));
     w.u32(t.precision().unwrap_or(0));
     w.i32(t.scale().unwrap_or(0));
     w.u32(t.length().unwrap_or(0));
@@ -417,7 +419,8 @@ fn encode_column(out: &mut Vec<u8>, array: &dyn Array) -> Result<(), String> {
     Ok(())
 }
 
-/// The RESULT payload as Arrow arrays of the output columns' types.
+/// The RESULT payload as Arrow arrays of the output columns' wire types
+/// ([`SqlType::wire_type`]: an interval is still its text).
 pub(crate) fn decode_result(
     payload: &[u8],
     outputs: &[ColumnSpec],
@@ -434,7 +437,7 @@ pub(crate) fn decode_result(
     let mut arrays = Vec::with_capacity(ncols);
     for col in outputs {
         arrays.push(
-            decode_column(&mut r, nrows, &col.sql_type.arrow_type())
+            decode_column(&mut r, nrows, &col.sql_type.wire_type())
                 .map_err(|e| format!("output column {}: {e}", col.name))?,
         );
     }
@@ -746,9 +749,10 @@ pub(crate) fn decode_error(payload: &[u8]) -> Result<WorkerError, String> {
     }
 }
 
-/// The canonical Arrow types a RUN frame carries, one per input column.
+/// The canonical Arrow types a RUN frame carries, one per input column (an interval's is its
+/// text's, see [`SqlType::wire_type`]).
 pub(crate) fn input_arrow_types(inputs: &[ColumnSpec]) -> Vec<DataType> {
-    inputs.iter().map(|c| c.sql_type.arrow_type()).collect()
+    inputs.iter().map(|c| c.sql_type.wire_type()).collect()
 }
 
 #[cfg(test)]

@@ -259,7 +259,18 @@ impl PythonWorker {
                         a.len()
                     )));
                 }
-                if a.data_type() == want {
+                let sql_type = &self.inputs[i].sql_type;
+                if sql_type.is_interval() {
+                    // A script gets Exasol's text of an interval.
+                    let text = super::intervals::to_text(a.as_ref(), sql_type).map_err(|e| {
+                        self.call_error(format!(
+                            "argument {} ({}) cannot be passed as {sql_type}: {e}",
+                            i + 1,
+                            self.inputs[i].name
+                        ))
+                    })?;
+                    cast_args.push(text);
+                } else if a.data_type() == want {
                     cast_args.push(Arc::clone(a));
                 } else {
                     let c = cast(a.as_ref(), want).map_err(|e| {
@@ -342,7 +353,7 @@ impl PythonWorker {
             )));
         }
         let names: Vec<&str> = self.outputs.iter().map(|c| c.name.as_str()).collect();
-        let columns =
+        let mut columns =
             output
                 .finish(&names)
                 .map_err(|(column, message)| RuntimeError::RunTooLarge {
@@ -351,6 +362,19 @@ impl PythonWorker {
                     column,
                     message,
                 })?;
+        // Intervals come back as the text the worker checked: the engine's intervals.
+        for i in 0..columns.len().min(self.outputs.len()) {
+            let spec = &self.outputs[i];
+            if spec.sql_type.is_interval() {
+                match super::intervals::from_text(columns[i].as_ref(), &spec.sql_type) {
+                    Ok(engine) => columns[i] = engine,
+                    Err(e) => {
+                        let message = format!("output column {}: {e}", spec.name);
+                        return Err(self.protocol(message));
+                    }
+                }
+            }
+        }
         Ok((columns, row_ends))
     }
 
