@@ -17,7 +17,7 @@
 //! | 58U22 | [`RuntimeError::Gpu`] | a CUDA call failed (compile, launch, copy) |
 //! | 53U23 | [`RuntimeError::GpuOutOfMemory`] | a batch does not fit in device memory even when split as far as it goes |
 //! | 53U25 | [`RuntimeError::WorkerOutOfMemory`] | a worker's resident memory passed its limit (the session's memory budget) and it was killed |
-//! | 54U24 | [`RuntimeError::RunTooLarge`] | a run's output passes a stated limit (more than 2 GiB of text in one output column of one run) |
+//! | 54U24 | [`RuntimeError::RunTooLarge`] | a run's output passes a stated limit (one output column that cannot be one array) |
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, new_null_array};
 use datafusion::arrow::compute::{concat, interleave, partition, take};
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -34,6 +34,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
+use super::text_batches::batches_within;
 use crate::core::error::EngineError;
 use crate::core::options::SetGrouping;
 use crate::udf::{InputType, PlacedCall, RunChunk, RunInput, SetUdf, on_instance};
@@ -601,13 +602,14 @@ impl RunState {
             columns.extend(carry(def, &group.carried, &ends, rows, out_rows)?);
         }
         columns.extend(emitted);
-        let batch = RecordBatch::try_new(Arc::clone(&call.schema), columns).map_err(|e| {
+        // More than 2 GiB of text in a column leaves as several batches.
+        let batches = batches_within(&call.schema, columns, i32::MAX as usize).map_err(|e| {
             EngineError::BadUdfResult {
                 udf: def.name().to_string(),
                 message: e.to_string(),
             }
         })?;
-        self.pending.push_back(batch);
+        self.pending.extend(batches);
         Ok(())
     }
 }
@@ -766,7 +768,10 @@ fn check_emitted(
                 fields[0].name()
             )));
         }
-        if column.data_type() != field.data_type() {
+        // Text past one Utf8 array's 2 GiB comes as LargeUtf8 (cut into batches later).
+        let large_text =
+            column.data_type() == &DataType::LargeUtf8 && field.data_type() == &DataType::Utf8;
+        if column.data_type() != field.data_type() && !large_text {
             return Err(bad(format!(
                 "column {} is {} where EMITS says {}",
                 field.name(),

@@ -2,7 +2,7 @@
 
 from . import state
 from .errors import _send_bad_value, _send_exception
-from .values import _BadValue, _decode_raw, _encode_result, _to_row_values
+from .values import _BadValue, _TooMuchText, _decode_raw, _encode_result, _to_row_values
 from .wire import F_EMIT, F_FETCH, F_ROWS, _U64, _ProtocolError
 
 # Bounds of the adaptive number of emitted rows per EMIT part.
@@ -67,6 +67,21 @@ def send_part(out):
     ch = state.CHANNEL
     try:
         parts = _encode_result(st, n, out)
+    except _TooMuchText as bad:
+        if n == 1:
+            why = "is %d bytes of text, more than the 2 GiB one value can hold" % bad.nbytes
+            _send_bad_value(ch, _BadValue(bad.col, "...", why, run.sent))
+            raise _RunAborted()
+        # More than 2 GiB of text in a column: the rows go in two smaller parts (the engine
+        # puts them together as one large column, and emits them as several batches).
+        half = n // 2
+        first = [col[:half] for col in out]
+        rest = [col[half:] for col in out]
+        for col in out:
+            del col[:]
+        send_part(first)
+        send_part(rest)
+        return
     except _BadValue as bad:
         bad.row += run.sent
         _send_bad_value(ch, bad)

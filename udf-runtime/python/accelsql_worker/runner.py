@@ -9,7 +9,7 @@ from .context import _BatchContext, _batch_getter, _make_context_class, _make_ro
 from .errors import _send_bad_value, _send_exception, _send_single_call_error
 from .exa import _make_exa, _read_column, late_globals, preset_globals
 from .single_call import SingleCallError, check_result, function_of, read_call
-from .values import _BadValue, _decode_raw, _pack, _encode_result, _numpy, _to_list, _to_numpy, _to_row_values, _type_name
+from .values import _BadValue, _TooMuchText, _decode_raw, _pack, _encode_result, _numpy, _to_list, _to_numpy, _to_row_values, _type_name
 from .wire import (
     F_DONE,
     F_FINISH,
@@ -286,7 +286,25 @@ def main():
                     _send_exception(ch, e, "run")
                     continue
                 try:
-                    parts = _encode_result(st, nrows, out)
+                    while True:
+                        try:
+                            parts = _encode_result(st, nrows, out)
+                            break
+                        except _TooMuchText:
+                            if nrows == 1:
+                                raise
+                            # More than 2 GiB of text in a column: the first half goes ahead
+                            # as EMIT parts (split further as needed), the rest is the RESULT.
+                            half = nrows // 2
+                            send_part([col[:half] for col in out])
+                            out = [col[half:] for col in out]
+                            nrows -= half
+                except _RunAborted:
+                    continue
+                except _TooMuchText as bad:
+                    why = "is %d bytes of text, more than the 2 GiB one value can hold" % bad.nbytes
+                    _send_bad_value(ch, _BadValue(bad.col, "...", why, state.RUN.sent))
+                    continue
                 except _BadValue as bad:
                     bad.row += state.RUN.sent
                     _send_bad_value(ch, bad)

@@ -40,6 +40,15 @@ class _BadValue(Exception):
         self.row = row
 
 
+class _TooMuchText(_BadValue):
+    """A part's text in one column passes the 2 GiB one wire column holds: the part is sent in
+    smaller parts (a single value that large fails as a _BadValue)."""
+
+    def __init__(self, col, nbytes):
+        _BadValue.__init__(self, col, "...", "(and the others of this part) make %d bytes of text, more than the 2 GiB one column of one part can hold" % nbytes, 0)
+        self.nbytes = nbytes
+
+
 
 # ---------------------------------------------------------------------------------------------
 # Decoding input columns (engine -> Python)
@@ -442,7 +451,7 @@ def _enc_utf8(col, vals):
         data = b"".join(enc)
         lens = list(map(len, enc))
     if len(data) >= 1 << 31:
-        raise _bad(col, "...", 0, "(and the others of this run) make %d bytes of text, more than the 2 GiB one run can return" % len(data))
+        raise _TooMuchText(col, len(data))
     offs = [0] * (len(lens) + 1)
     acc = 0
     for i, ln in enumerate(lens):

@@ -3,7 +3,7 @@
 //! chunk of a run in its Python form.
 
 use arrow::array::{Array, ArrayRef, AsArray, new_empty_array};
-use arrow::compute::concat;
+use arrow::compute::{cast, concat};
 use arrow::datatypes::DataType;
 use arrow::error::ArrowError;
 
@@ -181,25 +181,45 @@ impl RunOutput {
         self.rows
     }
 
-    /// The whole output, one array per column. Fails (naming the column) where a column cannot
-    /// be one array: more than 2 GiB of text.
-    pub(crate) fn finish(mut self, names: &[&str]) -> Result<Vec<ArrayRef>, (String, String)> {
+    /// The whole output, one array per column. A text column whose values pass the 2 GiB
+    /// one Utf8 array can hold is one `LargeUtf8` array (the engine cuts its rows into several
+    /// batches). Fails (naming the column) where a column cannot be one array.
+    pub(crate) fn finish(self, names: &[&str]) -> Result<Vec<ArrayRef>, (String, String)> {
+        self.finish_within(names, i32::MAX as usize)
+    }
+
+    /// [`finish`](Self::finish) with `limit` bytes of text in one Utf8 array.
+    fn finish_within(
+        mut self,
+        names: &[&str],
+        limit: usize,
+    ) -> Result<Vec<ArrayRef>, (String, String)> {
         if self.parts.len() == 1 {
             return Ok(self.parts.remove(0));
         }
         (0..names.len())
             .map(|i| {
+                let fail = |e: ArrowError| (names[i].to_string(), e.to_string());
                 let refs: Vec<&dyn Array> = self.parts.iter().map(|p| p[i].as_ref()).collect();
-                concat(&refs).map_err(|e| {
-                    let why = match e {
-                        ArrowError::OffsetOverflowError(_) => {
-                            "its text is more than the 2 GiB one column of one run's output can hold"
-                                .to_string()
-                        }
-                        other => other.to_string(),
-                    };
-                    (names[i].to_string(), why)
-                })
+                let text: usize = refs
+                    .iter()
+                    .filter_map(|a| a.as_string_opt::<i32>())
+                    .map(|a| {
+                        let offsets = a.value_offsets();
+                        let (first, last) = (offsets[0], offsets[offsets.len() - 1]);
+                        usize::try_from(last - first).unwrap_or(0)
+                    })
+                    .sum();
+                if text <= limit {
+                    return concat(&refs).map_err(fail);
+                }
+                let large: Vec<ArrayRef> = refs
+                    .iter()
+                    .map(|a| cast(*a, &DataType::LargeUtf8))
+                    .collect::<Result<_, _>>()
+                    .map_err(fail)?;
+                let refs: Vec<&dyn Array> = large.iter().map(|a| a.as_ref()).collect();
+                concat(&refs).map_err(fail)
             })
             .collect()
     }
@@ -229,6 +249,23 @@ mod tests {
         a.as_primitive::<arrow::datatypes::Int64Type>()
             .values()
             .to_vec()
+    }
+
+    #[test]
+    fn text_past_one_arrays_limit_is_one_large_array() {
+        let text = |v: &[&str]| -> ArrayRef { Arc::new(StringArray::from(v.to_vec())) };
+        let mut output = RunOutput::default();
+        output.push(vec![text(&["abc", "de"]), ints(0..2)]);
+        output.push(vec![text(&["fgh"]), ints(2..3)]);
+        let columns = output.finish_within(&["s", "n"], 7).unwrap();
+        assert_eq!(columns[0].data_type(), &DataType::LargeUtf8);
+        assert_eq!(columns[0].as_string::<i64>().value(2), "fgh");
+        assert_eq!(values(&columns[1]), vec![0, 1, 2]);
+        let mut small = RunOutput::default();
+        small.push(vec![text(&["abc"])]);
+        small.push(vec![text(&["de"])]);
+        let columns = small.finish_within(&["s"], 7).unwrap();
+        assert_eq!(columns[0].data_type(), &DataType::Utf8);
     }
 
     #[test]

@@ -30,7 +30,9 @@
 //! one it has, so a SET group of any size costs the worker about one chunk of memory; emitted
 //! rows flow back in parts of about 16 MiB. Limits: one value must fit in a chunk on its own
 //! (a VARCHAR value is at most 2 GiB, as in Arrow; Exasol's own limit is 2,000,000
-//! characters), and one output column of one run holds at most 2 GiB of text (54U24 beyond).
+//! characters). An output column with more than 2 GiB of text in one run comes back as one
+//! `LargeUtf8` array (the worker sends it in parts under 2 GiB each), which the engine cuts
+//! into batches.
 //!
 //! Values: integers ↔ `int`, DECIMAL(p,s) ↔ `decimal.Decimal` (`int` when s = 0), DOUBLE ↔
 //! `float`, BOOLEAN ↔ `bool`, VARCHAR/CHAR ↔ `str`, DATE ↔ `datetime.date`, TIMESTAMP ↔

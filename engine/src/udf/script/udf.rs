@@ -8,8 +8,9 @@ use std::sync::Arc;
 use accelsql_udf_runtime::script::{
     ColumnSpec, PythonWorker, ScriptInputType, ScriptOutput, ScriptSpec, SqlType, WorkerContext,
 };
-use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
-use datafusion::arrow::array::ArrayRef;
+use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext, RuntimeError};
+use datafusion::arrow::array::{Array, ArrayRef};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::logical_expr::ColumnarValue;
 
@@ -164,7 +165,25 @@ pub(crate) fn script_udf_named(
                             }
                             .into_datafusion());
                         }
-                        Ok(out.remove(0))
+                        let column = out.remove(0);
+                        if column.data_type() == &DataType::LargeUtf8 {
+                            // A batch's values in one array: more than 2 GiB of text fits none.
+                            return cast(column.as_ref(), &DataType::Utf8).map_err(|e| {
+                                EngineError::Relayed {
+                                    code: RuntimeError::RUN_TOO_LARGE,
+                                    message: format!(
+                                        "[{}] script {}: its values for one batch of {rows} \
+                                         rows pass the 2 GiB of text one column can hold ({e}); \
+                                         return less per row, or lower \
+                                         datafusion.execution.batch_size",
+                                        RuntimeError::RUN_TOO_LARGE,
+                                        kernel.spec.qualified_name()
+                                    ),
+                                }
+                                .into_datafusion()
+                            });
+                        }
+                        Ok(column)
                     },
                 )
                 .build()?
