@@ -506,7 +506,10 @@ impl SessionScripts {
             .filter(|e| matches!(e.output, StoredOutput::DynamicEmits))
             .collect();
         // Without such scripts only a misplaced EMITS list (after another function) matters.
-        let mentions_emits = text.to_ascii_lowercase().contains("emits");
+        let mentions_emits = text
+            .as_bytes()
+            .windows(5)
+            .any(|w| w.eq_ignore_ascii_case(b"emits"));
         if dynamic.is_empty() && !mentions_emits {
             return Ok((text.to_string(), Vec::new()));
         }
