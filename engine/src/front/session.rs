@@ -1113,7 +1113,14 @@ impl Session {
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;
         }
-        let mut plan = with_declared_types(plan, &declared_types)?;
+        // The Exasol dialect keeps declared types (`VARCHAR(10)`) as field metadata; the
+        // default dialect's plans stay DataFusion's (whose EXPLAIN and recursive queries show
+        // and compare field metadata).
+        let mut plan = if exasol {
+            with_declared_types(plan, &declared_types)?
+        } else {
+            plan
+        };
         // A CTAS's query runs as a query of this statement; the table is made from its rows.
         let exists = match &plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {

@@ -27,9 +27,10 @@ pub(crate) fn map_exasol_types(statement: &mut DfStatement) {
 
 /// The columns a `CREATE TABLE t (a VARCHAR(10), …)` declares, each with its SQL type as
 /// Exasol names it (`VARCHAR(10) UTF8`, `DECIMAL(18,0)` for `INT`, `GEOMETRY(4326)`), read
-/// before the types are mapped; the table keeps them as field metadata
+/// before the types are mapped; in the Exasol dialect the table keeps them as field metadata
 /// ([`SQL_TYPE_METADATA_KEY`](crate::core::names::SQL_TYPE_METADATA_KEY)). Names are the
-/// engine's (unquoted ones folded); a type that is no script type (`INTERVAL …`) is left out.
+/// engine's (unquoted ones folded); a type that is no script type (`INTERVAL DAY TO HOUR`) is
+/// left out.
 pub(crate) fn declared_column_types(statement: &DfStatement) -> Vec<(String, String)> {
     use crate::core::names::exasol_declared_type;
     use crate::udf::script::names::folded;
@@ -239,6 +240,7 @@ mod tests {
                 ("a".to_string(), "DECIMAL(18,0)".to_string()),
                 ("B".into(), "VARCHAR(10) UTF8".into()),
                 ("c".into(), "GEOMETRY(4326)".into()),
+                ("d".into(), "INTERVAL YEAR(2) TO MONTH".into()),
                 ("e".into(), "CHAR(3) UTF8".into()),
             ]
         );
