@@ -672,12 +672,20 @@ impl Session {
         // built-in's), not with a Rust UDF of the engine.
         let udfs = self.engine.udfs();
         let taken = |name: &str| udfs.contains(name);
+        let exasol = self
+            .ctx
+            .state()
+            .config_options()
+            .extensions
+            .get::<AccelsqlOptions>()
+            .is_some_and(|o| o.sql_dialect == SqlDialect::Exasol);
         self.scripts.execute(
             text,
             self.engine.scripts(),
             self.engine.state().script_ddl,
             &taken,
             grants,
+            exasol,
         )
     }
 

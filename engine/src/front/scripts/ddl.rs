@@ -18,6 +18,8 @@ pub(crate) enum ScriptDdl {
         schema: Option<String>,
         /// Script name.
         name: String,
+        /// Whether the name was quoted (kept as written).
+        quoted: bool,
         /// `IF EXISTS`.
         if_exists: bool,
     },
@@ -109,11 +111,12 @@ pub(crate) fn parse(text: &str) -> Result<ScriptDdl, DdlError> {
             } else {
                 false
             };
-            let (schema, name) = t.object_name()?;
+            let (schema, name, quoted) = t.object_name_quoted()?;
             t.end()?;
             Ok(ScriptDdl::Drop {
                 schema,
                 name,
+                quoted,
                 if_exists,
             })
         }
@@ -390,25 +393,36 @@ impl<'a> Tokens<'a> {
 
     /// A name as SQL folds it: unquoted → lower case.
     fn name(&mut self) -> Result<String, DdlError> {
+        self.name_quoted().map(|(name, _)| name)
+    }
+
+    /// [`name`](Self::name), and whether it was quoted.
+    fn name_quoted(&mut self) -> Result<(String, bool), DdlError> {
         let quoted = self
             .peek_token()
             .is_some_and(|t| t.quoted && self.text[t.start..].starts_with('"'));
         let word = self.expect_word()?;
         Ok(if quoted {
-            word
+            (word, true)
         } else {
-            word.to_ascii_lowercase()
+            (word.to_ascii_lowercase(), false)
         })
     }
 
     fn object_name(&mut self) -> Result<(Option<String>, String), DdlError> {
-        let first = self.name()?;
+        self.object_name_quoted()
+            .map(|(schema, name, _)| (schema, name))
+    }
+
+    /// `[schema.]name`, and whether the name was quoted.
+    fn object_name_quoted(&mut self) -> Result<(Option<String>, String, bool), DdlError> {
+        let (first, first_quoted) = self.name_quoted()?;
         if self.peek_symbol(".") {
             self.next_token();
-            let second = self.name()?;
-            Ok((Some(first), second))
+            let (second, quoted) = self.name_quoted()?;
+            Ok((Some(first), second, quoted))
         } else {
-            Ok((None, first))
+            Ok((None, first, first_quoted))
         }
     }
 
@@ -548,6 +562,7 @@ mod tests {
             ScriptDdl::Drop {
                 schema: Some("s".into()),
                 name: "f".into(),
+                quoted: false,
                 if_exists: true
             }
         );

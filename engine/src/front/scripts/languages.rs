@@ -147,8 +147,9 @@ impl SessionScripts {
         allowed: bool,
         taken: &dyn Fn(&str) -> bool,
         grants: &Grants,
+        exasol: bool,
     ) -> crate::Result<()> {
-        let ddl = parse(text)?;
+        let ddl = exasol_reading(parse(text)?, catalog, &self.current_schema(), exasol);
         if !allowed && !matches!(ddl, ScriptDdl::SetLanguages(_)) {
             return Err(EngineError::ScriptDefinition {
                 message: "script DDL is disabled in this engine (EngineOptions::script_ddl)".into(),
@@ -188,6 +189,7 @@ impl SessionScripts {
                 schema,
                 name,
                 if_exists,
+                ..
             } => catalog.drop_script(
                 schema.as_deref().unwrap_or(&self.current_schema()),
                 &name,
@@ -678,4 +680,46 @@ struct Reach {
     connections: Arc<Vec<ConnectionEntry>>,
     /// What it may not reach.
     denied: Arc<Denied>,
+}
+
+/// `DROP SCRIPT "NAME"`: outside the Exasol dialect (`exasol` false) a quoted name that names
+/// no script as written is read as Exasol's name when that names one (`"ADD_ONE"` is the
+/// script made as unquoted `add_one`), as script calls are (`front/passes/script_calls.rs`);
+/// in it, a quoted name is Exasol's exactly.
+fn exasol_reading(
+    ddl: ScriptDdl,
+    catalog: &ScriptCatalog,
+    current_schema: &str,
+    exasol: bool,
+) -> ScriptDdl {
+    let ScriptDdl::Drop {
+        schema,
+        name,
+        quoted: true,
+        if_exists,
+    } = ddl
+    else {
+        return ddl;
+    };
+    let in_schema = schema.clone().unwrap_or_else(|| current_schema.to_string());
+    let exists = |n: &str| {
+        catalog
+            .entries()
+            .iter()
+            .any(|e| e.schema == in_schema && e.name == n)
+    };
+    let swapped = crate::core::names::swap_case(&name);
+    // In the Exasol dialect a quoted name is Exasol's, exactly: the engine's name is its swap
+    // (the dialect's name map, see `core/names.rs`); script DDL skips the dialect's token pass.
+    let name = if exasol || (!exists(&name) && exists(&swapped)) {
+        swapped
+    } else {
+        name
+    };
+    ScriptDdl::Drop {
+        schema,
+        name,
+        quoted: true,
+        if_exists,
+    }
 }
