@@ -18,8 +18,8 @@ pub(crate) enum ScriptDdl {
         schema: Option<String>,
         /// Script name.
         name: String,
-        /// Whether the name was quoted (kept as written).
-        quoted: bool,
+        /// Whether the schema and the name were quoted (kept as written).
+        quoted: (bool, bool),
         /// `IF EXISTS`.
         if_exists: bool,
     },
@@ -35,6 +35,8 @@ pub(crate) struct CreateScript {
     pub(crate) set: bool,
     pub(crate) schema: Option<String>,
     pub(crate) name: String,
+    /// Whether the schema and the name were quoted (kept as written).
+    pub(crate) quoted: (bool, bool),
     /// `None`: `...` (variadic).
     pub(crate) params: Option<Vec<(String, String)>>,
     pub(crate) output: DdlOutput,
@@ -161,7 +163,7 @@ fn parse_create(t: &mut Tokens<'_>, text: &str) -> Result<CreateScript, DdlError
         _ => return Err(t.error_before("expected SCALAR or SET")),
     };
     t.keyword("SCRIPT")?;
-    let (schema, name) = t.object_name()?;
+    let (schema, name, quoted) = t.object_name_quoted()?;
     t.symbol("(")?;
     let params = if t.peek_symbol("...") {
         t.symbol("...")?;
@@ -205,6 +207,7 @@ fn parse_create(t: &mut Tokens<'_>, text: &str) -> Result<CreateScript, DdlError
         set,
         schema,
         name,
+        quoted,
         params,
         output,
         body: body.to_string(),
@@ -409,20 +412,15 @@ impl<'a> Tokens<'a> {
         })
     }
 
-    fn object_name(&mut self) -> Result<(Option<String>, String), DdlError> {
-        self.object_name_quoted()
-            .map(|(schema, name, _)| (schema, name))
-    }
-
-    /// `[schema.]name`, and whether the name was quoted.
-    fn object_name_quoted(&mut self) -> Result<(Option<String>, String, bool), DdlError> {
+    /// `[schema.]name`, and whether the schema and the name were quoted.
+    fn object_name_quoted(&mut self) -> Result<(Option<String>, String, (bool, bool)), DdlError> {
         let (first, first_quoted) = self.name_quoted()?;
         if self.peek_symbol(".") {
             self.next_token();
             let (second, quoted) = self.name_quoted()?;
-            Ok((Some(first), second, quoted))
+            Ok((Some(first), second, (first_quoted, quoted)))
         } else {
-            Ok((None, first, first_quoted))
+            Ok((None, first, (false, first_quoted)))
         }
     }
 
@@ -562,7 +560,7 @@ mod tests {
             ScriptDdl::Drop {
                 schema: Some("s".into()),
                 name: "f".into(),
-                quoted: false,
+                quoted: (false, false),
                 if_exists: true
             }
         );

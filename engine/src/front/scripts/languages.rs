@@ -682,44 +682,64 @@ struct Reach {
     denied: Arc<Denied>,
 }
 
-/// `DROP SCRIPT "NAME"`: outside the Exasol dialect (`exasol` false) a quoted name that names
-/// no script as written is read as Exasol's name when that names one (`"ADD_ONE"` is the
-/// script made as unquoted `add_one`), as script calls are (`front/passes/script_calls.rs`);
-/// in it, a quoted name is Exasol's exactly.
+/// Quoted script names in `CREATE SCRIPT` and `DROP SCRIPT` (script DDL skips the Exasol
+/// dialect's token pass): in the Exasol dialect (`exasol`) a quoted part is Exasol's name
+/// exactly, whose engine name is its swap (the dialect's name map, see `core/names.rs`);
+/// outside it a quoted `DROP SCRIPT` name that names no script as written is read as Exasol's
+/// name when that names one (`"ADD_ONE"` is the script made as unquoted `add_one`), as script
+/// calls are (`front/passes/script_calls.rs`).
 fn exasol_reading(
     ddl: ScriptDdl,
     catalog: &ScriptCatalog,
     current_schema: &str,
     exasol: bool,
 ) -> ScriptDdl {
-    let ScriptDdl::Drop {
-        schema,
-        name,
-        quoted: true,
-        if_exists,
-    } = ddl
-    else {
-        return ddl;
+    use crate::core::names::swap_case;
+    let mapped = |part: String, quoted: bool| {
+        if exasol && quoted {
+            swap_case(&part)
+        } else {
+            part
+        }
     };
-    let in_schema = schema.clone().unwrap_or_else(|| current_schema.to_string());
-    let exists = |n: &str| {
-        catalog
-            .entries()
-            .iter()
-            .any(|e| e.schema == in_schema && e.name == n)
-    };
-    let swapped = crate::core::names::swap_case(&name);
-    // In the Exasol dialect a quoted name is Exasol's, exactly: the engine's name is its swap
-    // (the dialect's name map, see `core/names.rs`); script DDL skips the dialect's token pass.
-    let name = if exasol || (!exists(&name) && exists(&swapped)) {
-        swapped
-    } else {
-        name
-    };
-    ScriptDdl::Drop {
-        schema,
-        name,
-        quoted: true,
-        if_exists,
+    match ddl {
+        ScriptDdl::Create(mut create) => {
+            let (schema_quoted, name_quoted) = create.quoted;
+            create.schema = create.schema.map(|s| mapped(s, schema_quoted));
+            create.name = mapped(create.name, name_quoted);
+            ScriptDdl::Create(create)
+        }
+        ScriptDdl::Drop {
+            schema,
+            name,
+            quoted,
+            if_exists,
+        } => {
+            let schema = schema.map(|s| mapped(s, quoted.0));
+            let in_schema = schema.clone().unwrap_or_else(|| current_schema.to_string());
+            let exists = |n: &str| {
+                catalog
+                    .entries()
+                    .iter()
+                    .any(|e| e.schema == in_schema && e.name == n)
+            };
+            let name = if exasol || !quoted.1 {
+                mapped(name, quoted.1)
+            } else {
+                let swapped = swap_case(&name);
+                if !exists(&name) && exists(&swapped) {
+                    swapped
+                } else {
+                    name
+                }
+            };
+            ScriptDdl::Drop {
+                schema,
+                name,
+                quoted,
+                if_exists,
+            }
+        }
+        other => other,
     }
 }
