@@ -154,21 +154,6 @@ pub(crate) fn exasol_field_type(field: &datafusion::arrow::datatypes::Field) -> 
     declared.unwrap_or_else(|| exasol_type_of(field.data_type()))
 }
 
-/// The name Exasol gives a declared SQL type, as [`SQL_TYPE_METADATA_KEY`] holds it: the
-/// integer types are the `DECIMAL`s Exasol stores them as (`INTEGER` is `DECIMAL(18,0)`),
-/// strings name their character set (`UTF8`), the others as SQL writes them.
-pub(crate) fn exasol_declared_type(sql_type: &crate::udf_runtime::script::SqlType) -> String {
-    use crate::udf_runtime::script::SqlType;
-    match sql_type {
-        SqlType::SmallInt | SqlType::Integer | SqlType::BigInt => {
-            let digits = sql_type.precision().unwrap_or(18);
-            format!("DECIMAL({digits},0)")
-        }
-        SqlType::Varchar(_) | SqlType::Char(_) => format!("{sql_type} UTF8"),
-        other => other.to_string(),
-    }
-}
-
 /// The Exasol type of values of Arrow type `data_type` (`DECIMAL(19,0)` for a 64-bit integer,
 /// `VARCHAR(2000000) UTF8` for a string); Arrow's name for a type Exasol lacks.
 pub(crate) fn exasol_type_of(data_type: &datafusion::arrow::datatypes::DataType) -> ExasolType {
@@ -270,11 +255,11 @@ mod tests {
         let odd = exasol_field_type(&declared("NO SUCH TYPE", T::Int64));
         assert_eq!(odd.name, "DECIMAL(19,0)");
         assert_eq!(
-            exasol_declared_type(&SqlType::parse("INT").unwrap()),
+            SqlType::parse("INT").unwrap().exasol_name(),
             "DECIMAL(18,0)"
         );
         assert_eq!(
-            exasol_declared_type(&SqlType::parse("char(3)").unwrap()),
+            SqlType::parse("char(3)").unwrap().exasol_name(),
             "CHAR(3) UTF8"
         );
         assert_eq!(exasol_literal_type("abc"), "CHAR(3) ASCII");

@@ -359,6 +359,19 @@ impl SqlType {
         }
     }
 
+    /// The type as Exasol names it in `exa.meta` (`sql_type`) and its column views: the integer
+    /// types as the `DECIMAL(p,0)` they are (`INTEGER` is `DECIMAL(18,0)`), strings with their
+    /// character set (`VARCHAR(10) UTF8`), the others as [`Display`](fmt::Display) writes them.
+    pub fn exasol_name(&self) -> String {
+        match self {
+            SqlType::SmallInt | SqlType::Integer | SqlType::BigInt => {
+                format!("DECIMAL({},0)", self.precision().unwrap_or(18))
+            }
+            SqlType::Varchar(_) | SqlType::Char(_) => format!("{self} UTF8"),
+            other => other.to_string(),
+        }
+    }
+
     /// Whether this is an `INTERVAL` type.
     pub fn is_interval(&self) -> bool {
         matches!(

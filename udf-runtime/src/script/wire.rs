@@ -247,20 +247,7 @@ fn write_column_spec(w: &mut Writer, col: &ColumnSpec) {
     w.i32(t.scale().unwrap_or(0));
     w.u32(t.length().unwrap_or(0));
     w.str(&t.to_string());
-    w.str(&exasol_type_text(t));
-}
-
-/// How Exasol's `exa.meta` columns write a type (`sql_type`): the integer types as the
-/// DECIMAL(p,0) they are, strings with their character set.
-pub(crate) fn exasol_type_text(t: &SqlType) -> String {
-    match t {
-        SqlType::SmallInt | SqlType::Integer | SqlType::BigInt => {
-            format!("DECIMAL({},0)", t.precision().unwrap_or(18))
-        }
-        SqlType::Varchar(n) => format!("VARCHAR({n}) UTF8"),
-        SqlType::Char(n) => format!("CHAR({n}) UTF8"),
-        other => other.to_string(),
-    }
+    w.str(&t.exasol_name());
 }
 
 /// The INIT payload ([`MODE_RUNS`] or [`MODE_SINGLE_CALL`]).

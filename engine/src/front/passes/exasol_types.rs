@@ -32,7 +32,6 @@ pub(crate) fn map_exasol_types(statement: &mut DfStatement) {
 /// engine's (unquoted ones folded); a type that is no script type (`INTERVAL DAY TO HOUR`) is
 /// left out.
 pub(crate) fn declared_column_types(statement: &DfStatement) -> Vec<(String, String)> {
-    use crate::core::names::exasol_declared_type;
     use crate::udf::script::names::folded;
     use crate::udf_runtime::script::SqlType;
     let DfStatement::Statement(inner) = statement else {
@@ -46,7 +45,7 @@ pub(crate) fn declared_column_types(statement: &DfStatement) -> Vec<(String, Str
         .iter()
         .filter_map(|column| {
             let sql_type = SqlType::parse(&column.data_type.to_string()).ok()?;
-            Some((folded(&column.name), exasol_declared_type(&sql_type)))
+            Some((folded(&column.name), sql_type.exasol_name()))
         })
         .collect()
 }
