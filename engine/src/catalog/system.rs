@@ -19,7 +19,6 @@ use datafusion::prelude::SessionContext;
 use super::columns::{schema, strings};
 use super::node_rows::NodeTableProvider;
 use super::node_tables::NODE_TABLES;
-use crate::core::names::exasol_name;
 use crate::core::owners::SessionIdentity;
 use crate::core::privileges::{SYS_USER, SystemPrivilege};
 use crate::udf::script::definition::{ScriptEntry, StoredOutput};
@@ -93,8 +92,8 @@ fn register_exasol_views(
             let column =
                 |f: &dyn Fn(&ScriptEntry) -> Option<String>| strings(scripts.iter().map(|e| f(e)));
             let mut columns = vec![
-                column(&|e| Some(exasol_name(&e.schema))),
-                column(&|e| Some(exasol_name(&e.name))),
+                column(&|e| Some(engine.shown_name(&e.schema))),
+                column(&|e| Some(engine.shown_name(&e.name))),
             ];
             if owner {
                 columns.push(column(&|e| Some(owner_name(e.owner.as_deref()))));

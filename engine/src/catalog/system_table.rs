@@ -16,14 +16,31 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::scripts::ScriptCatalog;
 use crate::core::EngineState;
+use crate::core::names::{exasol_name, swap_case};
+use crate::core::options::SqlDialect;
 
-/// What a system table reads at scan time: the engine's state and its script catalog.
+/// What a system table reads at scan time: the engine's state and its script catalog, and the
+/// scanning session's dialect.
 #[derive(Debug, Clone)]
 pub(crate) struct SystemContext {
     /// Devices, node, lease queue, call log.
     pub(crate) state: Arc<EngineState>,
     /// Scripts and connections.
     pub(crate) scripts: Arc<ScriptCatalog>,
+    /// The dialect of the session that scans (set at each scan).
+    pub(crate) dialect: SqlDialect,
+}
+
+impl SystemContext {
+    /// An engine name (of a script, a schema) as the scanning session's dialect shows it: the
+    /// Exasol dialect's name for it (`core/names.rs`: `"MixedCase"` made there is `MixedCase`),
+    /// else Exasol's name of a name the engine folded.
+    pub(crate) fn shown_name(&self, name: &str) -> String {
+        match self.dialect {
+            SqlDialect::Exasol => swap_case(name),
+            SqlDialect::Datafusion => exasol_name(name),
+        }
+    }
 }
 
 /// Makes a system table's columns from the engine's state at scan time.
@@ -71,12 +88,16 @@ impl TableProvider for SystemTable {
 
     async fn scan(
         &self,
-        _state: &dyn CatalogSession,
+        state: &dyn CatalogSession,
         projection: Option<&Vec<usize>>,
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let columns = (self.produce)(&self.engine)?;
+        let engine = SystemContext {
+            dialect: SqlDialect::of(state.config_options()),
+            ..self.engine.clone()
+        };
+        let columns = (self.produce)(&engine)?;
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
         let exec: Arc<dyn ExecutionPlan> = MemorySourceConfig::try_new_exec(
             &[vec![batch]],

@@ -16,7 +16,7 @@ use futures::FutureExt;
 use super::columns::strings;
 use super::system_table::{Producer, TableMaker};
 use crate::core::names::{ExasolType, exasol_field_type, exasol_name, swap_case};
-use crate::core::options::{AccelsqlOptions, SqlDialect};
+use crate::core::options::SqlDialect;
 use crate::core::owners::SessionIdentity;
 
 /// The views' names (lower case), reachable unqualified from any schema.
@@ -41,10 +41,7 @@ struct ColumnRow {
 /// (`hidden`), with names as the session's dialect shows them.
 fn session_columns(state: &SessionState, hidden: &[&str]) -> Vec<ColumnRow> {
     let options = state.config_options();
-    let exasol = options
-        .extensions
-        .get::<AccelsqlOptions>()
-        .is_some_and(|o| o.sql_dialect == SqlDialect::Exasol);
+    let exasol = SqlDialect::of(options) == SqlDialect::Exasol;
     let shown = |name: &str| {
         if exasol {
             swap_case(name)

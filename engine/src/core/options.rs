@@ -64,6 +64,15 @@ pub enum SqlDialect {
 }
 
 impl SqlDialect {
+    /// The dialect a session's settings (`config`) choose: the default where they carry no
+    /// accelsql options.
+    pub fn of(config: &datafusion::common::config::ConfigOptions) -> Self {
+        config
+            .extensions
+            .get::<AccelsqlOptions>()
+            .map_or_else(Self::default, |o| o.sql_dialect)
+    }
+
     /// The setting's value as `SET` takes it.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -154,6 +154,7 @@ impl Engine {
         SystemContext {
             state: Arc::clone(&self.inner.state),
             scripts: Arc::clone(&self.inner.scripts),
+            dialect: crate::core::options::SqlDialect::default(),
         }
     }
 

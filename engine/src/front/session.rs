@@ -44,7 +44,9 @@ use super::results::{empty_stream, with_schema};
 use super::scripts::ddl::is_script_ddl;
 use super::scripts::languages::SessionScripts;
 use super::splitter::split_statements;
-use super::writes::{ctas_query, ctas_with_rows, truncate_as_delete, with_declared_types};
+use super::writes::{
+    ctas_query, ctas_with_rows, insert_with_table_fields, truncate_as_delete, with_declared_types,
+};
 use crate::catalog::files::enable_url_tables;
 use crate::core::error::{EngineError, Result};
 use crate::core::memory::{SessionPool, session_runtime};
@@ -593,7 +595,7 @@ impl Session {
             let target = self.insert_target_columns(&text).await;
             let (text, extra) = self
                 .scripts
-                .rewrite_dynamic(&text, self.engine.scripts(), target.as_deref())
+                .rewrite_dynamic(&text, self.engine.scripts(), target.as_deref(), exasol)
                 .await?;
             let mut statements = self.parse(&text)?;
             let last = if is_last_piece {
@@ -672,13 +674,7 @@ impl Session {
         // built-in's), not with a Rust UDF of the engine.
         let udfs = self.engine.udfs();
         let taken = |name: &str| udfs.contains(name);
-        let exasol = self
-            .ctx
-            .state()
-            .config_options()
-            .extensions
-            .get::<AccelsqlOptions>()
-            .is_some_and(|o| o.sql_dialect == SqlDialect::Exasol);
+        let exasol = SqlDialect::of(self.ctx.state().config_options()) == SqlDialect::Exasol;
         self.scripts.execute(
             text,
             self.engine.scripts(),
@@ -1119,7 +1115,8 @@ impl Session {
             privileges::check_plan(&plan, &grants, &own, &self.script_functions(&scripts))?;
         }
         if !params.is_empty() {
-            plan = plan.with_param_values(params.to_vec())?;
+            let params = params_as_planned(&plan, params)?;
+            plan = plan.with_param_values(params)?;
         }
         // The Exasol dialect keeps declared types (`VARCHAR(10)`) as field metadata; the
         // default dialect's plans stay DataFusion's (whose EXPLAIN and recursive queries show
@@ -1140,7 +1137,7 @@ impl Session {
         if let Some((_, query)) = &ctas {
             plan = query.clone();
         }
-        let plan = truncate_as_delete(plan);
+        let plan = insert_with_table_fields(truncate_as_delete(plan))?;
         let batch_size = state.config().batch_size();
         match &plan {
             // DDL and SET change the session: they go through the context.
@@ -1469,6 +1466,26 @@ impl SqlRunner for Session {
     async fn run_sql(&self, sql: &str) -> Result<SendableRecordBatchStream> {
         Box::pin(self.sql_stream(sql)).await
     }
+}
+
+/// `params` cast to the types the plan infers for its placeholders (`$1` in `INSERT INTO t
+/// VALUES ($1)` is the column's type): DataFusion binds a value as it comes, and a `VALUES` row
+/// whose value's type differs from its column's (a `Utf8` string for a `Utf8View` column) read
+/// back wrong (as `''`). A value that cannot be cast is bound as it is (DataFusion then says why).
+fn params_as_planned(plan: &LogicalPlan, params: &[ScalarValue]) -> Result<Vec<ScalarValue>> {
+    let types = plan.get_parameter_types()?;
+    Ok(params
+        .iter()
+        .enumerate()
+        .map(|(i, value)| {
+            match types.get(&format!("${}", i + 1)) {
+                Some(Some(wanted)) if wanted != &value.data_type() => {
+                    value.cast_to(wanted).unwrap_or_else(|_| value.clone())
+                }
+                _ => value.clone(),
+            }
+        })
+        .collect())
 }
 
 #[cfg(test)]

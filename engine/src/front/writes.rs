@@ -156,6 +156,56 @@ pub(crate) fn truncate_as_delete(plan: LogicalPlan) -> LogicalPlan {
     ))
 }
 
+/// An `INSERT` whose rows carry field metadata other than the target table's columns (a script's
+/// declared output types, a declared column of another table) gets a last projection that gives
+/// each column exactly the target's field (a cast to the same type, with the target's metadata),
+/// so that the batches the table keeps match its schema; other plans unchanged.
+pub(crate) fn insert_with_table_fields(plan: LogicalPlan) -> Result<LogicalPlan> {
+    let LogicalPlan::Dml(dml) = &plan else {
+        return Ok(plan);
+    };
+    if !matches!(dml.op, WriteOp::Insert(_)) {
+        return Ok(plan);
+    }
+    let target = dml.target.schema();
+    let input = dml.input.schema();
+    if input.fields().len() != target.fields().len()
+        || input
+            .fields()
+            .iter()
+            .zip(target.fields())
+            .all(|(i, t)| i.metadata() == t.metadata())
+    {
+        return Ok(plan);
+    }
+    let exprs: Vec<Expr> = input
+        .iter()
+        .zip(target.fields())
+        .map(|((qualifier, field), target)| {
+            let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
+            if field.metadata() == target.metadata() {
+                return column;
+            }
+            let to = Field::new(field.name(), field.data_type().clone(), field.is_nullable())
+                .with_metadata(target.metadata().clone());
+            Expr::Cast(datafusion::logical_expr::Cast::new_from_field(
+                Box::new(column),
+                Arc::new(to),
+            ))
+            .alias_qualified(qualifier.cloned(), field.name())
+        })
+        .collect();
+    let input = LogicalPlanBuilder::from(dml.input.as_ref().clone())
+        .project(exprs)?
+        .build()?;
+    Ok(LogicalPlan::Dml(DmlStatement::new(
+        dml.table_name.clone(),
+        Arc::clone(&dml.target),
+        dml.op.clone(),
+        Arc::new(input),
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,6 +1,8 @@
 //! Exasol syntax that DataFusion's parser rejects, rewritten on the statement's tokens before it
 //! is parsed: character sets after string types (`VARCHAR(100) UTF8`, `CHAR(1) ASCII`, `CHARACTER
-//! SET UTF8`), which accelsql's strings (always UTF-8) do not need; `TIMESTAMP WITH LOCAL TIME
+//! SET UTF8`), which accelsql's strings (always UTF-8) do not need — dropped, except `ASCII` on a
+//! column of `CREATE TABLE`, written `CHARACTER SET ASCII` (a column option DataFusion's parser
+//! keeps and its planner ignores) so that the column's declared type says it; `TIMESTAMP WITH LOCAL TIME
 //! ZONE`, which is `TIMESTAMP WITH TIME ZONE` here (a timestamp in the session's time zone,
 //! `datafusion.execution.time_zone`, as Exasol shows it; with none set, a plain timestamp); and `VALUES` rows written
 //! without parentheses (`INSERT INTO t VALUES false`, `VALUES 1, 2` — one row per value, as in
@@ -178,28 +180,54 @@ fn local_time_zone(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
 
 fn drop_character_sets(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
     let mut drop = vec![false; tokens.len()];
+    // Where a bare `ASCII` on a column definition becomes `CHARACTER SET ASCII`.
+    let mut spelled_out = vec![false; tokens.len()];
+    let creates_table = {
+        let words: Vec<&Token> = tokens
+            .iter()
+            .filter(|t| !matches!(t, Token::Whitespace(_)))
+            .take(4)
+            .collect();
+        let at = |i: usize, w: &str| words.get(i).is_some_and(|t| is_word(t, w));
+        at(0, "CREATE") && (at(1, "TABLE") || (at(1, "OR") && at(2, "REPLACE") && at(3, "TABLE")))
+    };
+    // Whether the string type whose last token is at `end` types a column of `CREATE TABLE`
+    // (not a cast in its query: `CAST(x AS VARCHAR(3) ASCII)`).
+    let on_column = |end: usize| {
+        creates_table
+            && string_type_start(&tokens, end)
+                .and_then(|start| prev_solid(&tokens, start))
+                .is_some_and(|name| {
+                    matches!(tokens[name], Token::Word(_)) && !is_word(&tokens[name], "AS")
+                })
+    };
     for i in 0..tokens.len() {
-        let charset = is_word(&tokens[i], "UTF8") || is_word(&tokens[i], "ASCII");
-        if !charset {
+        let utf8 = is_word(&tokens[i], "UTF8");
+        if !utf8 && !is_word(&tokens[i], "ASCII") {
             continue;
         }
         let Some(before) = prev_solid(&tokens, i) else {
             continue;
         };
         if ends_string_type(&tokens, before) {
-            drop[i] = true;
+            if !utf8 && on_column(before) {
+                spelled_out[i] = true;
+            } else {
+                drop[i] = true;
+            }
         } else if is_word(&tokens[before], "SET")
             && let Some(character) = prev_solid(&tokens, before)
             && is_word(&tokens[character], "CHARACTER")
             && let Some(ty) = prev_solid(&tokens, character)
             && ends_string_type(&tokens, ty)
+            && (utf8 || !on_column(ty))
         {
             drop[character] = true;
             drop[before] = true;
             drop[i] = true;
         }
     }
-    if !drop.iter().any(|d| *d) {
+    if !drop.iter().any(|d| *d) && !spelled_out.iter().any(|d| *d) {
         return tokens;
     }
     // The whitespace in front of a dropped word goes with it.
@@ -213,11 +241,35 @@ fn drop_character_sets(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
         }
     }
     *changed = true;
-    tokens
-        .into_iter()
-        .zip(drop)
-        .filter_map(|(t, d)| (!d).then_some(t))
-        .collect()
+    let mut out = Vec::with_capacity(tokens.len() + 4);
+    for ((t, d), spell) in tokens.into_iter().zip(drop).zip(spelled_out) {
+        if spell {
+            out.extend([
+                Token::make_word("CHARACTER", None),
+                Token::Whitespace(Whitespace::Space),
+                Token::make_word("SET", None),
+                Token::Whitespace(Whitespace::Space),
+            ]);
+        }
+        if !d {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// The index of the first token of the string type whose last token is at `end`
+/// ([`ends_string_type`]): the type's word, or `CHARACTER` of `CHARACTER VARYING`.
+fn string_type_start(tokens: &[Token], end: usize) -> Option<usize> {
+    let mut at = end;
+    if tokens[at] == Token::RParen {
+        let open = (0..at).rev().find(|&j| tokens[j] == Token::LParen)?;
+        at = prev_solid(tokens, open)?;
+    }
+    if is_word(&tokens[at], "VARYING") {
+        at = prev_solid(tokens, at).filter(|&c| is_word(&tokens[c], "CHARACTER"))?;
+    }
+    Some(at)
 }
 
 /// Whether the `VALUES` at `at` opens a row list: it starts the statement or a query (after `(`,
@@ -403,7 +455,20 @@ mod tests {
             rewrite_exasol_text(
                 "CREATE TABLE t (a VARCHAR(100) UTF8, b CHAR(1) ascii, c DECIMAL(18,0))"
             ),
-            "CREATE TABLE t (a VARCHAR(100), b CHAR(1), c DECIMAL(18,0))"
+            "CREATE TABLE t (a VARCHAR(100), b CHAR(1) CHARACTER SET ascii, c DECIMAL(18,0))"
+        );
+        // ASCII is kept (as a column option) on columns only, not in casts.
+        assert_eq!(
+            rewrite_exasol_text(
+                "CREATE OR REPLACE TABLE t (a CHARACTER VARYING(5) CHARACTER SET ASCII) AS \
+                 SELECT CAST(x AS VARCHAR(5) ASCII) FROM s"
+            ),
+            "CREATE OR REPLACE TABLE t (a CHARACTER VARYING(5) CHARACTER SET ASCII) AS \
+             SELECT CAST(x AS VARCHAR(5)) FROM s"
+        );
+        assert_eq!(
+            rewrite_exasol_text("SELECT CAST(x AS CHAR(2) ASCII) FROM s"),
+            "SELECT CAST(x AS CHAR(2)) FROM s"
         );
         assert_eq!(
             rewrite_exasol_text("CREATE TABLE t (a VARCHAR(10) CHARACTER SET UTF8)"),

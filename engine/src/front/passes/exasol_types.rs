@@ -10,7 +10,7 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
-    CastKind, ColumnDef, DataType, DateTimeField, Expr, Interval, Statement, Value, VisitMut,
+    CastKind, ColumnDef, ColumnOption, DataType, DateTimeField, Expr, Interval, Statement, Value, VisitMut,
     VisitorMut,
 };
 
@@ -45,7 +45,16 @@ pub(crate) fn declared_column_types(statement: &DfStatement) -> Vec<(String, Str
         .iter()
         .filter_map(|column| {
             let sql_type = SqlType::parse(&column.data_type.to_string()).ok()?;
-            Some((folded(&column.name), sql_type.exasol_name()))
+            let mut name = sql_type.exasol_name();
+            // `CHAR(3) ASCII`: the dialect's text pass spelled it `CHARACTER SET ASCII`.
+            let ascii = column.options.iter().any(|o| {
+                matches!(&o.option, ColumnOption::CharacterSet(set)
+                    if set.to_string().eq_ignore_ascii_case("ascii"))
+            });
+            if ascii && let Some(base) = name.strip_suffix(" UTF8") {
+                name = format!("{base} ASCII");
+            }
+            Some((folded(&column.name), name))
         })
         .collect()
 }
@@ -231,7 +240,8 @@ mod tests {
     #[test]
     fn declared_column_types_are_read_before_mapping() {
         let statement = crate::front::passes::parse(
-            "CREATE TABLE t (a INT, \"B\" VARCHAR(10), c GEOMETRY(4326), d INTERVAL YEAR TO MONTH, e CHAR(3))",
+            "CREATE TABLE t (a INT, \"B\" VARCHAR(10), c GEOMETRY(4326), d INTERVAL YEAR TO MONTH, e CHAR(3), \
+             f CHAR(2) CHARACTER SET ascii)",
         );
         assert_eq!(
             super::declared_column_types(&statement),
@@ -241,6 +251,7 @@ mod tests {
                 ("c".into(), "GEOMETRY(4326)".into()),
                 ("d".into(), "INTERVAL YEAR(2) TO MONTH".into()),
                 ("e".into(), "CHAR(3) UTF8".into()),
+                ("f".into(), "CHAR(2) ASCII".into()),
             ]
         );
         let select = crate::front::passes::parse("SELECT 1");

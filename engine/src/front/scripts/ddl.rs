@@ -98,9 +98,13 @@ pub(crate) fn is_script_ddl(text: &str) -> bool {
         )
 }
 
-/// Parses a script statement ([`is_script_ddl`] said yes).
-pub(crate) fn parse(text: &str) -> Result<ScriptDdl, DdlError> {
+/// Parses a script statement ([`is_script_ddl`] said yes). In the Exasol dialect (`exasol`) a
+/// quoted name — of the script, its schema, a parameter or an EMITS column — is Exasol's name
+/// exactly, kept as its engine name (the dialect's name map, `core/names.rs`: `"Out"` is `oUT`),
+/// as the dialect's token pass does for other statements (script DDL skips that pass).
+pub(crate) fn parse(text: &str, exasol: bool) -> Result<ScriptDdl, DdlError> {
     let mut t = Tokens::new(text);
+    t.exasol = exasol;
     let first = t.expect_word()?;
     match first.to_ascii_uppercase().as_str() {
         "CREATE" => parse_create(&mut t, text).map(ScriptDdl::Create),
@@ -135,10 +139,12 @@ pub(crate) fn parse(text: &str) -> Result<ScriptDdl, DdlError> {
     }
 }
 
-/// A column list `name type, …` (the inside of `EMITS (…)` at a call site).
-pub(crate) fn parse_columns(text: &str) -> Result<Vec<(String, String)>, DdlError> {
+/// A column list `name type, …` (the inside of `EMITS (…)` at a call site, or what a script's
+/// `default_output_columns()` returns); quoted names are read as [`parse`] reads them.
+pub(crate) fn parse_columns(text: &str, exasol: bool) -> Result<Vec<(String, String)>, DdlError> {
     let wrapped = format!("{text})");
     let mut t = Tokens::new(&wrapped);
+    t.exasol = exasol;
     let columns = t.column_list(")", "EMITS column")?;
     if columns.is_empty() {
         return Err(t.error_here("Empty return argument definition is not allowed"));
@@ -229,6 +235,8 @@ struct Tokens<'a> {
     text: &'a str,
     pos: usize,
     last_start: usize,
+    /// Read quoted names as the Exasol dialect does (see [`parse`]).
+    exasol: bool,
 }
 
 impl<'a> Tokens<'a> {
@@ -237,6 +245,7 @@ impl<'a> Tokens<'a> {
             text,
             pos: 0,
             last_start: 0,
+            exasol: false,
         }
     }
 
@@ -394,7 +403,8 @@ impl<'a> Tokens<'a> {
         }
     }
 
-    /// A name as SQL folds it: unquoted → lower case.
+    /// A name as SQL folds it: unquoted → lower case; quoted → as written (the Exasol dialect:
+    /// its engine name, see [`parse`]).
     fn name(&mut self) -> Result<String, DdlError> {
         self.name_quoted().map(|(name, _)| name)
     }
@@ -405,7 +415,9 @@ impl<'a> Tokens<'a> {
             .peek_token()
             .is_some_and(|t| t.quoted && self.text[t.start..].starts_with('"'));
         let word = self.expect_word()?;
-        Ok(if quoted {
+        Ok(if quoted && self.exasol {
+            (crate::core::names::swap_case(&word), true)
+        } else if quoted {
             (word, true)
         } else {
             (word.to_ascii_lowercase(), false)
@@ -473,10 +485,12 @@ impl<'a> Tokens<'a> {
             if columns.iter().any(|(n, _): &(String, String)| n == &name) {
                 let message = if what == "EMITS column" {
                     // Exasol's words.
-                    format!(
-                        "Return argument {} is declared more than once",
+                    let shown = if self.exasol {
+                        crate::core::names::swap_case(&name)
+                    } else {
                         crate::core::names::exasol_name(&name)
-                    )
+                    };
+                    format!("Return argument {shown} is declared more than once")
                 } else {
                     format!("{what} {name} appears twice")
                 };
@@ -501,7 +515,7 @@ mod tests {
     fn create_script_heads_are_parsed() {
         let sql = "CREATE OR REPLACE PYTHON3 SET SCRIPT Retail.Sum_Pop(country VARCHAR(100), pop DECIMAL(18, 0))\n\
                    EMITS (country VARCHAR(100), total DOUBLE) AS\n%env A=1;\ndef run(ctx):\n  pass";
-        let ScriptDdl::Create(c) = parse(sql).unwrap() else {
+        let ScriptDdl::Create(c) = parse(sql, false).unwrap() else {
             panic!()
         };
         assert!(c.or_replace && c.set);
@@ -526,8 +540,7 @@ mod tests {
         );
         assert_eq!(c.body, "%env A=1;\ndef run(ctx):\n  pass");
         let ScriptDdl::Create(c) =
-            parse("create python3 scalar script f(...) returns double precision as return 1")
-                .unwrap()
+            parse("create python3 scalar script f(...) returns double precision as return 1", false).unwrap()
         else {
             panic!()
         };
@@ -535,7 +548,7 @@ mod tests {
         assert_eq!(c.output, DdlOutput::Returns("double precision".into()));
         assert_eq!(c.body, " return 1");
         let ScriptDdl::Create(c) =
-            parse("create python3 scalar script g() emits (...) as\nx").unwrap()
+            parse("create python3 scalar script g() emits (...) as\nx", false).unwrap()
         else {
             panic!()
         };
@@ -544,19 +557,19 @@ mod tests {
 
     #[test]
     fn malformed_heads_say_what_and_where() {
-        let e = parse("CREATE PYTHON3 SCALAR SCRIPT f(x INT)\n RETRUNS INT AS\npass").unwrap_err();
+        let e = parse("CREATE PYTHON3 SCALAR SCRIPT f(x INT)\n RETRUNS INT AS\npass", false).unwrap_err();
         assert_eq!((e.line, e.column), (2, 2), "{e}");
         assert!(e.message.contains("expected RETURNS or EMITS"), "{e}");
-        let e = parse("CREATE PYTHON3 SCALAR SCRIPT f(x INT, x INT) RETURNS INT AS").unwrap_err();
+        let e = parse("CREATE PYTHON3 SCALAR SCRIPT f(x INT, x INT) RETURNS INT AS", false).unwrap_err();
         assert!(e.message.contains("parameter x appears twice"), "{e}");
-        let e = parse("CREATE PYTHON3 SCALAR SCRIPT f(x) RETURNS INT AS").unwrap_err();
+        let e = parse("CREATE PYTHON3 SCALAR SCRIPT f(x) RETURNS INT AS", false).unwrap_err();
         assert!(e.message.contains("expected a type"), "{e}");
     }
 
     #[test]
     fn drop_and_alter_session() {
         assert_eq!(
-            parse("DROP SCRIPT IF EXISTS s.f;").unwrap(),
+            parse("DROP SCRIPT IF EXISTS s.f;", false).unwrap(),
             ScriptDdl::Drop {
                 schema: Some("s".into()),
                 name: "f".into(),
@@ -565,12 +578,37 @@ mod tests {
             }
         );
         assert_eq!(
-            parse("ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3=builtin_python3 GPU_PY=/opt/py'")
-                .unwrap(),
+            parse("ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3=builtin_python3 GPU_PY=/opt/py'", false).unwrap(),
             ScriptDdl::SetLanguages("PYTHON3=builtin_python3 GPU_PY=/opt/py".into())
         );
         assert!(is_script_ddl("drop script f"));
         assert!(is_script_ddl("alter session set script_languages='x'"));
         assert!(!is_script_ddl("DROP TABLE f"));
+    }
+
+    #[test]
+    fn the_exasol_dialect_reads_quoted_names_as_exasol_names() {
+        let sql = "CREATE PYTHON3 SET SCRIPT \"Retail\".\"Sum_Pop\"(\"Country\" VARCHAR(9), pop INT)\n\
+                   EMITS (\"Out\" VARCHAR(9), \"TOTAL\" DOUBLE, low INT) AS\nx";
+        let ScriptDdl::Create(c) = parse(sql, true).unwrap() else {
+            panic!()
+        };
+        // Engine names are the swap of Exasol's (`"Out"` → `oUT`); unquoted ones fold as ever.
+        assert_eq!((c.schema.as_deref(), c.name.as_str()), (Some("rETAIL"), "sUM_pOP"));
+        let names = |cols: &[(String, String)]| cols.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&c.params.unwrap()), ["cOUNTRY", "pop"]);
+        let DdlOutput::Emits(cols) = c.output else { panic!() };
+        assert_eq!(names(&cols), ["oUT", "total", "low"]);
+        // The default dialect keeps quoted names as written.
+        let ScriptDdl::Create(c) = parse(sql, false).unwrap() else {
+            panic!()
+        };
+        assert_eq!(names(&c.params.unwrap()), ["Country", "pop"]);
+        // `"TOTAL"` and `total` are one name to Exasol: declared twice, in Exasol's words.
+        let e = parse_columns("\"TOTAL\" INT, total INT", true).unwrap_err();
+        assert!(e.message.contains("Return argument TOTAL is declared more than once"), "{e}");
+        assert!(parse_columns("\"TOTAL\" INT, total INT", false).is_ok());
+        let e = parse_columns("\"b\" INT, \"b\" INT", true).unwrap_err();
+        assert!(e.message.contains("Return argument b is declared"), "{e}");
     }
 }

@@ -104,7 +104,8 @@ pub(crate) fn rewrite_dynamic_emits(
                             "Empty return argument definition is not allowed",
                         ));
                     }
-                    let columns = parse_columns(list)
+                    // The dialect's token pass has read the list's quoted names already.
+                    let columns = parse_columns(list, false)
                         .map_err(|e| dynamic_err(&word, &format!("in its EMITS list: {e}")))?;
                     out.push_str(&text[i..args_end]);
                     copied = close;

@@ -149,7 +149,12 @@ impl SessionScripts {
         grants: &Grants,
         exasol: bool,
     ) -> crate::Result<()> {
-        let ddl = exasol_reading(parse(text)?, catalog, &self.current_schema(), exasol);
+        let ddl = exasol_reading(
+            parse(text, exasol)?,
+            catalog,
+            &self.current_schema(),
+            exasol,
+        );
         if !allowed && !matches!(ddl, ScriptDdl::SetLanguages(_)) {
             return Err(EngineError::ScriptDefinition {
                 message: "script DDL is disabled in this engine (EngineOptions::script_ddl)".into(),
@@ -501,6 +506,7 @@ impl SessionScripts {
         text: &str,
         catalog: &ScriptCatalog,
         insert_target: Option<&[(String, String)]>,
+        exasol: bool,
     ) -> crate::Result<(String, Vec<ScriptUdf>)> {
         let dynamic: Vec<_> = catalog
             .entries()
@@ -580,6 +586,7 @@ impl SessionScripts {
                         &reach.links,
                         self.session_id,
                         &grants.user,
+                        exasol,
                     )
                     .await?
                 }
@@ -612,13 +619,15 @@ impl SessionScripts {
 }
 
 /// The EMITS columns of a call of `entry` (an `EMITS (...)` script) that gives none: what its
-/// `default_output_columns()` returns, called once in a worker of its own, as Exasol does.
+/// `default_output_columns()` returns, called once in a worker of its own, as Exasol does; its
+/// quoted names are read as the session's dialect reads them (`exasol`).
 async fn default_output_columns(
     entry: &ScriptEntry,
     interpreter: PathBuf,
     links: &ScriptLinks,
     session_id: u64,
     user: &str,
+    exasol: bool,
 ) -> crate::Result<Vec<(String, String)>> {
     let dynamic_err = |message: &str| EngineError::ScriptDefinition {
         message: format!("script {}.{}: {message}", entry.schema, entry.name),
@@ -649,7 +658,7 @@ async fn default_output_columns(
     if text.trim().is_empty() {
         return Err(dynamic_err("Empty default output columns"));
     }
-    parse_columns(&text).map_err(|e| {
+    parse_columns(&text, exasol).map_err(|e| {
         dynamic_err(&format!(
             "default_output_columns() returned {text:?}, which is no column list: {e}"
         ))
@@ -682,40 +691,23 @@ struct Reach {
     denied: Arc<Denied>,
 }
 
-/// Quoted script names in `CREATE SCRIPT` and `DROP SCRIPT` (script DDL skips the Exasol
-/// dialect's token pass): in the Exasol dialect (`exasol`) a quoted part is Exasol's name
-/// exactly, whose engine name is its swap (the dialect's name map, see `core/names.rs`);
-/// outside it a quoted `DROP SCRIPT` name that names no script as written is read as Exasol's
-/// name when that names one (`"ADD_ONE"` is the script made as unquoted `add_one`), as script
-/// calls are (`front/passes/script_calls.rs`).
+/// A quoted `DROP SCRIPT` name in the default dialect that names no script as written is read
+/// as Exasol's name when that names one (`"ADD_ONE"` is the script made as unquoted `add_one`),
+/// as script calls are (`front/passes/script_calls.rs`). The Exasol dialect's quoted names are
+/// Exasol's exactly, and [`parse`] already read them so.
 fn exasol_reading(
     ddl: ScriptDdl,
     catalog: &ScriptCatalog,
     current_schema: &str,
     exasol: bool,
 ) -> ScriptDdl {
-    use crate::core::names::swap_case;
-    let mapped = |part: String, quoted: bool| {
-        if exasol && quoted {
-            swap_case(&part)
-        } else {
-            part
-        }
-    };
     match ddl {
-        ScriptDdl::Create(mut create) => {
-            let (schema_quoted, name_quoted) = create.quoted;
-            create.schema = create.schema.map(|s| mapped(s, schema_quoted));
-            create.name = mapped(create.name, name_quoted);
-            ScriptDdl::Create(create)
-        }
         ScriptDdl::Drop {
             schema,
             name,
-            quoted,
+            quoted: quoted @ (_, true),
             if_exists,
-        } => {
-            let schema = schema.map(|s| mapped(s, quoted.0));
+        } if !exasol => {
             let in_schema = schema.clone().unwrap_or_else(|| current_schema.to_string());
             let exists = |n: &str| {
                 catalog
@@ -723,15 +715,11 @@ fn exasol_reading(
                     .iter()
                     .any(|e| e.schema == in_schema && e.name == n)
             };
-            let name = if exasol || !quoted.1 {
-                mapped(name, quoted.1)
+            let swapped = crate::core::names::swap_case(&name);
+            let name = if !exists(&name) && exists(&swapped) {
+                swapped
             } else {
-                let swapped = swap_case(&name);
-                if !exists(&name) && exists(&swapped) {
-                    swapped
-                } else {
-                    name
-                }
+                name
             };
             ScriptDdl::Drop {
                 schema,

@@ -202,10 +202,17 @@ pub(crate) fn script_udf_named(
             };
             builder = match output {
                 ScriptOutput::Returns(ty) => builder.returns(ty.arrow_type()),
-                ScriptOutput::Emits(cols) => builder.emits(
-                    cols.iter()
-                        .map(|c| Field::new(&c.name, c.sql_type.arrow_type(), true)),
-                ),
+                // Each column carries its declared type (`VARCHAR(10) UTF8`, `DECIMAL(18,0)`
+                // for INT), as a table's declared columns do: a result or a table made from the
+                // call shows it (DESCRIBE, EXA_ALL_COLUMNS, clients' metadata).
+                ScriptOutput::Emits(cols) => builder.emits(cols.iter().map(|c| {
+                    Field::new(&c.name, c.sql_type.arrow_type(), true).with_metadata(
+                        std::collections::HashMap::from([(
+                            crate::core::names::SQL_TYPE_METADATA_KEY.to_string(),
+                            c.sql_type.exasol_name(),
+                        )]),
+                    )
+                })),
             };
             if let Some(limit) = entry.instance_limit {
                 builder = builder.instance_limit(limit);
