@@ -51,8 +51,12 @@ class NativeConnection:
     ) -> "NativeConnection":
         """Opens a session on the shared engine (created on first use): SYS's, or catalog user ``user``'s
         (AccelsqlError 42704 when there is none, 42501 when it lacks CREATE SESSION)."""
-    def query(self, sql: str) -> Tuple[pa.Table, bool]:
-        """Runs sql with the GIL released; the last statement's result and whether it is DML."""
+    def query(self, sql: str, params: Optional[pa.RecordBatch] = None) -> Tuple[pa.Table, bool]:
+        """Runs sql with the GIL released; the last statement's result and whether it is DML.
+        params: a one-row batch with the values of the placeholders $1, $2, ..."""
+    def cancel(self) -> None:
+        """Cancels the statement running now on this connection (from another thread), if any:
+        it stops with AccelsqlError 57014."""
     def import_arrow(self, data: Any, table: str) -> int:
         """Loads an Arrow stream into table (created when missing, else appended); rows loaded."""
     def register_udf(

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Tu
 import pyarrow as pa
 
 from ._accelsql import AccelsqlError, NativeConnection
+from . import _dbapi
+from ._dbapi import Cursor, interface_error, translated
 from ._remote import RemoteNative, is_remote
 from ._statement import Statement
 
@@ -115,13 +117,48 @@ class Connection:
         ``{name!q}``: an identifier, checked / quoted; ``{{`` and ``}}``: braces).
         """
         if params is None:
-            table, dml = self._native.query(sql)
-        else:
-            sql, values = _bind(sql, params)
-            arrays = [pa.array([v]) for v in values]
-            batch = pa.RecordBatch.from_arrays(arrays, names=[f"${i + 1}" for i in range(len(values))])
-            table, dml = self._native.query(sql, batch)
+            return self._run(sql, None)
+        sql, values = _bind(sql, params)
+        return self._run(sql, values)
+
+    def _run(self, sql: str, values: Optional[Sequence[Any]]) -> Statement:
+        """Runs ``sql`` with ``values`` for its ``$1``, ``$2``, … placeholders; an engine error
+        is raised as its PEP 249 class (an :class:`AccelsqlError` too)."""
+        try:
+            if values is None:
+                table, dml = self._native.query(sql)
+            else:
+                arrays = [pa.array([v]) for v in values]
+                batch = pa.RecordBatch.from_arrays(arrays, names=[f"${i + 1}" for i in range(len(values))])
+                table, dml = self._native.query(sql, batch)
+        except AccelsqlError as e:
+            raise translated(e) from None
         return Statement(table, dml=dml)
+
+    # -- DB-API 2.0 (PEP 249) --------------------------------------------------------------------
+
+    def cursor(self) -> Cursor:
+        """A new PEP 249 :class:`~accelsql.Cursor` on this connection's session."""
+        if self.closed:
+            raise interface_error("the connection is closed", "08003")
+        return Cursor(self)
+
+    def commit(self) -> None:
+        """Nothing to do: the engine has no transactions, every statement takes effect when it
+        ends (autocommit). Present for PEP 249."""
+        if self.closed:
+            raise interface_error("the connection is closed", "08003")
+
+    def rollback(self) -> None:
+        """Nothing to undo: the engine has no transactions (autocommit), so this does nothing.
+        Present for PEP 249."""
+        if self.closed:
+            raise interface_error("the connection is closed", "08003")
+
+    def cancel(self) -> None:
+        """Cancels the statement this connection is running now (call it from another thread):
+        it fails with 57014 (:class:`OperationalError`) and releases its GPU lease."""
+        self._native.cancel()
 
     def set(self, name: str, value: Any) -> None:
         """``SET name = 'value'`` for this connection; a name without a dot is an accelsql
@@ -142,8 +179,7 @@ class Connection:
     def export_to_arrow(self, query_or_table: str) -> pa.Table:
         """The result of a query (or every row of a table, given its name) as a pyarrow Table,
         handed over through the Arrow C stream interface (no copy of the data)."""
-        table, _ = self._native.query(_as_query(query_or_table))
-        return table
+        return self._run(_as_query(query_or_table), None).to_arrow()
 
     def export_to_pandas(self, query_or_table: str, **to_pandas: Any) -> "pandas.DataFrame":
         """The result of a query (or every row of a table, given its name) as a pandas DataFrame:
@@ -160,7 +196,10 @@ class Connection:
         """
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
-        return self._native.import_arrow(data, _table_name(table))
+        try:
+            return self._native.import_arrow(data, _table_name(table))
+        except AccelsqlError as e:
+            raise translated(e) from None
 
     def import_from_pandas(self, df: "pandas.DataFrame", table: Union[str, Tuple[str, str]]) -> int:
         """Loads a pandas DataFrame into ``table`` (see :meth:`import_from_arrow`); the index is
@@ -246,6 +285,22 @@ class Connection:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"gpus={self.gpu_count}"
         return f"<accelsql.Connection {state}>"
+
+
+# PEP 249's optional extension: the exception classes as attributes of a connection.
+for _exception in (
+    _dbapi.Warning,
+    _dbapi.Error,
+    _dbapi.InterfaceError,
+    _dbapi.DatabaseError,
+    _dbapi.DataError,
+    _dbapi.OperationalError,
+    _dbapi.IntegrityError,
+    _dbapi.InternalError,
+    _dbapi.ProgrammingError,
+    _dbapi.NotSupportedError,
+):
+    setattr(Connection, _exception.__name__, _exception)
 
 
 def connect(

@@ -110,6 +110,7 @@ class RemoteNative:
         except self._errors as e:
             raise _translate(e) from None
         self._closed = False
+        self._running: Any = None
 
     def _cursor(self):
         if self._closed:
@@ -119,6 +120,7 @@ class RemoteNative:
     def query(self, sql: str, params: Optional[pa.RecordBatch] = None) -> Tuple[pa.Table, bool]:
         """Runs ``sql`` on the server; its last statement's result and whether it is DML."""
         cursor = self._cursor()
+        self._running = cursor
         try:
             if params is None:
                 cursor.execute(sql)
@@ -128,8 +130,19 @@ class RemoteNative:
         except self._errors as e:
             raise _translate(e) from None
         finally:
+            self._running = None
             cursor.close()
         return table, _last_statement_is_dml(sql)
+
+    def cancel(self) -> None:
+        """Asks the server to cancel the statement running now on this connection, if any
+        (Flight SQL's CancelFlightInfo, through ADBC)."""
+        cursor = self._running
+        if cursor is not None:
+            try:
+                cursor.adbc_cancel()
+            except (self._errors + (AttributeError,)):
+                pass
 
     def import_arrow(self, data: Any, table: str) -> int:
         """Loads an Arrow table/reader into ``table`` on the server (created when missing)."""

@@ -44,6 +44,7 @@ class Statement:
         self._batches: Optional[Iterator[pa.RecordBatch]] = None  # made on the first fetch
         self._rows: List[Tuple[Any, ...]] = []
         self._pos = 0
+        self._fetched = 0  # rows handed out so far
         self._closed = False
 
     # -- fetching ------------------------------------------------------------------------------
@@ -70,6 +71,7 @@ class Statement:
             return None
         row = self._rows[self._pos]
         self._pos += 1
+        self._fetched += 1
         return row
 
     def fetchmany(self, size: Optional[int] = None) -> List[Tuple[Any, ...]]:
@@ -80,6 +82,7 @@ class Statement:
             take = min(size - len(out), len(self._rows) - self._pos)
             out.extend(self._rows[self._pos : self._pos + take])
             self._pos += take
+        self._fetched += len(out)
         return out
 
     def fetchall(self) -> List[Tuple[Any, ...]]:
@@ -88,7 +91,19 @@ class Statement:
         while self._fill():
             out.extend(self._rows[self._pos :])
             self._pos = len(self._rows)
+        self._fetched += len(out)
         return out
+
+    def _remaining_arrow(self) -> pa.Table:
+        """The rows not fetched yet as a pyarrow Table; they count as fetched after it."""
+        if self._closed:
+            return self._table.schema.empty_table()
+        rest = self._table.slice(self._fetched)
+        self._fetched = self._table.num_rows
+        self._batches = iter(())
+        self._rows = []
+        self._pos = 0
+        return rest
 
     def fetchval(self) -> Any:
         """The first column of the next row (None at the end): for ``SELECT COUNT(*) ...``."""
@@ -164,6 +179,38 @@ class Statement:
 
     def __repr__(self) -> str:
         return f"<accelsql.Statement columns={self.column_names()} rows={self._table.num_rows}>"
+
+    def _repr_html_(self) -> str:
+        """The result as an HTML table, for notebooks (Jupyter shows it in place of the repr):
+        the first :data:`HTML_ROWS` rows, NULL as ``NULL``, and how many rows there are."""
+        return html_table(self._table)
+
+
+#: Rows a notebook shows of a result.
+HTML_ROWS = 50
+
+
+def html_table(table: pa.Table) -> str:
+    """The first :data:`HTML_ROWS` rows of ``table`` as an HTML table with its column names
+    and Exasol types in the head, every value escaped."""
+    import html
+
+    head = "".join(
+        f"<th>{html.escape(f.name)}<br><small>{html.escape(str(exasol_field_type(f).get('type', f.type)))}</small></th>"
+        for f in table.schema
+    )
+    shown = table.slice(0, HTML_ROWS)
+    columns = [_python_values(c) for c in shown.combine_chunks().columns] if shown.num_columns else []
+    body = []
+    for i in range(shown.num_rows):
+        cells = "".join(
+            "<td><i>NULL</i></td>" if col[i] is None else f"<td>{html.escape(str(col[i]))}</td>"
+            for col in columns
+        )
+        body.append(f"<tr>{cells}</tr>")
+    more = table.num_rows - shown.num_rows
+    footer = f"<p>{table.num_rows} rows" + (f", the first {shown.num_rows} shown" if more > 0 else "") + "</p>"
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{footer}"
 
 
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}

@@ -2,6 +2,7 @@
 //! released and hands results to pyarrow through the Arrow C stream interface.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use accelsql_engine::datafusion::arrow::array::{
@@ -18,13 +19,15 @@ use pyo3::prelude::*;
 
 use crate::callable::PythonCallable;
 use crate::error::{CONNECTION_CLOSED, coded_error, engine_error};
-use crate::process::{EngineKey, run, shared_engine};
+use crate::process::{EngineKey, run, run_cancellable, shared_engine};
 
 /// A session on the engine shared by every connection of this process with the same simulated
 /// GPUs and data directory. Use `accelsql.connect()`, which wraps it.
 #[pyclass(module = "accelsql._accelsql", frozen)]
 pub(crate) struct NativeConnection {
     session: Mutex<Option<Arc<Session>>>,
+    /// Bumped by `cancel()`: a statement running when it changes is stopped.
+    cancels: AtomicU64,
 }
 
 impl NativeConnection {
@@ -74,6 +77,7 @@ impl NativeConnection {
         };
         Ok(Self {
             session: Mutex::new(Some(Arc::new(session))),
+            cancels: AtomicU64::new(0),
         })
     }
 
@@ -106,12 +110,18 @@ impl NativeConnection {
         let dml = split_statements(&sql)
             .last()
             .is_some_and(|s| is_dml(&s.text));
-        let (schema, batches) = run(py, async move {
-            let stream = session.sql_stream_with_params(&sql, &params).await?;
-            let schema = stream.schema();
-            let batches: Vec<RecordBatch> = stream.try_collect().await?;
-            Ok::<_, EngineError>((schema, batches))
-        })?
+        let epoch = self.cancels.load(Ordering::Acquire);
+        let cancelled = || self.cancels.load(Ordering::Acquire) != epoch;
+        let (schema, batches) = run_cancellable(
+            py,
+            async move {
+                let stream = session.sql_stream_with_params(&sql, &params).await?;
+                let schema = stream.schema();
+                let batches: Vec<RecordBatch> = stream.try_collect().await?;
+                Ok::<_, EngineError>((schema, batches))
+            },
+            &cancelled,
+        )?
         .map_err(engine_error)?;
         let reader: Box<dyn RecordBatchReader + Send> = Box::new(RecordBatchIterator::new(
             batches.into_iter().map(Ok),
@@ -196,6 +206,12 @@ impl NativeConnection {
     #[getter]
     fn restricted(&self) -> PyResult<bool> {
         Ok(self.session()?.is_restricted())
+    }
+
+    /// Cancels the statement running now on this connection (from another thread), if any: it
+    /// stops with `[57014] statement cancelled`, releasing its GPU lease and script workers.
+    fn cancel(&self) {
+        self.cancels.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Ends the session (its tables and UDFs go with it). Closing twice is allowed.

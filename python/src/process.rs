@@ -9,7 +9,7 @@ use std::sync::mpsc::{RecvTimeoutError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use accelsql_engine::{Engine, EngineOptions, SchedulerConfig};
+use accelsql_engine::{Engine, EngineError, EngineOptions, SchedulerConfig};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use tokio::runtime::Runtime;
@@ -106,6 +106,21 @@ where
     F: Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
+    run_cancellable(py, future, &|| false)
+}
+
+/// [`run`], also stopped when `cancelled()` turns true (checked as often as signals): the
+/// statement is dropped as on Ctrl-C, and the error is `[57014] statement cancelled` (DB-API's
+/// `Cursor.cancel()` from another thread).
+pub(crate) fn run_cancellable<T, F>(
+    py: Python<'_>,
+    future: F,
+    cancelled: &dyn Fn() -> bool,
+) -> PyResult<T>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
     let runtime = runtime()?;
     let (tx, rx) = sync_channel(1);
     // Shared with the detached closure (a Receiver is Send but not Sync).
@@ -126,6 +141,13 @@ where
                 if let Err(interrupt) = py.check_signals() {
                     task.abort();
                     return Err(interrupt);
+                }
+                if cancelled() {
+                    task.abort();
+                    return Err(crate::error::coded_error(
+                        EngineError::CANCELLED,
+                        "statement cancelled (Cursor.cancel())",
+                    ));
                 }
             }
             Err(RecvTimeoutError::Disconnected) => {

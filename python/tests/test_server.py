@@ -421,3 +421,33 @@ def test_a_server_on_a_cluster_spreads_queries_over_its_nodes(tmp_path):
             server.stop()
         cluster.send_signal(signal.SIGTERM)
         assert cluster.wait(timeout=20) == 0
+
+
+def test_dbapi_cursor_over_the_wire(server):
+    # PEP 249 through a server: the same Cursor as in process.
+    with accelsql.connect(server.url, user=USER, password=PASSWORD, lower_ident=True) as conn:
+        cur = conn.cursor()
+        cur.execute("CREATE TABLE wire (id BIGINT, label VARCHAR(10))")
+        assert cur.description is None
+        cur.executemany("INSERT INTO wire VALUES (?, ?)", [(i, f"w{i}") for i in range(30)])
+        assert cur.rowcount == 30
+        cur.execute("SELECT id, label FROM wire WHERE id < :n ORDER BY id", {"n": 3})
+        assert [c[0] for c in cur.description] == ["id", "label"]
+        assert cur.description[0][1] == accelsql.NUMBER and cur.description[1][1] == accelsql.STRING
+        assert cur.fetchmany(2) == [(0, "w0"), (1, "w1")]
+        assert cur.fetch_arrow_table().column("id").to_pylist() == [2]
+        with pytest.raises(accelsql.ProgrammingError) as info:
+            cur.execute("SELECT * FROM no_such_wire_table")
+        assert info.value.sqlstate.startswith("42")
+        conn.execute(_gpu_script("slow_rows_dbapi", 0.1))
+        cur.execute("SET datafusion.execution.batch_size = 1")
+        timer = threading.Timer(1.0, cur.cancel)
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(accelsql.Error):
+            cur.execute(
+                "SELECT slow_rows_dbapi(id) FROM (SELECT CAST(value AS INT) AS id FROM generate_series(1, 300))"
+            )
+        timer.join()
+        assert time.monotonic() - started < 20
+        assert cur.execute("SELECT 1").fetchone() == (1,)
