@@ -73,6 +73,11 @@ pub(crate) enum CliError {
     #[error(transparent)]
     Cluster(Box<accelsql_cluster::ClusterError>),
 
+    /// A backslash command that is unknown or was given wrong arguments (`\x maybe`), or whose
+    /// file cannot be written (`\o /no/such/dir/f`).
+    #[error("[{code}] {0}", code = Self::COMMAND)]
+    Command(String),
+
     /// The interactive prompt or the async runtime failed.
     #[error("[{code}] {0}", code = Self::TERMINAL)]
     Terminal(String),
@@ -119,6 +124,7 @@ impl CliError {
     const OUTPUT: &'static str = "58C02";
     const SCRIPT: &'static str = "58C03";
     const TERMINAL: &'static str = "58C04";
+    const COMMAND: &'static str = "42C01";
 
     /// A failed statement, without a location (`-c`, the interactive prompt).
     pub(crate) fn statement(source: EngineError) -> Self {
@@ -160,9 +166,11 @@ impl CliError {
             | Self::OutputClosed
             | Self::Server(_)
             | Self::Cluster(_) => EXIT_OWN_FAILURE,
-            Self::Engine(_) | Self::Statement { .. } | Self::Script { .. } | Self::Terminal(_) => {
-                EXIT_SHELL_FAILURE
-            }
+            Self::Engine(_)
+            | Self::Statement { .. }
+            | Self::Script { .. }
+            | Self::Command(_)
+            | Self::Terminal(_) => EXIT_SHELL_FAILURE,
         }
     }
 }

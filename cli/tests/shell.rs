@@ -405,3 +405,227 @@ fn restricted_refuses_files_script_ddl_and_limit_lifting_settings() {
     let out = accelsql(&["--restricted", "-c", "SELECT 6 * 7 AS x", "--format", "csv"]);
     assert_eq!(stdout(&out), "x\n42\n");
 }
+
+#[test]
+fn backslash_commands_work_in_scripts_as_at_the_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let included = dir.path().join("more.sql");
+    std::fs::write(&included, "INSERT INTO t VALUES (3, 'z');\n").unwrap();
+    let copy = dir.path().join("copy.txt");
+    let script = write_script(
+        dir.path(),
+        &format!(
+            "CREATE TABLE t (a INT, b VARCHAR(5)) AS VALUES (1, 'x'), (2, NULL);\n\
+             \\i {}\n\
+             \\dt\n\
+             \\d t\n\
+             \\x on\n\
+             SELECT a, b FROM t WHERE a = 1;\n\
+             \\x off\n\
+             \\o {}\n\
+             SELECT count(*) AS n FROM t;\n\
+             \\o\n\
+             \\timing on\n\
+             SELECT 'after' AS w;\n\
+             \\q\n\
+             SELECT 'not reached';\n",
+            included.display(),
+            copy.display()
+        ),
+    );
+    let out = accelsql(&["--format", "csv", "-f", &script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    // \dt and \d t.
+    assert!(
+        text.contains("schema,name,type\npublic,t,BASE TABLE\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("column_name,data_type,is_nullable\na,Int32,YES\nb,Utf8View,YES\n"),
+        "{text}"
+    );
+    // \x is the table format's: CSV stays CSV.
+    assert!(
+        text.contains("Expanded display is on.\na,b\n1,x\n"),
+        "{text}"
+    );
+    // \o sent one result to the file, and only that one; \i's row is counted.
+    assert_eq!(std::fs::read_to_string(&copy).unwrap(), "n\n3\n");
+    assert!(!text.contains("n\n3\n"), "{text}");
+    assert!(text.contains("w\nafter\n1 row(s)\nTime: "), "{text}");
+    assert!(!text.contains("not reached"), "{text}");
+
+    // Expanded display in the table format; \df lists scripts with their annotations.
+    let out = accelsql_with_stdin(
+        &["--simulated-gpus", "1"],
+        "CREATE PYTHON3 SCALAR SCRIPT twice(x INT) RETURNS INT AS\n\
+         %perInstanceRequiredAcceleratorDevices GpuNvidia|None;\n\
+         def run(ctx):\n    return 2 * ctx.x\n/\n\
+         \\x\nSELECT 1 AS one, 'it' AS two;\n\\df\n\\d twice\n",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("-[ RECORD 1 ]-\none | 1\ntwo | it\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("-[ RECORD 1 ]-\nschema      | public\nname        | twice\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("annotations | %perInstanceRequiredAcceleratorDevices GpuNvidia|None;"),
+        "{text}"
+    );
+
+    // An unknown command fails the script with its code, and says where.
+    let script = write_script(dir.path(), "SELECT 1;\n\\nope\nSELECT 2;\n");
+    let out = accelsql(&["-f", &script]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("[42C01]") && err.contains("script.sql:2: unknown command \\nope"),
+        "{err}"
+    );
+    assert!(!stdout(&out).contains("| 2 "), "{}", stdout(&out));
+    // A backslash inside a statement (a string, a script body) is the statement's.
+    let out = accelsql(&["--format", "csv", "-c", "SELECT '\\d' AS s"]);
+    assert_eq!(stdout(&out), "s\n\\d\n");
+}
+
+#[test]
+fn markdown_and_parquet_formats() {
+    let out = accelsql(&["--format", "markdown", "-c", "SELECT 1 AS a, 'x|y' AS b"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "| a | b |\n| --- | --- |\n| 1 | x\\|y |\n");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("out.parquet");
+    let file = file.to_str().unwrap();
+    let out = accelsql(&[
+        "--format",
+        "parquet",
+        "-o",
+        file,
+        "-c",
+        "SELECT 1 AS first; SELECT value AS v, value * 2 AS w FROM generate_series(1, 1000)",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    // The file holds the last result.
+    let read = accelsql(&[
+        "--format",
+        "csv",
+        "-c",
+        &format!("SELECT count(*) AS n, sum(w) AS s FROM '{file}'"),
+    ]);
+    assert_eq!(stdout(&read), "n,s\n1000,1001000\n", "{}", stderr(&read));
+
+    let out = accelsql(&["--format", "parquet", "-c", "SELECT 1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("-o FILE"), "{}", stderr(&out));
+}
+
+/// `accelsql ARGS` under a pseudo terminal (`script` from util-linux), its terminal output.
+fn accelsql_on_a_terminal(args: &str, lock_dir: &Path) -> std::process::Child {
+    Command::new("script")
+        .args(["-qfec", &format!("{ACCELSQL} {args}"), "/dev/null"])
+        .env("ACCELSQL_DEVICE_LOCK_DIR", lock_dir)
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("ACCELSQL_SIMULATED_GPUS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start `script` (util-linux) to give accelsql a terminal")
+}
+
+#[test]
+fn a_long_statement_shows_its_progress_and_lease_on_a_terminal_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let locks = dir.path().join("locks");
+    std::fs::create_dir(&locks).unwrap();
+    let script = write_script(
+        dir.path(),
+        "CREATE OR REPLACE PYTHON3 SCALAR SCRIPT slow(x INT) RETURNS INT AS\n\
+         %perInstanceRequiredAcceleratorDevices GpuNvidia;\n\
+         import time\n\
+         def run(ctx):\n    time.sleep(3)\n    return ctx.x\n/\n\
+         SELECT slow(1) AS s;\n",
+    );
+    // Two processes share the simulated GPU's lock: the second waits for the first.
+    let args = format!("--simulated-gpus 1 -f {script}");
+    let first = accelsql_on_a_terminal(&args, &locks);
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let second = accelsql_on_a_terminal(&args, &locks);
+    let first = first.wait_with_output().unwrap();
+    let second = second.wait_with_output().unwrap();
+    let first_text = stdout(&first);
+    let second_text = stdout(&second);
+    assert!(
+        first.status.success() && second.status.success(),
+        "{first_text}\n{second_text}"
+    );
+    assert!(first_text.contains(" rows · holding GPU 0"), "{first_text}");
+    assert!(
+        second_text.contains("0 rows · waiting for the GPU lease ("),
+        "{second_text}"
+    );
+    assert!(second_text.contains("holding GPU 0"), "{second_text}");
+    // The line is erased before the result is printed.
+    assert!(second_text.contains("\r\x1b[K+---+"), "{second_text:?}");
+
+    // Not on a terminal: the output is the result alone.
+    let out = Command::new(ACCELSQL)
+        .args(["--simulated-gpus", "1", "--format", "csv", "-f", &script])
+        .env("ACCELSQL_DEVICE_LOCK_DIR", &locks)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "s\n1\n");
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn the_interactive_prompt_takes_backslash_commands_on_a_terminal() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new("script")
+        .args([
+            "-qfec",
+            &format!("{ACCELSQL} --simulated-gpus 0"),
+            "/dev/null",
+        ])
+        .env("HOME", home.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start `script` (util-linux) to give accelsql a terminal");
+    let mut input = child.stdin.take().unwrap();
+    // Typed a line at a time, as a user would (the prompt must be up before each).
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    for line in [
+        "CREATE TABLE tt(a INT);",
+        "\\dt",
+        "\\x",
+        "SELECT 5 AS five;",
+        "\\nope",
+        "\\q",
+    ] {
+        input.write_all(format!("{line}\r").as_bytes()).unwrap();
+        input.flush().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(400));
+    }
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("| public | tt   | BASE TABLE |"), "{text}");
+    assert!(text.contains("Expanded display is on."), "{text}");
+    assert!(text.contains("-[ RECORD 1 ]-\r\nfive | 5"), "{text:?}");
+    assert!(text.contains("[42C01] unknown command \\nope"), "{text}");
+    // \q ended the shell, and its history was kept.
+    let history = std::fs::read_to_string(home.path().join(".accelsql_history")).unwrap();
+    assert!(history.contains("\\dt"), "{history}");
+}

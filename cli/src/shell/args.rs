@@ -22,9 +22,13 @@ pub(crate) struct ShellArgs {
     /// which statement failed and on which line it starts.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub(crate) file: Option<PathBuf>,
-    /// How results are printed: an aligned table, CSV with a header, or one JSON object per row.
+    /// How results are printed: an aligned table, CSV with a header, one JSON object per row, a
+    /// Markdown table, or a Parquet file (with `-o FILE`; it holds the last result).
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Table)]
     pub(crate) format: OutputFormat,
+    /// Write results to FILE (made anew) instead of standard output, as `\o FILE` does.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub(crate) output: Option<PathBuf>,
     /// After each statement, print its row count and how long it took.
     #[arg(long)]
     pub(crate) timing: bool,

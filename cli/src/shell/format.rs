@@ -1,4 +1,5 @@
-//! How a statement's result is printed: an aligned table, CSV with a header, or JSON lines.
+//! How a statement's result is printed: an aligned table, CSV with a header, JSON lines, a
+//! Markdown table or a Parquet file; and expanded display (`\x`), a record per row.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -18,6 +19,11 @@ pub(crate) enum OutputFormat {
     Csv,
     /// One JSON object per row (JSON lines); a NULL is written as `null`.
     Json,
+    /// A Markdown (GitHub) table: a header row, a `---` row, a row per result row; `|` in a value
+    /// is escaped, NULL is empty.
+    Markdown,
+    /// A Parquet file (needs `-o FILE`): the file holds the last result that has columns.
+    Parquet,
 }
 
 /// Writes one statement's result to `out`. A result without columns (DDL, `SET`) prints nothing;
@@ -51,6 +57,22 @@ pub(crate) fn write_result(
                 writer.write(batch)?;
             }
         }
+        OutputFormat::Markdown => write_markdown(schema, batches, out)?,
+        OutputFormat::Parquet => {
+            let mut buffer = Vec::new();
+            let mut writer =
+                parquet::arrow::ArrowWriter::try_new(&mut buffer, Arc::clone(schema), None)
+                    .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
+            for batch in batches {
+                writer
+                    .write(batch)
+                    .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
+            }
+            writer
+                .close()
+                .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
+            out.write_all(&buffer)?;
+        }
         OutputFormat::Json => {
             let mut writer = arrow::json::WriterBuilder::new()
                 .with_explicit_nulls(true)
@@ -59,6 +81,74 @@ pub(crate) fn write_result(
                 writer.write(batch)?;
             }
             writer.finish()?;
+        }
+    }
+    Ok(())
+}
+
+/// Each value of `batches` as text, as the table format shows it (NULL empty).
+fn cell_texts(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, ArrowError> {
+    let options = arrow::util::display::FormatOptions::default();
+    let mut rows = Vec::new();
+    for batch in batches {
+        let formatters = batch
+            .columns()
+            .iter()
+            .map(|c| arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options))
+            .collect::<Result<Vec<_>, _>>()?;
+        for row in 0..batch.num_rows() {
+            rows.push(
+                formatters
+                    .iter()
+                    .map(|f| f.value(row).to_string())
+                    .collect(),
+            );
+        }
+    }
+    Ok(rows)
+}
+
+fn write_markdown(
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    out: &mut dyn Write,
+) -> Result<(), ArrowError> {
+    let cell = |text: &str| text.replace('|', "\\|").replace('\n', "<br>");
+    let names: Vec<String> = schema.fields().iter().map(|f| cell(f.name())).collect();
+    writeln!(out, "| {} |", names.join(" | "))?;
+    writeln!(out, "|{}", " --- |".repeat(names.len()))?;
+    for row in cell_texts(batches)? {
+        let row: Vec<String> = row.iter().map(|v| cell(v)).collect();
+        writeln!(out, "| {} |", row.join(" | "))?;
+    }
+    Ok(())
+}
+
+/// Writes a result in expanded display (psql's `\x`): for each row a `-[ RECORD n ]-` line, then
+/// a `column | value` line per column, the names padded to one width. Nothing for a result
+/// without columns; `(0 rows)` for one without rows.
+pub(crate) fn write_expanded(
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    out: &mut dyn Write,
+) -> Result<(), ArrowError> {
+    if schema.fields().is_empty() {
+        return Ok(());
+    }
+    let width = schema
+        .fields()
+        .iter()
+        .map(|f| f.name().chars().count())
+        .max()
+        .unwrap_or(0);
+    let rows = cell_texts(batches)?;
+    if rows.is_empty() {
+        writeln!(out, "(0 rows)")?;
+    }
+    for (i, row) in rows.iter().enumerate() {
+        writeln!(out, "-[ RECORD {} ]-", i + 1)?;
+        for (field, value) in schema.fields().iter().zip(row) {
+            writeln!(out, "{:<width$} | {value}", field.name())?;
         }
     }
     Ok(())
@@ -139,9 +229,59 @@ mod tests {
     }
 
     #[test]
+    fn markdown_is_a_github_table_with_escaped_bars() {
+        let (schema, batch) = cities();
+        let text = render(OutputFormat::Markdown, &schema, &[batch]);
+        assert_eq!(
+            text,
+            "| id | city | lat |\n| --- | --- | --- |\n| 1 | Berlin, DE | 52.52 |\n| 2 |  |  |\n"
+        );
+        let schema = Arc::new(Schema::new(vec![Field::new("a|b", DataType::Utf8, true)]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(StringArray::from(vec!["x|y"]))],
+        )
+        .unwrap();
+        assert!(render(OutputFormat::Markdown, &schema, &[batch]).contains("| x\\|y |"));
+    }
+
+    #[test]
+    fn parquet_reads_back_as_the_result() {
+        let (schema, batch) = cities();
+        let mut out = Vec::new();
+        write_result(OutputFormat::Parquet, &schema, &[batch.clone()], &mut out).unwrap();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&out).unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap();
+        let read: Vec<RecordBatch> = reader.collect::<Result<_, _>>().unwrap();
+        assert_eq!(read, vec![batch]);
+    }
+
+    #[test]
+    fn expanded_display_is_a_record_per_row() {
+        let (schema, batch) = cities();
+        let mut out = Vec::new();
+        write_expanded(&schema, &[batch], &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "-[ RECORD 1 ]-\nid   | 1\ncity | Berlin, DE\nlat  | 52.52\n\
+             -[ RECORD 2 ]-\nid   | 2\ncity | \nlat  | \n"
+        );
+    }
+
+    #[test]
     fn a_result_without_columns_prints_nothing() {
         let schema = Arc::new(Schema::empty());
-        for format in [OutputFormat::Table, OutputFormat::Csv, OutputFormat::Json] {
+        for format in [
+            OutputFormat::Table,
+            OutputFormat::Csv,
+            OutputFormat::Json,
+            OutputFormat::Markdown,
+            OutputFormat::Parquet,
+        ] {
             assert_eq!(render(format, &schema, &[]), "");
         }
     }

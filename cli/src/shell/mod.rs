@@ -4,6 +4,7 @@
 mod args;
 mod format;
 mod interrupt;
+mod meta;
 mod repl;
 mod session;
 

@@ -1,5 +1,5 @@
 //! The interactive prompt: line editing, history in `~/.accelsql_history`, statements over
-//! several lines, and meta-commands (`\q`, `\?`).
+//! several lines, and backslash commands (`meta.rs`).
 
 use std::path::PathBuf;
 
@@ -7,7 +7,8 @@ use accelsql_engine::splitter::{is_blank, is_complete, split_statements};
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 
-use super::session::Shell;
+use super::meta::MetaCommand;
+use super::session::{Flow, Shell};
 use crate::error::CliError;
 
 /// The prompt for a new statement.
@@ -16,37 +17,6 @@ const PROMPT: &str = "accelsql> ";
 const CONTINUATION: &str = "      -> ";
 /// The history file, in the user's home directory.
 const HISTORY_FILE: &str = ".accelsql_history";
-
-const HELP: &str = r"Statements end with ';' (they may span lines). Meta-commands:
-  \?, help         this help
-  \q, quit, exit   leave the shell (as does Ctrl-D)
-Ctrl-C drops the statement being typed. History is kept in ~/.accelsql_history.
-Try: SELECT * FROM exa_metadata;  SELECT * FROM accelsql.gpu_devices;  EXPLAIN SELECT …;";
-
-/// A line typed at the start of a statement that the shell handles itself.
-#[derive(Debug, PartialEq, Eq)]
-enum MetaCommand {
-    /// Leave the shell.
-    Quit,
-    /// Print [`HELP`].
-    Help,
-    /// A `\…` command the shell does not know.
-    Unknown(String),
-}
-
-impl MetaCommand {
-    /// The meta-command on `line`, if it is one (only at the start of a statement).
-    fn parse(line: &str) -> Option<Self> {
-        let word = line.trim();
-        let bare = word.strip_suffix(';').unwrap_or(word).trim_end();
-        match bare.to_ascii_lowercase().as_str() {
-            "\\q" | "quit" | "exit" => Some(Self::Quit),
-            "\\?" | "help" => Some(Self::Help),
-            _ if word.starts_with('\\') => Some(Self::Unknown(word.to_string())),
-            _ => None,
-        }
-    }
-}
 
 /// Reads statements from the terminal until `\q` or end of input. A failing statement prints
 /// its error and the session goes on. History that cannot be read or written is ignored.
@@ -83,12 +53,11 @@ pub(crate) fn run(shell: &Shell) -> Result<(), CliError> {
             && let Some(command) = MetaCommand::parse(&line)
         {
             let _ = editor.add_history_entry(line.trim());
-            match command {
-                MetaCommand::Quit => break Ok(()),
-                MetaCommand::Help => println!("{HELP}"),
-                MetaCommand::Unknown(word) => {
-                    eprintln!("unknown command {word}; type \\? for help");
-                }
+            match shell.meta(command) {
+                Ok(Flow::Quit) => break Ok(()),
+                Ok(Flow::Continue) => {}
+                Err(CliError::OutputClosed) => break Err(CliError::OutputClosed),
+                Err(e) => eprintln!("{}", e.report()),
             }
             continue;
         }
@@ -124,23 +93,4 @@ fn history_path() -> Option<PathBuf> {
     std::env::var_os("HOME")
         .filter(|home| !home.is_empty())
         .map(|home| PathBuf::from(home).join(HISTORY_FILE))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn meta_commands_are_recognised() {
-        assert_eq!(MetaCommand::parse("\\q"), Some(MetaCommand::Quit));
-        assert_eq!(MetaCommand::parse("  quit; "), Some(MetaCommand::Quit));
-        assert_eq!(MetaCommand::parse("EXIT"), Some(MetaCommand::Quit));
-        assert_eq!(MetaCommand::parse("\\?"), Some(MetaCommand::Help));
-        assert_eq!(
-            MetaCommand::parse("\\dt"),
-            Some(MetaCommand::Unknown("\\dt".into()))
-        );
-        assert_eq!(MetaCommand::parse("SELECT 1;"), None);
-        assert_eq!(MetaCommand::parse("quitting"), None);
-    }
 }

@@ -1477,13 +1477,11 @@ fn params_as_planned(plan: &LogicalPlan, params: &[ScalarValue]) -> Result<Vec<S
     Ok(params
         .iter()
         .enumerate()
-        .map(|(i, value)| {
-            match types.get(&format!("${}", i + 1)) {
-                Some(Some(wanted)) if wanted != &value.data_type() => {
-                    value.cast_to(wanted).unwrap_or_else(|_| value.clone())
-                }
-                _ => value.clone(),
+        .map(|(i, value)| match types.get(&format!("${}", i + 1)) {
+            Some(Some(wanted)) if wanted != &value.data_type() => {
+                value.cast_to(wanted).unwrap_or_else(|_| value.clone())
             }
+            _ => value.clone(),
         })
         .collect())
 }

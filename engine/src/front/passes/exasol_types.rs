@@ -10,8 +10,8 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
-    CastKind, ColumnDef, ColumnOption, DataType, DateTimeField, Expr, Interval, Statement, Value, VisitMut,
-    VisitorMut,
+    CastKind, ColumnDef, ColumnOption, DataType, DateTimeField, Expr, Interval, Statement, Value,
+    VisitMut, VisitorMut,
 };
 
 /// Rewrites Exasol's types and interval literals throughout `statement`.

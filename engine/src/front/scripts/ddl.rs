@@ -539,9 +539,11 @@ mod tests {
             ])
         );
         assert_eq!(c.body, "%env A=1;\ndef run(ctx):\n  pass");
-        let ScriptDdl::Create(c) =
-            parse("create python3 scalar script f(...) returns double precision as return 1", false).unwrap()
-        else {
+        let ScriptDdl::Create(c) = parse(
+            "create python3 scalar script f(...) returns double precision as return 1",
+            false,
+        )
+        .unwrap() else {
             panic!()
         };
         assert_eq!(c.params, None);
@@ -557,10 +559,18 @@ mod tests {
 
     #[test]
     fn malformed_heads_say_what_and_where() {
-        let e = parse("CREATE PYTHON3 SCALAR SCRIPT f(x INT)\n RETRUNS INT AS\npass", false).unwrap_err();
+        let e = parse(
+            "CREATE PYTHON3 SCALAR SCRIPT f(x INT)\n RETRUNS INT AS\npass",
+            false,
+        )
+        .unwrap_err();
         assert_eq!((e.line, e.column), (2, 2), "{e}");
         assert!(e.message.contains("expected RETURNS or EMITS"), "{e}");
-        let e = parse("CREATE PYTHON3 SCALAR SCRIPT f(x INT, x INT) RETURNS INT AS", false).unwrap_err();
+        let e = parse(
+            "CREATE PYTHON3 SCALAR SCRIPT f(x INT, x INT) RETURNS INT AS",
+            false,
+        )
+        .unwrap_err();
         assert!(e.message.contains("parameter x appears twice"), "{e}");
         let e = parse("CREATE PYTHON3 SCALAR SCRIPT f(x) RETURNS INT AS", false).unwrap_err();
         assert!(e.message.contains("expected a type"), "{e}");
@@ -578,7 +588,11 @@ mod tests {
             }
         );
         assert_eq!(
-            parse("ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3=builtin_python3 GPU_PY=/opt/py'", false).unwrap(),
+            parse(
+                "ALTER SESSION SET SCRIPT_LANGUAGES = 'PYTHON3=builtin_python3 GPU_PY=/opt/py'",
+                false
+            )
+            .unwrap(),
             ScriptDdl::SetLanguages("PYTHON3=builtin_python3 GPU_PY=/opt/py".into())
         );
         assert!(is_script_ddl("drop script f"));
@@ -594,10 +608,16 @@ mod tests {
             panic!()
         };
         // Engine names are the swap of Exasol's (`"Out"` → `oUT`); unquoted ones fold as ever.
-        assert_eq!((c.schema.as_deref(), c.name.as_str()), (Some("rETAIL"), "sUM_pOP"));
-        let names = |cols: &[(String, String)]| cols.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            (c.schema.as_deref(), c.name.as_str()),
+            (Some("rETAIL"), "sUM_pOP")
+        );
+        let names =
+            |cols: &[(String, String)]| cols.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
         assert_eq!(names(&c.params.unwrap()), ["cOUNTRY", "pop"]);
-        let DdlOutput::Emits(cols) = c.output else { panic!() };
+        let DdlOutput::Emits(cols) = c.output else {
+            panic!()
+        };
         assert_eq!(names(&cols), ["oUT", "total", "low"]);
         // The default dialect keeps quoted names as written.
         let ScriptDdl::Create(c) = parse(sql, false).unwrap() else {
@@ -606,7 +626,11 @@ mod tests {
         assert_eq!(names(&c.params.unwrap()), ["Country", "pop"]);
         // `"TOTAL"` and `total` are one name to Exasol: declared twice, in Exasol's words.
         let e = parse_columns("\"TOTAL\" INT, total INT", true).unwrap_err();
-        assert!(e.message.contains("Return argument TOTAL is declared more than once"), "{e}");
+        assert!(
+            e.message
+                .contains("Return argument TOTAL is declared more than once"),
+            "{e}"
+        );
         assert!(parse_columns("\"TOTAL\" INT, total INT", false).is_ok());
         let e = parse_columns("\"b\" INT, \"b\" INT", true).unwrap_err();
         assert!(e.message.contains("Return argument b is declared"), "{e}");
