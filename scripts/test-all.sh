@@ -10,7 +10,7 @@
 #
 # Then the Python package (python/): it is built in the dev profile, reusing what `cargo test`
 # just built, into a fresh virtualenv (target/python-pkg-env) with pytest, pandas, pyarrow,
-# numpy, polars, the ADBC Flight SQL driver and PEP 249's compliance suite (dbapi-compliance) from
+# numpy, polars, SQLAlchemy, the ADBC Flight SQL driver and PEP 249's compliance suite (dbapi-compliance) from
 # PyPI, and its pytest suite runs (test_server.py
 # drives the `accelsql serve` binary that `cargo test` built). That part needs PyPI: without it the script fails.
 # Arguments go to `cargo test` only.
@@ -74,8 +74,8 @@ rm -rf "$pkg_env"
 started=$SECONDS
 if ! "$base_python" -m venv "$pkg_env" \
   || ! "$pkg_env/bin/python" -m pip install --quiet --disable-pip-version-check pytest pandas pyarrow numpy \
-    adbc-driver-flightsql adbc-driver-manager dbapi-compliance polars; then
-  echo "test-all: ERROR: could not create $pkg_env with pytest, pandas, pyarrow, numpy, polars, the ADBC Flight SQL driver and the DB-API compliance suite (dbapi-compliance) from PyPI;" \
+    adbc-driver-flightsql adbc-driver-manager dbapi-compliance polars 'sqlalchemy>=2'; then
+  echo "test-all: ERROR: could not create $pkg_env with pytest, pandas, pyarrow, numpy, polars, SQLAlchemy, the ADBC Flight SQL driver and the DB-API compliance suite (dbapi-compliance) from PyPI;" \
     "the Python package's tests need them" >&2
   exit 1
 fi
@@ -93,6 +93,8 @@ started=$SECONDS
 MATURIN_PEP517_ARGS="--profile dev" CARGO_TARGET_DIR="$PWD/target" \
   "$pkg_env/bin/python" -m pip install --quiet --disable-pip-version-check ./python
 echo "test-all: built and installed the Python package in $((SECONDS - started)) s"
+# SQLAlchemy's own dialect compliance suite against accelsql:// (counts printed; fails below a floor).
+"$pkg_env/bin/python" python/sqla_suite/run.py
 # test_server.py starts `accelsql serve` from the binary `cargo test` built.
 export ACCELSQL_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/accelsql"
 exec "$pkg_env/bin/python" -m pytest -q -p no:cacheprovider python/tests

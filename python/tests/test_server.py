@@ -451,3 +451,16 @@ def test_dbapi_cursor_over_the_wire(server):
         timer.join()
         assert time.monotonic() - started < 20
         assert cur.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_sqlalchemy_over_the_wire(server):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    pd = pytest.importorskip("pandas")
+    host, port = server.url.split("://", 1)[1].rsplit(":", 1)
+    engine = sqlalchemy.create_engine(f"accelsql+grpc://{USER}:{PASSWORD}@{host}:{port}")
+    try:
+        pd.DataFrame({"k": [1, 2], "v": ["a", "b"]}).to_sql("sa_wire", engine, index=False)
+        assert pd.read_sql("SELECT v FROM sa_wire ORDER BY k", engine)["v"].tolist() == ["a", "b"]
+        assert sqlalchemy.inspect(engine).has_table("sa_wire")
+    finally:
+        engine.dispose()
