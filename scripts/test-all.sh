@@ -10,7 +10,8 @@
 #
 # Then the Python package (python/): it is built in the dev profile, reusing what `cargo test`
 # just built, into a fresh virtualenv (target/python-pkg-env) with pytest, pandas, pyarrow,
-# numpy, polars, SQLAlchemy, the ADBC Flight SQL driver and PEP 249's compliance suite (dbapi-compliance) from
+# numpy, polars, SQLAlchemy, Jupyter (nbclient, ipykernel, JupySQL: notebooks run in a kernel), the
+# ADBC Flight SQL driver and PEP 249's compliance suite (dbapi-compliance) from
 # PyPI, and its pytest suite runs (test_server.py
 # drives the `accelsql serve` binary that `cargo test` built). That part needs PyPI: without it the script fails.
 # Arguments go to `cargo test` only.
@@ -74,8 +75,9 @@ rm -rf "$pkg_env"
 started=$SECONDS
 if ! "$base_python" -m venv "$pkg_env" \
   || ! "$pkg_env/bin/python" -m pip install --quiet --disable-pip-version-check pytest pandas pyarrow numpy \
-    adbc-driver-flightsql adbc-driver-manager dbapi-compliance polars 'sqlalchemy>=2'; then
-  echo "test-all: ERROR: could not create $pkg_env with pytest, pandas, pyarrow, numpy, polars, SQLAlchemy, the ADBC Flight SQL driver and the DB-API compliance suite (dbapi-compliance) from PyPI;" \
+    adbc-driver-flightsql adbc-driver-manager dbapi-compliance polars 'sqlalchemy>=2' \
+    nbclient nbformat ipykernel jupysql; then
+  echo "test-all: ERROR: could not create $pkg_env with pytest, pandas, pyarrow, numpy, polars, SQLAlchemy, Jupyter (nbclient, ipykernel, JupySQL), the ADBC Flight SQL driver and the DB-API compliance suite (dbapi-compliance) from PyPI;" \
     "the Python package's tests need them" >&2
   exit 1
 fi

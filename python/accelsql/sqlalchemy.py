@@ -31,6 +31,11 @@ from sqlalchemy import types as sqltypes
 from sqlalchemy.engine import default, reflection
 from sqlalchemy.sql import compiler
 
+#: A script definition's head (`CREATE [OR REPLACE] <LANG> SCALAR|SET SCRIPT`).
+_SCRIPT_HEAD = re.compile(r"^\s*CREATE\s+(OR\s+REPLACE\s+)?\w+\s+(SCALAR|SET)\s+SCRIPT\b", re.IGNORECASE)
+#: The line holding only `/` that ends a script definition.
+_SCRIPT_END = re.compile(r"^[ \t]*/[ \t]*;?[ \t]*$", re.MULTILINE)
+
 #: Schemas of the engine itself, left out of reflection.
 _SYSTEM_SCHEMAS = ("information_schema", "accelsql", "sys")
 
@@ -190,6 +195,30 @@ class AccelsqlDialect(default.DefaultDialect):
                 kwargs[key] = options.pop(key)
         kwargs.update(options)  # settings: SET accelsql.<name> (or a dotted name)
         return [], kwargs
+
+    def do_execute(self, cursor: Any, statement: str, parameters: Any, context: Any = None) -> None:
+        """Runs ``statement``; a script definition that a client split at its semicolons
+        (JupySQL's ``%%sql`` splits cells with sqlparse, which cuts ``CREATE … SCRIPT`` at the
+        ``;`` of ``%perInstanceRequiredAcceleratorDevices GpuNvidia;``) is joined back: its
+        pieces are held until the one with the closing ``/`` line, and run as one statement."""
+        connection = cursor.connection
+        pending = getattr(connection, "_split_script", None)
+        if pending is not None:
+            statement = pending + "\n" + statement
+        # A piece cut at a semicolon ends with it; a whole definition without its `/` line does not.
+        cut = statement.rstrip().endswith(";")
+        if cut and _SCRIPT_HEAD.match(statement) and not _SCRIPT_END.search(statement):
+            connection._split_script = statement
+            cursor._forget()
+            return
+        connection._split_script = None
+        # The piece with the `/` line may go on into the next definition's first piece.
+        ends = list(_SCRIPT_END.finditer(statement))
+        tail = statement[ends[-1].end() :] if ends else ""
+        if cut and ends and _SCRIPT_HEAD.match(tail):
+            connection._split_script = tail.strip()
+            statement = statement[: ends[-1].end()]
+        cursor.execute(statement, parameters)
 
     # -- no transactions ---------------------------------------------------------------------
 

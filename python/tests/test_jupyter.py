@@ -1,0 +1,128 @@
+"""Notebooks, run for real by nbclient in a Jupyter kernel: Exasol's "GPU Resource
+Considerations" flow (scripts, ``SELECT f(), f()`` and its 22069, two connections taking turns
+on the GPU) once with the package's own API and once through JupySQL's ``%sql``/``%%sql`` on the
+SQLAlchemy dialect. Results show as HTML tables."""
+
+import os
+import sys
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+# The notebook's scripts (cells 11, 16, 18), the long one sleeping 1 s instead of 5.
+LONG_RUNNING_GPU = """CREATE OR REPLACE PYTHON3 SCALAR SCRIPT
+long_running_gpu(id INTEGER)
+EMITS (ID INT, START_TIME VARCHAR(1000), END_TIME VARCHAR(1000), NVIDIA_VISIBLE_DEVICES VARCHAR(10000)) AS
+ %perInstanceRequiredAcceleratorDevices GpuNvidia|None;
+import time
+def timestamp():
+    now = datetime.datetime.now().time()
+    return str(now)
+def run(ctx):
+    start_timestamp = timestamp()
+    time.sleep(1)
+    nvidia_vis_devices = os.getenv('NVIDIA_VISIBLE_DEVICES', "<invalid>")
+    end_timestamp = timestamp()
+    ctx.emit(ctx.id, start_timestamp, end_timestamp,  nvidia_vis_devices)
+/"""
+
+GPU_REQUIRED = """CREATE OR REPLACE PYTHON3 SCALAR SCRIPT
+gpu_required()
+RETURNS VARCHAR(10000) AS
+ %perInstanceRequiredAcceleratorDevices GpuNvidia;
+def run(ctx):
+    return os.getenv('NVIDIA_VISIBLE_DEVICES', "<invalid>")
+/"""
+
+GPU_OPTIONAL = """CREATE OR REPLACE PYTHON3 SCALAR SCRIPT
+gpu_optional()
+RETURNS VARCHAR(10000) AS
+ %perInstanceRequiredAcceleratorDevices GpuNvidia|None;
+def run(ctx):
+    return os.getenv('NVIDIA_VISIBLE_DEVICES', "<invalid>")
+/"""
+
+# Two connections, each in a thread, run the long GPU call: the lease makes them take turns.
+TAKING_TURNS = """
+import threading
+spans = []
+def session(i, connect):
+    rows = connect().execute(f"SELECT long_running_gpu({i});").fetchall()
+    spans.append((rows[0][1], rows[0][2]))
+threads = [threading.Thread(target=session, args=(i, CONNECT)) for i in (1, 2)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+spans.sort()
+assert spans[0][1] <= spans[1][0], spans
+print("took turns:", spans)
+"""
+
+
+def run_notebook(cells, tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=180,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    # The kernel is this interpreter's (its accelsql, JupySQL), with scripts run by it too.
+    os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+    client.execute()
+    nbformat.write(nb, str(tmp_path / "executed.ipynb"))
+    return nb
+
+
+def outputs(cell):
+    text = []
+    for o in cell.outputs:
+        text.append(o.get("text", ""))
+        text.extend(str(v) for v in o.get("data", {}).values())
+    return "\n".join(text)
+
+
+@pytest.fixture(autouse=True)
+def kernel_of_this_python(monkeypatch):
+    # nbclient starts the `python3` kernel: make it this interpreter.
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+
+
+def test_the_flow_with_the_packages_api(tmp_path):
+    nb = run_notebook(
+        [
+            "import accelsql\nconn = accelsql.connect(simulated_gpus=2)\n"
+            "CONNECT = lambda: accelsql.connect(simulated_gpus=2)",
+            f"conn.execute({LONG_RUNNING_GPU!r})\nconn.execute({GPU_REQUIRED!r})\nconn.execute({GPU_OPTIONAL!r});",
+            "conn.execute('SELECT gpu_optional(), gpu_optional();')",
+            "try:\n    conn.execute('SELECT gpu_required(), gpu_required();')\n"
+            "except accelsql.DataError as e:\n    print('refused', e.code)",
+            TAKING_TURNS,
+        ],
+        tmp_path,
+    )
+    assert "<table>" in outputs(nb.cells[2])  # the result, shown as HTML
+    assert "refused 22069" in outputs(nb.cells[3])
+    assert "took turns:" in outputs(nb.cells[4])
+
+
+def test_the_flow_through_jupysql(tmp_path):
+    pytest.importorskip("sql")  # JupySQL
+    nb = run_notebook(
+        [
+            "%load_ext sql\n%config SqlMagic.displaylimit = 20",
+            "%sql accelsql://?simulated_gpus=2 --alias first",
+            f"%%sql\n{LONG_RUNNING_GPU}",
+            f"%%sql\n{GPU_REQUIRED}\n\n{GPU_OPTIONAL}",
+            "%sql SELECT gpu_optional() AS a, gpu_optional() AS b",
+            "try:\n    %sql SELECT gpu_required(), gpu_required()\n"
+            "except Exception as e:\n    print('refused', '[22069]' in str(e))",
+            "import sqlalchemy\nCONNECT = lambda: sqlalchemy.create_engine('accelsql://?simulated_gpus=2').connect().connection.dbapi_connection",
+            TAKING_TURNS,
+        ],
+        tmp_path,
+    )
+    assert "<table>" in outputs(nb.cells[4]) or "| a " in outputs(nb.cells[4]), outputs(nb.cells[4])
+    assert "refused True" in outputs(nb.cells[5])
+    assert "took turns:" in outputs(nb.cells[7])
