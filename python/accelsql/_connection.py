@@ -16,6 +16,7 @@ from . import _dbapi
 from ._dbapi import Cursor, interface_error, translated
 from ._remote import RemoteNative, is_remote
 from ._statement import Statement
+from ._text import literal_end
 
 if TYPE_CHECKING:
     import pandas
@@ -395,25 +396,8 @@ def _bind(sql: str, params: Union[Sequence[Any], Mapping[str, Any]]) -> Tuple[st
     i, n = 0, len(sql)
     while i < n:
         c = sql[i]
-        if c in "'\"":
-            end = i + 1
-            while end < n:
-                if sql[end] == c:
-                    if end + 1 < n and sql[end + 1] == c:
-                        end += 2
-                        continue
-                    break
-                end += 1
-            out.append(sql[i : end + 1])
-            i = end + 1
-        elif sql.startswith("--", i):
-            end = sql.find("\n", i)
-            end = n if end < 0 else end
-            out.append(sql[i:end])
-            i = end
-        elif sql.startswith("/*", i):
-            end = sql.find("*/", i + 2)
-            end = n if end < 0 else end + 2
+        end = literal_end(sql, i)
+        if end is not None:
             out.append(sql[i:end])
             i = end
         elif c == "?" and not named:

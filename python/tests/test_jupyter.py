@@ -11,38 +11,13 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-# The notebook's scripts (cells 11, 16, 18), the long one sleeping 1 s instead of 5.
-LONG_RUNNING_GPU = """CREATE OR REPLACE PYTHON3 SCALAR SCRIPT
-long_running_gpu(id INTEGER)
-EMITS (ID INT, START_TIME VARCHAR(1000), END_TIME VARCHAR(1000), NVIDIA_VISIBLE_DEVICES VARCHAR(10000)) AS
- %perInstanceRequiredAcceleratorDevices GpuNvidia|None;
-import time
-def timestamp():
-    now = datetime.datetime.now().time()
-    return str(now)
-def run(ctx):
-    start_timestamp = timestamp()
-    time.sleep(1)
-    nvidia_vis_devices = os.getenv('NVIDIA_VISIBLE_DEVICES', "<invalid>")
-    end_timestamp = timestamp()
-    ctx.emit(ctx.id, start_timestamp, end_timestamp,  nvidia_vis_devices)
-/"""
+# The notebook's scripts (cells 11, 16, 18) as test_notebook.py has them, the long one sleeping
+# 1 s instead of 5.
+from test_notebook import GPU_OPTIONAL, GPU_REQUIRED  # noqa: E402
+from test_notebook import LONG_RUNNING_GPU as _LONG_RUNNING_GPU  # noqa: E402
 
-GPU_REQUIRED = """CREATE OR REPLACE PYTHON3 SCALAR SCRIPT
-gpu_required()
-RETURNS VARCHAR(10000) AS
- %perInstanceRequiredAcceleratorDevices GpuNvidia;
-def run(ctx):
-    return os.getenv('NVIDIA_VISIBLE_DEVICES', "<invalid>")
-/"""
-
-GPU_OPTIONAL = """CREATE OR REPLACE PYTHON3 SCALAR SCRIPT
-gpu_optional()
-RETURNS VARCHAR(10000) AS
- %perInstanceRequiredAcceleratorDevices GpuNvidia|None;
-def run(ctx):
-    return os.getenv('NVIDIA_VISIBLE_DEVICES', "<invalid>")
-/"""
+LONG_RUNNING_GPU = _LONG_RUNNING_GPU.replace("time.sleep(5)", "time.sleep(1)")
+assert LONG_RUNNING_GPU != _LONG_RUNNING_GPU
 
 # Two connections, each in a thread, run the long GPU call: the lease makes them take turns.
 TAKING_TURNS = """
@@ -113,8 +88,8 @@ def test_the_flow_through_jupysql(tmp_path):
         [
             "%load_ext sql\n%config SqlMagic.displaylimit = 20",
             "%sql accelsql://?simulated_gpus=2 --alias first",
-            f"%%sql\n{LONG_RUNNING_GPU}",
-            f"%%sql\n{GPU_REQUIRED}\n\n{GPU_OPTIONAL}",
+            f"%%sql\n{LONG_RUNNING_GPU.strip()}",
+            f"%%sql\n{GPU_REQUIRED.strip()}\n\n{GPU_OPTIONAL.strip()}",
             "%sql SELECT gpu_optional() AS a, gpu_optional() AS b",
             "try:\n    %sql SELECT gpu_required(), gpu_required()\n"
             "except Exception as e:\n    print('refused', '[22069]' in str(e))",
