@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import decimal
 import inspect
 import os
 import re
@@ -16,7 +15,8 @@ from . import _dbapi
 from ._dbapi import Cursor, interface_error, translated
 from ._remote import RemoteNative, is_remote
 from ._statement import Statement
-from ._text import literal_end
+from ._text import NAME as _NAME
+from ._text import bind as _bind
 
 if TYPE_CHECKING:
     import pandas
@@ -381,66 +381,6 @@ def _quoted_identifier(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-def _bind(sql: str, params: Union[Sequence[Any], Mapping[str, Any]]) -> Tuple[str, list]:
-    """``sql`` with its ``?`` (for a sequence) or ``{name}`` (for a mapping) placeholders turned
-    into ``$1``, ``$2``, … and the values in that order. String literals, quoted identifiers and
-    comments are left alone."""
-    named = isinstance(params, Mapping)
-    if not named and (isinstance(params, (str, bytes)) or not isinstance(params, Sequence)):
-        raise TypeError("params must be a sequence (for ? placeholders) or a mapping (for {name})")
-    out: list = []
-    values: list = []
-    i, n = 0, len(sql)
-    while i < n:
-        c = sql[i]
-        end = literal_end(sql, i)
-        if end is not None:
-            out.append(sql[i:end])
-            i = end
-        elif c == "?" and not named:
-            if len(values) >= len(params):
-                raise ValueError(f"the statement has more ? placeholders than the {len(params)} params given")
-            values.append(params[len(values)])
-            out.append(f"${len(values)}")
-            i += 1
-        elif named and sql.startswith("{{", i):
-            out.append("{")
-            i += 2
-        elif named and sql.startswith("}}", i):
-            out.append("}")
-            i += 2
-        elif named and c == "{":
-            end = sql.find("}", i)
-            if end < 0:
-                raise ValueError(f"unclosed placeholder at {sql[i:i + 20]!r}")
-            name, _, conversion = sql[i + 1 : end].partition("!")
-            if name not in params:
-                raise KeyError(f"placeholder {{{name}}} has no value in params")
-            value = params[name]
-            if conversion in ("i", "q"):
-                text = str(value)
-                if conversion == "i" and not _NAME.match(text):
-                    raise ValueError(f"{{{name}!i}}: {text!r} is not a plain identifier")
-                out.append(text if conversion == "i" else '"' + text.replace('"', '""') + '"')
-            elif conversion in ("", "s", "d", "f"):
-                if conversion in ("d", "f") and (isinstance(value, bool) or not isinstance(value, (int, float, decimal.Decimal))):
-                    raise ValueError(f"{{{name}!{conversion}}}: {value!r} is not a number")
-                values.append(value)
-                out.append(f"${len(values)}")
-            else:
-                raise ValueError(
-                    f"{{{name}!{conversion}}}: accelsql binds values and identifiers only (no raw text)"
-                )
-            i = end + 1
-        else:
-            out.append(c)
-            i += 1
-    if not named and len(values) != len(params):
-        raise ValueError(f"{len(params)} params given for {len(values)} ? placeholders")
-    return "".join(out), values
 
 
 def _quote(text: str) -> str:

@@ -17,12 +17,11 @@ import pyarrow as pa
 
 from ._accelsql import AccelsqlError
 from ._statement import Statement, exasol_field_type
-from ._text import literal_end
+from ._text import bind, literal_end
 
 if TYPE_CHECKING:
     import pandas
 
-    from ._connection import Connection
 
 # -- exceptions ------------------------------------------------------------------------------------
 
@@ -238,10 +237,8 @@ def to_engine_placeholders(sql: str, params: Params) -> Tuple[str, List[Any]]:
         raise parameter_error("parameters must be a sequence (?, :1, $1) or a mapping (:name, {name})")
     if named and _PYEXASOL.search(sql):
         # pyexasol's {name} (and its !d/!f/!i/!q conversions): the package's own binding.
-        from ._connection import _bind
-
         try:
-            return _bind(sql, params)
+            return bind(sql, params)
         except (KeyError, ValueError, TypeError) as e:
             raise parameter_error(str(e).strip("'\"")) from None
     out: List[str] = []
@@ -328,7 +325,7 @@ class Cursor:
     #: Rows ``fetchmany()`` returns without a size (PEP 249's default is 1).
     arraysize: int
 
-    def __init__(self, connection: "Connection") -> None:
+    def __init__(self, connection: Any) -> None:
         self._connection = connection
         self._result: Optional[Statement] = None
         self._description: Optional[List[Tuple[Any, ...]]] = None
@@ -338,7 +335,7 @@ class Cursor:
         self.arraysize = 1
 
     @property
-    def connection(self) -> "Connection":
+    def connection(self) -> Any:
         """The connection the cursor was made by (a PEP 249 extension)."""
         return self._connection
 
