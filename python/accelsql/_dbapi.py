@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import re
-import threading
 import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -331,7 +330,6 @@ class Cursor:
         self._description: Optional[List[Tuple[Any, ...]]] = None
         self._rowcount = -1
         self._closed = False
-        self._lock = threading.Lock()
         self.arraysize = 1
 
     @property
