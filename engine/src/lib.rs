@@ -81,7 +81,7 @@ pub use crate::exec::remote::{
     NodeLease, UdfCallParts, encode_aggregate_placement, encode_placement, udf_call_parts,
 };
 pub use crate::front::engine::Engine;
-pub use crate::front::session::{ResultShape, Session};
+pub use crate::front::session::{LeasePlace, ResultShape, Session};
 pub use crate::front::splitter;
 pub use crate::udf::{
     InputType, Inputs, Output, RunChunk, RunInput, ScalarKernel, ScalarUdf, ScalarUdfBuilder,

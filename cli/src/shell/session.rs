@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use accelsql_engine::splitter::{is_blank, is_complete, split_statements};
-use accelsql_engine::{Engine, EngineError, EngineOptions, SchedulerConfig, Session};
+use accelsql_engine::{Engine, EngineError, EngineOptions, LeasePlace, SchedulerConfig, Session};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use futures::StreamExt;
@@ -332,28 +332,20 @@ impl Shell {
     /// This session's place at the node's GPU lease: `holding GPU 0,1`, `waiting for the GPU
     /// lease (2 ahead)`, or `None` when it neither holds nor waits.
     fn lease_state(&self) -> Option<String> {
-        let snapshot = self.session.engine().lease_queue().snapshot();
-        let mine = format!(" of session {}", self.session.id());
-        if snapshot
-            .holder
-            .as_ref()
-            .is_some_and(|h| h.statement.ends_with(&mine))
-        {
-            let gpus: Vec<String> = (0..snapshot.devices).map(|i| i.to_string()).collect();
-            return Some(format!("holding GPU {}", gpus.join(",")));
-        }
-        let at = snapshot
-            .waiting
-            .iter()
-            .position(|w| w.statement.ends_with(&mine))?;
-        if let Some(device) = &snapshot.waiting[at].blocked_on {
+        Some(match self.session.gpu_lease_place()? {
+            LeasePlace::Holding { devices } => {
+                let gpus: Vec<String> = (0..devices).map(|i| i.to_string()).collect();
+                format!("holding GPU {}", gpus.join(","))
+            }
             // Our turn, but another process holds a device (its lock).
-            return Some(format!(
-                "waiting for the GPU lease ({device} is held by another process)"
-            ));
-        }
-        let ahead = at + usize::from(snapshot.holder.is_some());
-        Some(format!("waiting for the GPU lease ({ahead} ahead)"))
+            LeasePlace::Waiting {
+                blocked_on: Some(device),
+                ..
+            } => format!("waiting for the GPU lease ({device} is held by another process)"),
+            LeasePlace::Waiting { ahead, .. } => {
+                format!("waiting for the GPU lease ({ahead} ahead)")
+            }
+        })
     }
 
     /// Prints a result where results go, then (with `elapsed`) the timing lines on standard

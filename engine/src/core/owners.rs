@@ -17,6 +17,11 @@ pub(crate) fn lease_label(id: u64, session: u64) -> String {
     format!("{id} of session {session}")
 }
 
+/// The session a label of [`lease_label`] names (`None` for other labels).
+pub(crate) fn session_of_label(label: &str) -> Option<u64> {
+    label.rsplit_once(" of session ")?.1.parse().ok()
+}
+
 /// The statement id a label of [`lease_label`] names (`None` for other labels, such as a
 /// cluster task's).
 pub(crate) fn statement_of_label(label: &str) -> Option<u64> {
@@ -224,6 +229,15 @@ impl LiveSessions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_read_back_their_statement_and_session() {
+        let label = lease_label(12, 3);
+        assert_eq!(statement_of_label(&label), Some(12));
+        assert_eq!(session_of_label(&label), Some(3));
+        assert_eq!(session_of_label("stage 2 of job x"), None);
+        assert_ne!(session_of_label(&lease_label(1, 31)), Some(3));
+    }
 
     fn owner(session: u64) -> StatementOwner {
         StatementOwner {

@@ -312,6 +312,24 @@ impl Session {
         self.identity.id
     }
 
+    /// Where this session stands at its node's GPU lease now (a shell's progress line):
+    /// holding it, waiting in line, or neither (`None`).
+    pub fn gpu_lease_place(&self) -> Option<LeasePlace> {
+        use crate::core::owners::session_of_label;
+        let snapshot = self.engine.lease_queue().snapshot();
+        let mine = |label: &str| session_of_label(label) == Some(self.identity.id);
+        if snapshot.holder.as_ref().is_some_and(|h| mine(&h.statement)) {
+            return Some(LeasePlace::Holding {
+                devices: snapshot.devices,
+            });
+        }
+        let at = snapshot.waiting.iter().position(|w| mine(&w.statement))?;
+        Some(LeasePlace::Waiting {
+            ahead: at + usize::from(snapshot.holder.is_some()),
+            blocked_on: snapshot.waiting[at].blocked_on.clone(),
+        })
+    }
+
     /// Names the user this session runs for (a server's login), shown beside its statements in
     /// system tables, and says whether it may see other sessions' SQL text and calls there
     /// (`sees_others`: a server's admin; a restricted session never does). A session the
@@ -1466,6 +1484,24 @@ impl SqlRunner for Session {
     async fn run_sql(&self, sql: &str) -> Result<SendableRecordBatchStream> {
         Box::pin(self.sql_stream(sql)).await
     }
+}
+
+/// A session's place at its node's GPU lease ([`Session::gpu_lease_place`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeasePlace {
+    /// It holds the lease: its statement has the node's `devices` GPUs.
+    Holding {
+        /// How many GPUs the lease owns (indices `0..devices`).
+        devices: usize,
+    },
+    /// It waits, `ahead` statements before it; `blocked_on`: its turn has come, but a device
+    /// is locked by another process.
+    Waiting {
+        /// Statements served before it.
+        ahead: usize,
+        /// The device another process holds, when that is what it waits for.
+        blocked_on: Option<String>,
+    },
 }
 
 /// `params` cast to the types the plan infers for its placeholders (`$1` in `INSERT INTO t
