@@ -84,6 +84,21 @@ pub enum SchedulerError {
         statement: String,
     },
 
+    /// A statement declared more device memory than the node's devices could ever reserve for
+    /// it, so waiting would never end.
+    #[error(
+        "[{}] statement '{statement}' declares more GPU memory than this node can reserve: \
+         {detail}. Declare less (%perInstanceRequiredAcceleratorMemory), lower the instance \
+         limit, or lower gpu_memory_headroom",
+        Self::DEMAND_TOO_LARGE
+    )]
+    DemandTooLarge {
+        /// The statement.
+        statement: String,
+        /// What it asked for and what the largest device can reserve.
+        detail: String,
+    },
+
     /// The lease queue was closed (the engine is shutting down).
     #[error(
         "[{}] the GPU lease queue is closed: the engine is shutting down",
@@ -119,6 +134,8 @@ impl SchedulerError {
     pub const NOT_ENOUGH_DEVICES: &'static str = "53G01";
     /// Code of [`SchedulerError::DevicesBusy`].
     pub const DEVICES_BUSY: &'static str = "53G02";
+    /// Code of [`SchedulerError::DemandTooLarge`].
+    pub const DEMAND_TOO_LARGE: &'static str = "53G03";
     /// Code of [`SchedulerError::LeaseTimeout`].
     pub const LEASE_TIMEOUT: &'static str = "57G01";
     /// Code of [`SchedulerError::QueueClosed`].
@@ -136,6 +153,7 @@ impl SchedulerError {
             Self::InvalidValue { .. } => Self::INVALID_VALUE,
             Self::NotEnoughDevices { .. } => Self::NOT_ENOUGH_DEVICES,
             Self::DevicesBusy { .. } => Self::DEVICES_BUSY,
+            Self::DemandTooLarge { .. } => Self::DEMAND_TOO_LARGE,
             Self::LeaseTimeout { .. } => Self::LEASE_TIMEOUT,
             Self::QueueClosed => Self::QUEUE_CLOSED,
             Self::TooManyWaiters { .. } => Self::TOO_MANY_WAITERS,

@@ -4,13 +4,17 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::lock::{DeviceLock, DeviceLockDir};
+use crate::sharing::{
+    DEFAULT_HEADROOM_PERCENT, DeviceDemand, GpuSharing, Reservation, decide, why_short,
+};
+use crate::units::format_bytes;
 use crate::{DeviceInfo, Result, SchedulerError};
 
 /// How many finished leases [`LeaseQueue::snapshot`] keeps for introspection.
@@ -49,6 +53,7 @@ pub struct LeaseRequest {
     precedence: u32,
     group: Option<String>,
     max_group_waiters: Option<usize>,
+    demand: DeviceDemand,
 }
 
 impl LeaseRequest {
@@ -60,7 +65,23 @@ impl LeaseRequest {
             precedence: DEFAULT_PRECEDENCE,
             group: None,
             max_group_waiters: None,
+            demand: DeviceDemand::Whole,
         }
+    }
+
+    /// Declares the device memory of each GPU instance the statement runs (each instance on
+    /// one device). Under [`GpuSharing::Memory`] the lease then reserves that much and shares
+    /// devices with other such leases; without it, or under [`GpuSharing::Exclusive`], the
+    /// lease owns every device.
+    pub fn memory(mut self, per_instance: impl IntoIterator<Item = u64>) -> Self {
+        self.demand = DeviceDemand::Memory(per_instance.into_iter().collect());
+        self
+    }
+
+    /// The request's demand, set whole or by [`LeaseRequest::memory`].
+    pub fn demand(mut self, demand: DeviceDemand) -> Self {
+        self.demand = demand;
+        self
     }
 
     /// Give up after waiting this long (overrides the queue's default).
@@ -167,15 +188,29 @@ struct Inner {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Who has the in-process turn: a chosen waiter (its ticket; it may still wait for device
-    /// locks), or a lease (the ticket it was granted under). `None`: free, and nobody waits
-    /// (unless the queue is closed).
-    turn: Option<u64>,
+    sharing: GpuSharing,
+    /// Share of each device's memory left free under [`GpuSharing::Memory`], percent.
+    headroom_percent: u32,
+    /// Device memory used by other processes (see [`LeaseQueue::set_other_processes_memory`]).
+    external: Vec<u64>,
+    /// Who has been admitted: chosen waiters (which may still wait for device locks) and
+    /// leases, by ticket, with what they reserve and the head they overtook, if any.
+    admitted: BTreeMap<u64, Admitted>,
+    /// The waiting head's shadow (see [`crate::sharing`]).
+    shadow: Option<(u64, Reservation)>,
+    /// The device locks this process holds while any of its leases is admitted.
+    shared_locks: Weak<Vec<DeviceLock>>,
     closed: bool,
-    holder: Option<Holder>,
+    holders: BTreeMap<u64, Holder>,
     waiting: BTreeMap<u64, Waiter>,
     recent: VecDeque<LeaseRecord>,
     totals: LeaseTotals,
+}
+
+#[derive(Debug, Clone)]
+struct Admitted {
+    reservation: Reservation,
+    past: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -186,6 +221,8 @@ struct Holder {
     precedence: u32,
     waited: Duration,
     granted_at: Instant,
+    reservation: Reservation,
+    backfilled: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -194,10 +231,22 @@ struct Waiter {
     group: Option<String>,
     precedence: u32,
     since: Instant,
-    /// Set while the in-process turn is ours but another process holds this device's lock.
+    demand: DeviceDemand,
+    /// Set while it is admitted but another process holds a device's lock.
     blocked_on: Option<String>,
-    /// Woken when the waiter gets the turn or the queue closes.
+    /// Woken when the waiter is admitted or the queue closes.
     wake: Arc<Notify>,
+}
+
+/// Device memory a lease reserves on one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceReservation {
+    /// The device's NVML index.
+    pub index: u32,
+    /// The device's UUID.
+    pub uuid: String,
+    /// Bytes reserved there; 0 where the lease owns the whole device.
+    pub bytes: u64,
 }
 
 /// The current holder, as [`LeaseQueue::snapshot`] shows it.
@@ -215,6 +264,12 @@ pub struct HolderSnapshot {
     pub group: Option<String>,
     /// The precedence it waited with.
     pub precedence: u32,
+    /// Whether it owns every device (a whole-device lease) rather than reserved memory.
+    pub whole: bool,
+    /// The devices it uses and what it reserved on each.
+    pub reserved: Vec<DeviceReservation>,
+    /// Whether it started before a waiting head, by the backfill rule.
+    pub backfilled: bool,
 }
 
 /// A statement waiting for the lease.
@@ -224,7 +279,7 @@ pub struct WaiterSnapshot {
     pub statement: String,
     /// How long it has waited so far.
     pub waiting_for: Duration,
-    /// A device locked by another process that this waiter, next in line, is blocked on.
+    /// A device locked by another process that this waiter, admitted, is blocked on.
     pub blocked_on: Option<String>,
     /// Its consumer group, if its request named one.
     pub group: Option<String>,
@@ -232,6 +287,28 @@ pub struct WaiterSnapshot {
     pub precedence: u32,
     /// Its precedence now, aging included: `precedence + floor(waiting_for / per_point)`.
     pub effective_precedence: u64,
+    /// Device memory it asks for, in bytes (0: every device to itself).
+    pub demand_bytes: u64,
+    /// Why it waits, in words: which device and how many bytes short, the holders of a whole
+    /// device it needs, or the statement ahead of it.
+    pub reason: String,
+}
+
+/// One device's memory as the queue counts it (for `accelsql.gpu_devices`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceMemorySnapshot {
+    /// The device's NVML index.
+    pub index: u32,
+    /// Installed memory.
+    pub total: u64,
+    /// What leases may reserve: total, less the headroom, less other processes' use.
+    pub usable: u64,
+    /// What the leases of this queue reserve now.
+    pub reserved: u64,
+    /// Memory other processes use (see [`LeaseQueue::set_other_processes_memory`]).
+    pub other_processes: u64,
+    /// Whether a whole-device lease holds it.
+    pub whole: bool,
 }
 
 /// A finished lease.
@@ -247,6 +324,8 @@ pub struct LeaseRecord {
     pub held: Duration,
     /// Whether the lease was released by a panic unwinding through its holder.
     pub released_by_panic: bool,
+    /// Bytes of device memory it had reserved (0: whole devices).
+    pub reserved_bytes: u64,
 }
 
 /// Counters since the queue was created.
@@ -254,6 +333,8 @@ pub struct LeaseRecord {
 pub struct LeaseTotals {
     /// Leases granted.
     pub granted: u64,
+    /// Leases granted before a waiting head by the backfill rule.
+    pub backfilled: u64,
     /// Waits that ended in a timeout.
     pub timed_out: u64,
     /// Waits abandoned by their caller (future dropped, query cancelled).
@@ -272,13 +353,19 @@ pub struct LeaseTotals {
 /// The queue at one moment, for `accelsql.gpu_leases` and diagnostics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseQueueSnapshot {
-    /// Number of devices a lease owns.
+    /// Number of devices of the node.
     pub devices: usize,
-    /// Who holds the lease now.
+    /// How the queue shares them.
+    pub sharing: GpuSharing,
+    /// The oldest holder (under [`GpuSharing::Exclusive`], the only one).
     pub holder: Option<HolderSnapshot>,
-    /// Who waits, in the order they would be granted now: the one whose turn it is (waiting
-    /// for a device lock) first, then by effective precedence, highest first, then by arrival.
+    /// Every holder, oldest first.
+    pub holders: Vec<HolderSnapshot>,
+    /// Who waits, in the order they would be granted now: those admitted but waiting for a
+    /// device lock first, then by effective precedence, highest first, then by arrival.
     pub waiting: Vec<WaiterSnapshot>,
+    /// Each device's memory as the queue counts it.
+    pub memory: Vec<DeviceMemorySnapshot>,
     /// The last [`RECENT_LEASES`] finished leases, oldest first.
     pub recent: Vec<LeaseRecord>,
     /// Counters.
@@ -309,6 +396,11 @@ impl LeaseQueue {
         locks: Option<DeviceLockDir>,
         default_timeout: Option<Duration>,
     ) -> Self {
+        let state = State {
+            headroom_percent: DEFAULT_HEADROOM_PERCENT,
+            external: vec![0; devices.len()],
+            ..State::default()
+        };
         Self {
             inner: Arc::new(Inner {
                 devices: devices.into(),
@@ -316,7 +408,7 @@ impl LeaseQueue {
                 default_timeout,
                 aging_nanos: AtomicU64::new(duration_nanos(DEFAULT_AGING)),
                 next_id: AtomicU64::new(1),
-                state: Mutex::new(State::default()),
+                state: Mutex::new(state),
             }),
         }
     }
@@ -331,23 +423,51 @@ impl LeaseQueue {
         self
     }
 
+    /// Sets how the queue shares its devices, and under [`GpuSharing::Memory`] the share of
+    /// each device's memory (percent, at most 100) that reservations leave free. Meant to be
+    /// called right after construction; it applies to every clone of the queue.
+    pub fn with_sharing(self, sharing: GpuSharing, headroom_percent: u32) -> Self {
+        {
+            let mut state = self.inner.state();
+            state.sharing = sharing;
+            state.headroom_percent = headroom_percent.min(100);
+        }
+        self
+    }
+
+    /// How the queue shares its devices.
+    pub fn sharing(&self) -> GpuSharing {
+        self.inner.state().sharing
+    }
+
+    /// Records how much device memory processes other than this one use on each device (by
+    /// position; NVML's per-process figures, this process's own workers left out), which
+    /// memory-shared leases may not reserve; then admits whoever fits now.
+    pub fn set_other_processes_memory(&self, bytes: Vec<u64>) {
+        let mut state = self.inner.state();
+        let n = self.inner.devices.len();
+        state.external = bytes.into_iter().chain(std::iter::repeat(0)).take(n).collect();
+        self.inner.admit(&mut state);
+    }
+
     /// How long a waiter waits per point of precedence it gains (zero: no aging).
     pub fn precedence_aging(&self) -> Duration {
         self.inner.aging()
     }
 
-    /// The devices every lease owns.
+    /// The node's devices (a whole-device lease owns them all).
     pub fn devices(&self) -> &[DeviceInfo] {
         &self.inner.devices
     }
 
-    /// Waits for the lease, by precedence with aging (see [`LeaseQueue`]).
+    /// Waits for the lease, by precedence with aging (see [`LeaseQueue`]); under
+    /// [`GpuSharing::Memory`], for the memory the request declares (see [`crate::sharing`]).
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: dropping the returned future before it completes (a cancelled query, a
     /// `select!` branch not taken) removes the caller from the queue and releases anything it had
-    /// taken, the in-process turn included; the statements behind it move up. The drop is
+    /// taken, its admission included; the statements behind it move up. The drop is
     /// counted in [`LeaseTotals::cancelled`].
     ///
     /// # Errors
@@ -355,7 +475,8 @@ impl LeaseQueue {
     /// [`SchedulerError::LeaseTimeout`] (code 57G01) when the request's or the queue's timeout
     /// passes, naming the holder; [`SchedulerError::QueueClosed`] after [`LeaseQueue::close`];
     /// [`SchedulerError::TooManyWaiters`] (code 57G04) when the request's group already has
-    /// [`LeaseRequest::max_group_waiters`] waiting; [`SchedulerError::DeviceLock`] if a lock
+    /// [`LeaseRequest::max_group_waiters`] waiting; [`SchedulerError::DemandTooLarge`] (code
+    /// 53G03) for memory no device could ever hold; [`SchedulerError::DeviceLock`] if a lock
     /// file cannot be used.
     pub async fn acquire(&self, request: LeaseRequest) -> Result<Lease> {
         let mut guard = WaitGuard::enter(&self.inner, &request)?;
@@ -398,44 +519,69 @@ impl LeaseQueue {
     }
 
     /// Takes the lease only if it is free now and nobody waits for it: `Ok(None)` means busy,
-    /// for callers that prefer the CPU to waiting. The lease shows [`DEFAULT_PRECEDENCE`] and
-    /// no group.
+    /// for callers that prefer the CPU to waiting. The lease owns every device, shows
+    /// [`DEFAULT_PRECEDENCE`] and no group.
     ///
     /// # Errors
     ///
     /// [`SchedulerError::QueueClosed`] after [`LeaseQueue::close`];
     /// [`SchedulerError::DeviceLock`] if a lock file cannot be used.
     pub fn try_acquire(&self, statement: impl Into<String>) -> Result<Option<Lease>> {
-        let statement = statement.into();
+        self.try_acquire_request(LeaseRequest::new(statement))
+    }
+
+    /// [`LeaseQueue::try_acquire`] for a request, which may declare memory: taken only if
+    /// nobody waits and it fits now. Its timeout and waiter cap do not apply.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeaseQueue::try_acquire`], and [`SchedulerError::DemandTooLarge`].
+    pub fn try_acquire_request(&self, request: LeaseRequest) -> Result<Option<Lease>> {
         let turn = {
             let mut state = self.inner.state();
             if state.closed {
                 return Err(SchedulerError::QueueClosed);
             }
-            if state.turn.is_some() || !state.waiting.is_empty() {
+            let demand = self.inner.checked_demand(&state, &request)?;
+            let usable = self.inner.usable(&state);
+            let admitted: Vec<_> = state
+                .admitted
+                .values()
+                .map(|a| (&a.reservation, a.past))
+                .collect();
+            let mut no_shadow = None;
+            let fits = state.waiting.is_empty()
+                && !decide(&usable, &admitted, &[(0, &demand)], &mut no_shadow).is_empty();
+            if !fits {
                 state.totals.busy += 1;
                 return Ok(None);
             }
             let ticket = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-            state.turn = Some(ticket);
+            let admission = decide(&usable, &admitted, &[(ticket, &demand)], &mut no_shadow);
+            for a in admission {
+                state.admitted.insert(
+                    a.ticket,
+                    Admitted {
+                        reservation: a.reservation,
+                        past: a.past,
+                    },
+                );
+            }
             Turn {
                 inner: Arc::clone(&self.inner),
                 ticket,
             }
         };
         // On an error or a busy device, dropping `turn` frees it for whoever arrived meanwhile.
-        let locks = match &self.inner.locks {
-            None => Vec::new(),
-            Some(dir) => match dir.try_lock_all(self.uuids(), &holder_tag(&statement))? {
-                Ok(locks) => locks,
-                Err(_busy) => {
-                    self.inner.state().totals.busy += 1;
-                    return Ok(None);
-                }
-            },
+        let locks = match self.inner.take_locks(&request.statement, turn.ticket)? {
+            Some(locks) => locks,
+            None => {
+                self.inner.state().totals.busy += 1;
+                return Ok(None);
+            }
         };
         Ok(Some(self.grant(
-            statement,
+            request.statement,
             None,
             DEFAULT_PRECEDENCE,
             Duration::ZERO,
@@ -450,65 +596,117 @@ impl LeaseQueue {
     pub fn close(&self) {
         let mut state = self.inner.state();
         state.closed = true;
-        // Every waiter wakes, sees `closed` and fails; one that was handed the turn gives it
-        // back as it leaves, and nobody gets it again.
+        // Every waiter wakes, sees `closed` and fails; one that was admitted gives its
+        // admission back as it leaves, and nobody is admitted again.
         for waiter in state.waiting.values() {
             waiter.wake.notify_one();
         }
     }
 
-    /// Holder, waiters (in the order they would be granted now), recent leases and counters at
-    /// this moment.
+    /// Holders, waiters (in the order they would be granted now, each with why it waits),
+    /// device memory, recent leases and counters at this moment.
     pub fn snapshot(&self) -> LeaseQueueSnapshot {
         let now = Instant::now();
         let per_point = self.inner.aging();
         let state = self.inner.state();
-        LeaseQueueSnapshot {
-            devices: self.inner.devices.len(),
-            holder: state.holder.as_ref().map(|h| HolderSnapshot {
+        let devices = &self.inner.devices;
+        let usable = self.inner.usable(&state);
+        let (reserved, whole) = reserved_totals(&state, devices.len());
+        let holders: Vec<HolderSnapshot> = state
+            .holders
+            .values()
+            .map(|h| HolderSnapshot {
                 lease_id: h.lease_id,
                 statement: h.statement.clone(),
                 waited: h.waited,
                 held_for: now.saturating_duration_since(h.granted_at),
                 group: h.group.clone(),
                 precedence: h.precedence,
-            }),
-            waiting: state
-                .ranked(now, per_point)
-                .into_iter()
-                .map(|(_, w, effective)| WaiterSnapshot {
-                    statement: w.statement.clone(),
-                    waiting_for: now.saturating_duration_since(w.since),
-                    blocked_on: w.blocked_on.clone(),
-                    group: w.group.clone(),
-                    precedence: w.precedence,
-                    effective_precedence: effective,
-                })
-                .collect(),
+                whole: h.reservation.whole,
+                reserved: h
+                    .reservation
+                    .devices_used()
+                    .into_iter()
+                    .map(|d| DeviceReservation {
+                        index: devices[d].index,
+                        uuid: devices[d].uuid.clone(),
+                        bytes: h.reservation.per_device[d],
+                    })
+                    .collect(),
+                backfilled: h.backfilled,
+            })
+            .collect();
+        let room: Vec<u64> = if whole {
+            vec![0; devices.len()]
+        } else {
+            usable
+                .iter()
+                .zip(&reserved)
+                .map(|(u, r)| u.saturating_sub(*r))
+                .collect()
+        };
+        let ranked = state.ranked(now, per_point);
+        let head = ranked
+            .iter()
+            .find(|(t, _, _)| !state.admitted.contains_key(t))
+            .map(|(_, w, _)| w.statement.clone());
+        let waiting = ranked
+            .iter()
+            .map(|(ticket, w, effective)| WaiterSnapshot {
+                statement: w.statement.clone(),
+                waiting_for: now.saturating_duration_since(w.since),
+                blocked_on: w.blocked_on.clone(),
+                group: w.group.clone(),
+                precedence: w.precedence,
+                effective_precedence: *effective,
+                demand_bytes: w.demand.bytes(),
+                reason: self.inner.wait_reason(
+                    &state,
+                    *ticket,
+                    w,
+                    &room,
+                    head.as_deref().filter(|h| *h != w.statement),
+                ),
+            })
+            .collect();
+        let memory = devices
+            .iter()
+            .enumerate()
+            .map(|(d, info)| DeviceMemorySnapshot {
+                index: info.index,
+                total: info.memory_total,
+                usable: usable[d],
+                reserved: reserved[d],
+                other_processes: state.external.get(d).copied().unwrap_or(0),
+                whole,
+            })
+            .collect();
+        LeaseQueueSnapshot {
+            devices: devices.len(),
+            sharing: state.sharing,
+            holder: holders.first().cloned(),
+            holders,
+            waiting,
+            memory,
             recent: state.recent.iter().cloned().collect(),
             totals: state.totals.clone(),
         }
     }
 
-    fn uuids(&self) -> impl Iterator<Item = &str> {
-        self.inner.devices.iter().map(|d| d.uuid.as_str())
-    }
-
-    /// Our turn in this process (handed to us when we are the waiter chosen), then every
-    /// device's cross-process lock.
+    /// Our admission in this process (when the rule admits us), then the device locks.
     async fn wait_for_turn(
         &self,
         ticket: u64,
         wake: &Notify,
         statement: &str,
-    ) -> Result<(Turn, Vec<DeviceLock>)> {
+    ) -> Result<(Turn, Option<Arc<Vec<DeviceLock>>>)> {
         let turn = loop {
             {
                 let state = self.inner.state();
                 if state.closed {
                     return Err(SchedulerError::QueueClosed);
                 }
-                if state.turn == Some(ticket) {
+                if state.admitted.contains_key(&ticket) {
                     break Turn {
                         inner: Arc::clone(&self.inner),
                         ticket,
@@ -519,31 +717,18 @@ impl LeaseQueue {
             // check above and this await is not lost.
             wake.notified().await;
         };
-        let Some(dir) = &self.inner.locks else {
-            return Ok((turn, Vec::new()));
-        };
-        let tag = holder_tag(statement);
         let mut backoff = Duration::from_millis(1);
         loop {
-            // An error returns and drops `turn`, which hands it to the next waiter.
-            match dir.try_lock_all(self.uuids(), &tag)? {
-                Ok(locks) => return Ok((turn, locks)),
-                Err(busy) => {
-                    let closed = {
-                        let mut state = self.inner.state();
-                        if let Some(w) = state.waiting.get_mut(&ticket) {
-                            w.blocked_on = Some(busy);
-                        }
-                        state.closed
-                    };
-                    if closed {
-                        return Err(SchedulerError::QueueClosed);
-                    }
-                    // Sleep, but wake early when the queue closes.
-                    let _ = tokio::time::timeout(backoff, wake.notified()).await;
-                    backoff = (backoff * 2).min(MAX_LOCK_BACKOFF);
-                }
+            // An error returns and drops `turn`, which gives the admission back.
+            if let Some(locks) = self.inner.take_locks(statement, ticket)? {
+                return Ok((turn, locks));
             }
+            if self.inner.state().closed {
+                return Err(SchedulerError::QueueClosed);
+            }
+            // Sleep, but wake early when the queue closes.
+            let _ = tokio::time::timeout(backoff, wake.notified()).await;
+            backoff = (backoff * 2).min(MAX_LOCK_BACKOFF);
         }
     }
 
@@ -554,20 +739,30 @@ impl LeaseQueue {
         precedence: u32,
         waited: Duration,
         turn: Turn,
-        locks: Vec<DeviceLock>,
+        locks: Option<Arc<Vec<DeviceLock>>>,
     ) -> Lease {
         let lease_id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let granted_at = Instant::now();
         let mut state = self.inner.state();
-        state.holder = Some(Holder {
+        let (reservation, backfilled) = state.admitted.get(&turn.ticket).map_or_else(
+            || (Reservation::whole(self.inner.devices.len()), false),
+            |a| (a.reservation.clone(), a.past.is_some()),
+        );
+        state.holders.insert(
             lease_id,
-            statement: statement.clone(),
-            group,
-            precedence,
-            waited,
-            granted_at,
-        });
+            Holder {
+                lease_id,
+                statement: statement.clone(),
+                group,
+                precedence,
+                waited,
+                granted_at,
+                reservation: reservation.clone(),
+                backfilled,
+            },
+        );
         state.totals.granted += 1;
+        state.totals.backfilled += u64::from(backfilled);
         state.totals.total_wait += waited;
         drop(state);
         Lease {
@@ -576,6 +771,7 @@ impl LeaseQueue {
             statement,
             waited,
             granted_at,
+            reservation,
             locks,
             turn: Some(turn),
         }
@@ -598,18 +794,36 @@ impl LeaseQueue {
             .iter()
             .position(|(t, _, _)| *t == ticket)
             .unwrap_or(ranked.len());
-        let holder = match (&state.holder, blocked_on) {
-            (Some(h), _) => format!(
-                "the lease is held by statement '{}' (lease {}, for {:.1?}) and {ahead} statement(s) wait ahead of this one",
-                h.statement,
-                h.lease_id,
-                h.granted_at.elapsed()
-            ),
-            (None, Some(uuid)) => {
+        let first = state.holders.values().next();
+        let holder = match (first, blocked_on) {
+            (_, Some(uuid)) => {
                 let who = self.inner.locks.as_ref().and_then(|d| d.holder_of(&uuid));
                 format!(
                     "device {uuid} is locked by another process ({})",
                     who.unwrap_or_else(|| "holder unknown".into())
+                )
+            }
+            (Some(h), None) => {
+                let others = match state.holders.len() {
+                    1 => String::new(),
+                    n => format!(" with {} other lease(s)", n - 1),
+                };
+                let short = state
+                    .waiting
+                    .get(&ticket)
+                    .map(|w| {
+                        let (reserved, whole) = reserved_totals(&state, self.inner.devices.len());
+                        let room = self.inner.room(&state, &reserved, whole);
+                        self.inner.wait_reason(&state, ticket, w, &room, None)
+                    })
+                    .filter(|r| r.contains("short"))
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default();
+                format!(
+                    "the lease is held by statement '{}' (lease {}, for {:.1?}){others} and {ahead} statement(s) wait ahead of this one{short}",
+                    h.statement,
+                    h.lease_id,
+                    h.granted_at.elapsed()
                 )
             }
             (None, None) => format!("{ahead} statement(s) wait ahead of this one"),
@@ -623,6 +837,25 @@ impl LeaseQueue {
     }
 }
 
+/// What leases may reserve of `total` bytes, `headroom_percent` left free.
+fn reservable(total: u64, headroom_percent: u32) -> u64 {
+    let headroom = u128::from(total) * u128::from(headroom_percent.min(100)) / 100;
+    total - u64::try_from(headroom).unwrap_or(total)
+}
+
+/// Bytes reserved on each device by the admitted, and whether one of them owns every device.
+fn reserved_totals(state: &State, devices: usize) -> (Vec<u64>, bool) {
+    let mut sum = vec![0u64; devices];
+    let mut whole = false;
+    for a in state.admitted.values() {
+        whole |= a.reservation.whole;
+        for (s, b) in sum.iter_mut().zip(&a.reservation.per_device) {
+            *s = s.saturating_add(*b);
+        }
+    }
+    (sum, whole)
+}
+
 impl Inner {
     /// The state, also after a panic elsewhere poisoned the mutex (the state stays consistent:
     /// every critical section is a few field writes).
@@ -634,12 +867,177 @@ impl Inner {
     fn aging(&self) -> Duration {
         Duration::from_nanos(self.aging_nanos.load(Ordering::Relaxed))
     }
+
+    /// What memory-shared leases may reserve on each device: its memory, less the headroom,
+    /// less what other processes use.
+    fn usable(&self, state: &State) -> Vec<u64> {
+        self.devices
+            .iter()
+            .enumerate()
+            .map(|(d, info)| {
+                reservable(info.memory_total, state.headroom_percent)
+                    .saturating_sub(state.external.get(d).copied().unwrap_or(0))
+            })
+            .collect()
+    }
+
+    fn room(&self, state: &State, reserved: &[u64], whole: bool) -> Vec<u64> {
+        if whole {
+            return vec![0; reserved.len()];
+        }
+        self.usable(state)
+            .iter()
+            .zip(reserved)
+            .map(|(u, r)| u.saturating_sub(*r))
+            .collect()
+    }
+
+    /// The request's demand as this queue counts it: whole under `exclusive`; a memory demand
+    /// that no device could ever hold is refused.
+    fn checked_demand(&self, state: &State, request: &LeaseRequest) -> Result<DeviceDemand> {
+        let demand = match (&request.demand, state.sharing) {
+            (DeviceDemand::Memory(v), GpuSharing::Memory) if !v.is_empty() => {
+                DeviceDemand::Memory(v.clone())
+            }
+            _ => DeviceDemand::Whole,
+        };
+        if let DeviceDemand::Memory(v) = &demand {
+            let limits: Vec<u64> = self
+                .devices
+                .iter()
+                .map(|d| reservable(d.memory_total, state.headroom_percent))
+                .collect();
+            if let Err(short) = crate::sharing::place(v, &limits) {
+                return Err(SchedulerError::DemandTooLarge {
+                    statement: request.statement.clone(),
+                    detail: format!(
+                        "{} instance(s), the largest needing {}; GPU {} can reserve at most {} \
+                         ({}% of its memory is headroom)",
+                        v.len(),
+                        format_bytes(short.instance),
+                        self.devices.get(short.device).map_or(0, |d| d.index),
+                        format_bytes(short.room),
+                        state.headroom_percent
+                    ),
+                });
+            }
+        }
+        Ok(demand)
+    }
+
+    /// Admits whoever the rule lets in now and wakes them. Nobody is admitted once the queue
+    /// is closed.
+    fn admit(&self, state: &mut State) {
+        if state.closed {
+            return;
+        }
+        let now = Instant::now();
+        let usable = self.usable(state);
+        let ranked: Vec<(u64, DeviceDemand)> = state
+            .ranked(now, self.aging())
+            .into_iter()
+            .filter(|(t, _, _)| !state.admitted.contains_key(t))
+            .map(|(t, w, _)| (t, w.demand.clone()))
+            .collect();
+        if ranked.is_empty() {
+            state.shadow = None;
+            return;
+        }
+        let admissions = {
+            let admitted: Vec<_> = state
+                .admitted
+                .values()
+                .map(|a| (&a.reservation, a.past))
+                .collect();
+            let ranked: Vec<(u64, &DeviceDemand)> = ranked.iter().map(|(t, d)| (*t, d)).collect();
+            let mut shadow = state.shadow.take();
+            let out = decide(&usable, &admitted, &ranked, &mut shadow);
+            state.shadow = shadow;
+            out
+        };
+        for a in admissions {
+            state.admitted.insert(
+                a.ticket,
+                Admitted {
+                    reservation: a.reservation,
+                    past: a.past,
+                },
+            );
+            if let Some(w) = state.waiting.get(&a.ticket) {
+                w.wake.notify_one();
+            }
+        }
+    }
+
+    /// The device locks for admitted `ticket`: this process's, shared with its other leases,
+    /// or taken now. `Ok(None)`: another process holds one (noted on the waiter).
+    fn take_locks(&self, statement: &str, ticket: u64) -> Result<Option<Option<Arc<Vec<DeviceLock>>>>> {
+        let Some(dir) = &self.locks else {
+            return Ok(Some(None));
+        };
+        let mut state = self.state();
+        if let Some(held) = state.shared_locks.upgrade() {
+            return Ok(Some(Some(held)));
+        }
+        // Taken under the state's lock, so two admitted statements of this process never
+        // race for the same file (each `try_lock` is one non-blocking `flock`).
+        let uuids = self.devices.iter().map(|d| d.uuid.as_str());
+        match dir.try_lock_all(uuids, &holder_tag(statement))? {
+            Ok(locks) => {
+                let locks = Arc::new(locks);
+                state.shared_locks = Arc::downgrade(&locks);
+                if let Some(w) = state.waiting.get_mut(&ticket) {
+                    w.blocked_on = None;
+                }
+                Ok(Some(Some(locks)))
+            }
+            Err(busy) => {
+                if let Some(w) = state.waiting.get_mut(&ticket) {
+                    w.blocked_on = Some(busy);
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Why waiter `ticket` waits, in words.
+    fn wait_reason(
+        &self,
+        state: &State,
+        ticket: u64,
+        w: &Waiter,
+        room: &[u64],
+        head: Option<&str>,
+    ) -> String {
+        if let Some(uuid) = &w.blocked_on {
+            return format!("admitted; device {uuid} is locked by another process");
+        }
+        if state.admitted.contains_key(&ticket) {
+            return "admitted; taking the device locks".into();
+        }
+        let index_of = |d: usize| self.devices.get(d).map_or(0, |i| i.index);
+        let holders = state.admitted.len();
+        match &w.demand {
+            DeviceDemand::Whole => match head {
+                Some(h) => format!("waits behind statement '{h}'"),
+                None => format!("needs every GPU to itself; {holders} lease(s) hold GPUs"),
+            },
+            demand => match (why_short(demand, room, index_of), head) {
+                (Some(short), _) => short,
+                (None, Some(h)) => format!(
+                    "fits, but waits behind statement '{h}': the memory it would take is what \
+                     '{h}' needs next (backfill rule)"
+                ),
+                (None, None) => "fits; being admitted".into(),
+            },
+        }
+    }
 }
 
 impl State {
     /// The waiters in the order they would be granted at `now`, with their effective
-    /// precedence: the one holding the turn first, then highest effective precedence, then
-    /// earliest arrival (lowest ticket).
+    /// precedence: the admitted first, then highest effective precedence, then earliest
+    /// arrival (lowest ticket).
     fn ranked(&self, now: Instant, per_point: Duration) -> Vec<(u64, &Waiter, u64)> {
         let mut ranked: Vec<_> = self
             .waiting
@@ -647,27 +1045,13 @@ impl State {
             .map(|(ticket, w)| (*ticket, w, w.effective_precedence(now, per_point)))
             .collect();
         ranked.sort_by_key(|(ticket, _, effective)| {
-            (self.turn != Some(*ticket), Reverse(*effective), *ticket)
+            (
+                !self.admitted.contains_key(ticket),
+                Reverse(*effective),
+                *ticket,
+            )
         });
         ranked
-    }
-
-    /// Gives the free turn to the waiter the rule picks (never `exclude`, which is leaving) and
-    /// wakes it. Nobody gets it once the queue is closed.
-    fn hand_off(&mut self, per_point: Duration, exclude: Option<u64>) {
-        if self.turn.is_some() || self.closed {
-            return;
-        }
-        let now = Instant::now();
-        let chosen = self
-            .waiting
-            .iter()
-            .filter(|(ticket, _)| Some(**ticket) != exclude)
-            .max_by_key(|(ticket, w)| (w.effective_precedence(now, per_point), Reverse(**ticket)));
-        if let Some((ticket, waiter)) = chosen {
-            self.turn = Some(*ticket);
-            waiter.wake.notify_one();
-        }
     }
 }
 
@@ -698,9 +1082,9 @@ fn holder_tag(statement: &str) -> String {
     format!("statement {statement}")
 }
 
-/// The in-process turn: whoever holds it is the next (or current) lease holder. Dropping it —
-/// a lease released, or an acquire abandoned while it waits for another process's device lock —
-/// hands the turn to the next waiter the rule picks.
+/// An admission: whoever holds it is a lease holder, or about to be. Dropping it — a lease
+/// released, or an acquire abandoned while it waits for another process's device lock —
+/// gives its reservation back and admits whoever fits now.
 #[derive(Debug)]
 struct Turn {
     inner: Arc<Inner>,
@@ -710,10 +1094,11 @@ struct Turn {
 impl Drop for Turn {
     fn drop(&mut self) {
         let mut state = self.inner.state();
-        if state.turn == Some(self.ticket) {
-            state.turn = None;
-            // The waiter may still be listed (its WaitGuard drops after this): skip it.
-            state.hand_off(self.inner.aging(), Some(self.ticket));
+        if state.admitted.remove(&self.ticket).is_some() {
+            // A waiter that gives its admission back before it took the lease (its lock
+            // wait failed or was dropped) is still listed and may be admitted again here; its
+            // WaitGuard, dropped next, takes that back too.
+            self.inner.admit(&mut state);
         }
     }
 }
@@ -726,8 +1111,8 @@ enum WaitOutcome {
     Failed,
 }
 
-/// Registers a waiter and unregisters it however the wait ends, giving back a turn it was
-/// handed but did not take.
+/// Registers a waiter and unregisters it however the wait ends, giving back an admission it
+/// was handed but did not take.
 struct WaitGuard<'a> {
     inner: &'a Inner,
     ticket: u64,
@@ -737,14 +1122,16 @@ struct WaitGuard<'a> {
 }
 
 impl<'a> WaitGuard<'a> {
-    /// Joins the queue, or refuses at once: closed, or the group has its most waiters.
+    /// Joins the queue, or refuses at once: closed, the group has its most waiters, or the
+    /// demand could never fit.
     fn enter(inner: &'a Inner, request: &LeaseRequest) -> Result<Self> {
         let mut state = inner.state();
         if state.closed {
             return Err(SchedulerError::QueueClosed);
         }
+        let demand = inner.checked_demand(&state, request)?;
         if let Some(max) = request.max_group_waiters {
-            let free = state.turn.is_none() && state.waiting.is_empty();
+            let free = state.admitted.is_empty() && state.waiting.is_empty();
             let of_group = state
                 .waiting
                 .values()
@@ -770,11 +1157,12 @@ impl<'a> WaitGuard<'a> {
                 group: request.group.clone(),
                 precedence: request.precedence,
                 since,
+                demand,
                 blocked_on: None,
                 wake: Arc::clone(&wake),
             },
         );
-        state.hand_off(inner.aging(), None);
+        inner.admit(&mut state);
         Ok(Self {
             inner,
             ticket,
@@ -794,18 +1182,21 @@ impl Drop for WaitGuard<'_> {
             WaitOutcome::TimedOut => state.totals.timed_out += 1,
             WaitOutcome::Granted | WaitOutcome::Failed => {}
         }
-        // Chosen, but gone before it took the turn (cancelled, timed out, closed): pass it on.
-        if self.outcome != WaitOutcome::Granted && state.turn == Some(self.ticket) {
-            state.turn = None;
-            state.hand_off(self.inner.aging(), None);
+        // Admitted, but gone before it took the lease (cancelled, timed out, closed): give the
+        // admission back. A waiter that leaves may also have been the head others waited behind.
+        if self.outcome != WaitOutcome::Granted {
+            state.admitted.remove(&self.ticket);
         }
+        self.inner.admit(&mut state);
     }
 }
 
-/// Exclusive use of all of the node's GPUs, until dropped.
+/// Use of the node's GPUs until dropped: every device (a whole-device lease), or memory
+/// reserved on some of them (under [`GpuSharing::Memory`]).
 ///
 /// Dropping the lease (normally, on error, on cancellation or while a panic unwinds) releases
-/// the device locks and hands the lease to the next waiter.
+/// the device locks (when no other lease of this process needs them) and admits the next
+/// waiters.
 #[derive(Debug)]
 pub struct Lease {
     queue: Arc<Inner>,
@@ -813,7 +1204,8 @@ pub struct Lease {
     statement: String,
     waited: Duration,
     granted_at: Instant,
-    locks: Vec<DeviceLock>,
+    reservation: Reservation,
+    locks: Option<Arc<Vec<DeviceLock>>>,
     turn: Option<Turn>,
 }
 
@@ -828,9 +1220,42 @@ impl Lease {
         &self.statement
     }
 
-    /// The devices this lease owns, in visible order.
-    pub fn devices(&self) -> &[DeviceInfo] {
-        &self.queue.devices
+    /// The devices this lease uses, in visible order: all of the node's for a whole-device
+    /// lease, those its instances were placed on for a memory one.
+    pub fn devices(&self) -> Vec<DeviceInfo> {
+        self.reservation
+            .devices_used()
+            .into_iter()
+            .map(|d| self.queue.devices[d].clone())
+            .collect()
+    }
+
+    /// Whether the lease owns every device (rather than reserved memory on some).
+    pub fn is_whole(&self) -> bool {
+        self.reservation.whole
+    }
+
+    /// The device of each instance of a memory lease, in the order of its request's
+    /// [`LeaseRequest::memory`]; empty for a whole-device lease.
+    pub fn instance_devices(&self) -> Vec<DeviceInfo> {
+        self.reservation
+            .instance_devices
+            .iter()
+            .map(|d| self.queue.devices[*d].clone())
+            .collect()
+    }
+
+    /// The memory reserved on each device it uses (bytes 0 for a whole-device lease).
+    pub fn reserved(&self) -> Vec<DeviceReservation> {
+        self.reservation
+            .devices_used()
+            .into_iter()
+            .map(|d| DeviceReservation {
+                index: self.queue.devices[d].index,
+                uuid: self.queue.devices[d].uuid.clone(),
+                bytes: self.reservation.per_device[d],
+            })
+            .collect()
     }
 
     /// How long the statement waited for the lease.
@@ -849,13 +1274,7 @@ impl Drop for Lease {
         let held = self.granted_at.elapsed();
         {
             let mut state = self.queue.state();
-            if state
-                .holder
-                .as_ref()
-                .is_some_and(|h| h.lease_id == self.lease_id)
-            {
-                state.holder = None;
-            }
+            state.holders.remove(&self.lease_id);
             state.totals.total_hold += held;
             if state.recent.len() == RECENT_LEASES {
                 state.recent.pop_front();
@@ -866,10 +1285,12 @@ impl Drop for Lease {
                 waited: self.waited,
                 held,
                 released_by_panic: std::thread::panicking(),
+                reserved_bytes: self.reservation.per_device.iter().sum(),
             });
         }
-        // Device locks first, then the turn: the next waiter must find the lock files free.
-        self.locks.clear();
+        // Device locks first, then the admission: the next waiter must find the lock files
+        // free (unless another lease of this process still holds them).
+        self.locks = None;
         drop(self.turn.take());
     }
 }
@@ -1503,5 +1924,240 @@ mod tests {
                 .contains("and 1 statement(s) wait ahead of this one"),
             "{e}"
         );
+    }
+
+    const GIB: u64 = 1 << 30;
+
+    /// `n` simulated devices of 80 GiB shared by memory, 10% headroom: 72 GiB each to reserve.
+    fn shared(n: usize) -> LeaseQueue {
+        queue(n).with_sharing(GpuSharing::Memory, 10)
+    }
+
+    fn reserved_now(q: &LeaseQueue) -> Vec<u64> {
+        q.snapshot().memory.iter().map(|m| m.reserved).collect()
+    }
+
+    #[tokio::test]
+    async fn memory_leases_share_a_device_while_they_fit_and_the_next_says_why_it_waits() {
+        let q = shared(1);
+        let a = q.acquire(LeaseRequest::new("a").memory([30 * GIB])).await.unwrap();
+        let b = q.acquire(LeaseRequest::new("b").memory([30 * GIB])).await.unwrap();
+        assert!(!a.is_whole());
+        assert_eq!(a.reserved()[0].bytes, 30 * GIB);
+        assert_eq!(reserved_now(&q), vec![60 * GIB]);
+        let c = spawn_acquire(&q, LeaseRequest::new("c").memory([30 * GIB])).await;
+        let snap = q.snapshot();
+        assert_eq!(snap.holders.len(), 2);
+        assert_eq!(snap.memory[0].usable, 72 * GIB);
+        let reason = &snap.waiting[0].reason;
+        assert!(reason.contains("GPU 0 is 18.0 GiB short"), "{reason}");
+        assert_eq!(snap.waiting[0].demand_bytes, 30 * GIB);
+        drop(a);
+        let c = c.await.unwrap().unwrap();
+        assert_eq!(c.devices().len(), 1);
+        assert_eq!(reserved_now(&q), vec![60 * GIB]);
+        drop((b, c));
+        assert_eq!(reserved_now(&q), vec![0]);
+        assert!(q.snapshot().holders.is_empty());
+    }
+
+    #[tokio::test]
+    async fn instances_go_one_per_device_while_devices_have_room() {
+        let q = shared(3);
+        let lease = q
+            .acquire(LeaseRequest::new("spread").memory([10 * GIB; 4]))
+            .await
+            .unwrap();
+        let at: Vec<u32> = lease.instance_devices().iter().map(|d| d.index).collect();
+        assert_eq!(at, vec![0, 1, 2, 0]);
+        assert_eq!(lease.devices().len(), 3);
+        assert_eq!(reserved_now(&q), vec![20 * GIB, 10 * GIB, 10 * GIB]);
+    }
+
+    #[tokio::test]
+    async fn exclusive_sharing_gives_every_request_every_device() {
+        let q = queue(2);
+        let a = q.acquire(LeaseRequest::new("a").memory([GIB])).await.unwrap();
+        assert!(a.is_whole());
+        assert_eq!(a.devices().len(), 2);
+        assert!(q.try_acquire_request(LeaseRequest::new("b").memory([GIB])).unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_whole_device_waiter_blocks_backfill_and_starts_when_every_reservation_ends() {
+        let q = shared(1);
+        let small = q.acquire(LeaseRequest::new("small").memory([GIB])).await.unwrap();
+        let log: GrantLog = Arc::default();
+        let whole = spawn_logged(&q, LeaseRequest::new("whole"), &log).await;
+        let after = spawn_logged(&q, LeaseRequest::new("after").memory([GIB]), &log).await;
+        let snap = q.snapshot();
+        assert!(snap.waiting[0].reason.contains("needs every GPU"), "{:?}", snap.waiting);
+        assert!(snap.waiting[1].reason.contains("waits behind statement 'whole'"), "{:?}", snap.waiting);
+        drop(small);
+        whole.await.unwrap();
+        after.await.unwrap();
+        assert_eq!(*log.lock().unwrap(), vec!["whole", "after"]);
+    }
+
+    #[tokio::test]
+    async fn a_small_statement_backfills_beside_a_waiting_head_but_not_into_its_room() {
+        let q = shared(1);
+        let first = q.acquire(LeaseRequest::new("first").memory([40 * GIB])).await.unwrap();
+        // The head needs 50: 32 are free now, its shadow is 50 of the 72.
+        let head = spawn_acquire(&q, LeaseRequest::new("head").memory([50 * GIB])).await;
+        // 20 fit now and outside the shadow: it starts at once, past the head.
+        let small = q.acquire(LeaseRequest::new("small").memory([20 * GIB])).await.unwrap();
+        assert!(q.snapshot().holders.iter().any(|h| h.statement == "small" && h.backfilled));
+        // 5 more would fit now (72-60=12) but not outside the shadow (72-50-20=2): it waits.
+        let late = spawn_acquire(&q, LeaseRequest::new("late").memory([5 * GIB])).await;
+        let snap = q.snapshot();
+        assert_eq!(snap.waiting[1].statement, "late");
+        assert!(snap.waiting[1].reason.contains("backfill rule"), "{:?}", snap.waiting[1]);
+        drop(first);
+        let head = head.await.unwrap().unwrap();
+        assert_eq!(reserved_now(&q), vec![70 * GIB]);
+        drop(small);
+        late.await.unwrap().unwrap();
+        drop(head);
+        assert_eq!(q.snapshot().totals.backfilled, 1);
+    }
+
+    #[tokio::test]
+    async fn a_demand_no_device_can_hold_is_refused_at_once() {
+        let q = shared(2);
+        let e = q
+            .acquire(LeaseRequest::new("huge").memory([73 * GIB]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), "53G03");
+        assert!(e.to_string().contains("can reserve at most 72.0 GiB"), "{e}");
+        assert!(q.snapshot().waiting.is_empty());
+        // Spread over two devices, the same bytes fit.
+        drop(q.acquire(LeaseRequest::new("split").memory([36 * GIB; 2])).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn other_processes_memory_shrinks_what_leases_may_reserve() {
+        let q = shared(1);
+        q.set_other_processes_memory(vec![60 * GIB]);
+        let waiter = spawn_acquire(&q, LeaseRequest::new("w").memory([20 * GIB])).await;
+        assert!(q.snapshot().waiting[0].reason.contains("8.0 GiB short"));
+        assert_eq!(q.snapshot().memory[0].other_processes, 60 * GIB);
+        q.set_other_processes_memory(vec![10 * GIB]);
+        waiter.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn every_reservation_is_released_on_error_cancel_timeout_and_panic() {
+        let q = shared(1);
+        let big = q.acquire(LeaseRequest::new("big").memory([60 * GIB])).await.unwrap();
+        // A timeout, naming why.
+        let e = q
+            .acquire(
+                LeaseRequest::new("t")
+                    .memory([20 * GIB])
+                    .timeout(Duration::from_millis(20)),
+            )
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("short"), "{e}");
+        // A cancelled wait.
+        let cancelled = spawn_acquire(&q, LeaseRequest::new("c").memory([20 * GIB])).await;
+        cancelled.abort();
+        let _ = cancelled.await;
+        // A holder that panics, and one that ends in an error (its lease dropped with it).
+        let q2 = q.clone();
+        let crashed = tokio::spawn(async move {
+            let _l = q2.acquire(LeaseRequest::new("p").memory([5 * GIB])).await.unwrap();
+            panic!("UDF crashed");
+        });
+        assert!(crashed.await.unwrap_err().is_panic());
+        let failed: Result<()> = async {
+            let _l = q.acquire(LeaseRequest::new("e").memory([5 * GIB])).await?;
+            Err(SchedulerError::QueueClosed)
+        }
+        .await;
+        assert!(failed.is_err());
+        drop(big);
+        let snap = q.snapshot();
+        assert!(snap.holders.is_empty() && snap.waiting.is_empty(), "{snap:?}");
+        assert_eq!(reserved_now(&q), vec![0]);
+        assert_eq!((snap.totals.timed_out, snap.totals.cancelled), (1, 1));
+        assert!(q.inner.state().admitted.is_empty());
+    }
+
+    /// Random arrivals, sizes and hold times on simulated devices of different sizes, some
+    /// waits cancelled or timed out and some holders panicking: what the granted leases hold
+    /// never exceeds a device's usable memory, and everything is released at the end.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn random_statements_never_oversubscribe_and_release_everything() {
+        let mut devices = Inventory::simulated(3).devices().unwrap();
+        for (d, gib) in devices.iter_mut().zip([16u64, 24, 40]) {
+            d.memory_total = gib * GIB;
+        }
+        let usable: Vec<u64> = devices.iter().map(|d| reservable(d.memory_total, 10)).collect();
+        let q = LeaseQueue::new(devices).with_sharing(GpuSharing::Memory, 10);
+        let in_use: Arc<StdMutex<Vec<u64>>> = Arc::new(StdMutex::new(vec![0; 3]));
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
+        };
+        let mut tasks = Vec::new();
+        for i in 0..120 {
+            let demand: Vec<u64> = (0..1 + next(3)).map(|_| (1 + next(14)) * GIB).collect();
+            let hold = Duration::from_millis(1 + next(5));
+            let fate = next(10);
+            let (q, in_use, usable) = (q.clone(), Arc::clone(&in_use), usable.clone());
+            tasks.push(tokio::spawn(async move {
+                let request = LeaseRequest::new(format!("s{i}")).memory(demand);
+                let request = match fate {
+                    0 => request.timeout(Duration::from_millis(2)),
+                    _ => request,
+                };
+                let wait = q.acquire(request);
+                let lease = if fate == 1 {
+                    match tokio::time::timeout(Duration::from_millis(3), wait).await {
+                        Ok(lease) => lease,
+                        Err(_) => return,
+                    }
+                } else {
+                    wait.await
+                };
+                let Ok(lease) = lease else { return };
+                {
+                    let mut now = in_use.lock().unwrap();
+                    for r in lease.reserved() {
+                        let d = r.index as usize;
+                        now[d] += r.bytes;
+                        assert!(now[d] <= usable[d], "device {d}: {} of {}", now[d], usable[d]);
+                    }
+                }
+                tokio::time::sleep(hold).await;
+                {
+                    let mut now = in_use.lock().unwrap();
+                    for r in lease.reserved() {
+                        now[r.index as usize] -= r.bytes;
+                    }
+                }
+                if fate == 2 {
+                    panic!("a UDF crashed while holding its reservation");
+                }
+            }));
+            if next(3) == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        let snap = q.snapshot();
+        assert!(snap.holders.is_empty() && snap.waiting.is_empty());
+        assert!(snap.memory.iter().all(|m| m.reserved == 0));
+        assert!(q.inner.state().admitted.is_empty());
+        assert!(snap.totals.granted > 60, "{:?}", snap.totals);
+        assert!(snap.recent.iter().any(|r| r.released_by_panic));
     }
 }

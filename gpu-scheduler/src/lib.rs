@@ -7,7 +7,9 @@
 //!   with a report naming the filter that rejected each device.
 //! - [`LeaseQueue`]: the node's "global semaphore". Statements wait for exclusive use of all GPUs
 //!   by precedence with aging (first come, first served within a precedence; nothing starves),
-//!   optionally capped per consumer group; the RAII [`Lease`] cannot leak.
+//!   optionally capped per consumer group; the RAII [`Lease`] cannot leak. Under
+//!   [`GpuSharing::Memory`] statements that declare their device memory share devices while
+//!   their reservations fit ([`sharing`] states the admission and backfill rule).
 //! - [`DeviceLockDir`]: one `flock` file per device, so separate processes never share a GPU.
 //!
 //! This crate knows nothing of SQL or Arrow.
@@ -19,6 +21,7 @@ mod inventory;
 mod lease;
 mod lock;
 mod select;
+pub mod sharing;
 pub mod units;
 mod visible;
 
@@ -32,9 +35,11 @@ pub use inventory::{
     DeviceBackend, Inventory, InventoryReport, NvmlInventory, SIMULATED_MEMORY, SimulatedInventory,
 };
 pub use lease::{
-    DEFAULT_AGING, DEFAULT_PRECEDENCE, HolderSnapshot, Lease, LeaseQueue, LeaseQueueSnapshot,
-    LeaseRecord, LeaseRequest, LeaseTotals, RECENT_LEASES, WaiterSnapshot,
+    DEFAULT_AGING, DEFAULT_PRECEDENCE, DeviceMemorySnapshot, DeviceReservation, HolderSnapshot,
+    Lease, LeaseQueue, LeaseQueueSnapshot, LeaseRecord, LeaseRequest, LeaseTotals, RECENT_LEASES,
+    WaiterSnapshot,
 };
 pub use lock::{DeviceLock, DeviceLockDir, default_lock_dir};
 pub use select::DeviceFilter;
+pub use sharing::{DEFAULT_HEADROOM_PERCENT, DeviceDemand, GpuSharing};
 pub use visible::VisibleDevices;
