@@ -108,6 +108,8 @@ pub(crate) enum ClusterCommand {
         #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
         max_lease_hold: f64,
         #[command(flatten)]
+        gpu_sharing: crate::gpu::sharing::GpuSharingArgs,
+        #[command(flatten)]
         auth: ClusterAuthArgs,
     },
     /// Start a scheduler and N executors on 127.0.0.1 as child processes, with a secret of
@@ -195,6 +197,7 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
                 bind_host,
                 work_dir,
                 max_lease_hold,
+                gpu_sharing,
                 auth,
             } => {
                 if !(max_lease_hold.is_finite() && max_lease_hold > 0.0) {
@@ -203,7 +206,8 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
                          {max_lease_hold}"
                     )));
                 }
-                let mut devices = SchedulerConfig::from_env()?;
+                // Each executor applies its own node's sharing setting.
+                let mut devices = gpu_sharing.apply(SchedulerConfig::from_env()?)?;
                 if let Some(n) = simulated_gpus {
                     devices = devices.with_simulated_gpus(n);
                 }

@@ -49,6 +49,8 @@ pub(crate) struct ServeArgs {
     /// Use N simulated GPUs instead of NVML (overrides ACCELSQL_SIMULATED_GPUS).
     #[arg(long, value_name = "N")]
     simulated_gpus: Option<usize>,
+    #[command(flatten)]
+    gpu_sharing: crate::gpu::sharing::GpuSharingArgs,
     /// The longest a statement may hold the GPU lease, in seconds (a client that stops reading
     /// its result cannot pin the GPUs longer; the statement then fails with 57G03).
     #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
@@ -208,7 +210,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         Some(text) => Some(size_flag("--session-memory-limit", text)?).filter(|n| *n > 0),
         None => Some(memory_limit / 8),
     };
-    let mut scheduler = SchedulerConfig::from_env()?;
+    let mut scheduler = args.gpu_sharing.apply(SchedulerConfig::from_env()?)?;
     if let Some(n) = args.simulated_gpus {
         scheduler = scheduler.with_simulated_gpus(n);
     }

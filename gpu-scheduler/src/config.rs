@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::sharing::{DEFAULT_HEADROOM_PERCENT, GpuSharing};
 use crate::{Result, invalid_value_err, units::parse_duration};
 
 /// Environment variable: use N simulated devices instead of NVML.
@@ -13,6 +14,11 @@ pub const ENV_DEVICE_LOCK_DIR: &str = "ACCELSQL_DEVICE_LOCK_DIR";
 pub const ENV_NVML_LIBRARY: &str = "ACCELSQL_NVML_LIBRARY";
 /// Environment variable: default bound on waiting for the node lease (e.g. `30s`).
 pub const ENV_GPU_WAIT_TIMEOUT: &str = "ACCELSQL_GPU_WAIT_TIMEOUT";
+/// Environment variable: how the node's lease queue shares its GPUs (`exclusive` or `memory`).
+pub const ENV_GPU_SHARING: &str = "ACCELSQL_GPU_SHARING";
+/// Environment variable: the share of each device's memory memory-shared leases leave free
+/// (`10%` or `10`).
+pub const ENV_GPU_MEMORY_HEADROOM: &str = "ACCELSQL_GPU_MEMORY_HEADROOM";
 /// Environment variable that limits and orders the visible devices, as for CUDA.
 pub const ENV_CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 
@@ -36,6 +42,29 @@ pub struct SchedulerConfig {
     pub visible_devices: Option<String>,
     /// Default bound on waiting for the node lease; `None` waits for ever (`ACCELSQL_GPU_WAIT_TIMEOUT`).
     pub lease_wait_timeout: Option<Duration>,
+    /// How the lease queue shares the GPUs (`ACCELSQL_GPU_SHARING`): `exclusive` (the default,
+    /// one statement owns every device) or `memory` (see [`crate::sharing`]).
+    pub gpu_sharing: GpuSharing,
+    /// Under `memory` sharing, the percentage of each device's memory left unreserved
+    /// (`ACCELSQL_GPU_MEMORY_HEADROOM`); `None`: [`DEFAULT_HEADROOM_PERCENT`].
+    pub memory_headroom_percent: Option<u32>,
+}
+
+/// Parses a headroom: `10%` or `10`, from 0 to 100 percent.
+pub fn parse_headroom(text: &str) -> Result<u32> {
+    let t = text.trim();
+    t.strip_suffix('%')
+        .unwrap_or(t)
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|p| *p <= 100)
+        .ok_or_else(|| {
+            invalid_value_err!(
+                "GPU memory headroom",
+                "{text:?} is not a percentage from 0 to 100; write e.g. 10%"
+            )
+        })
 }
 
 impl SchedulerConfig {
@@ -64,7 +93,16 @@ impl SchedulerConfig {
                 parse_duration(&v).map_err(|e| invalid_value_err!(ENV_GPU_WAIT_TIMEOUT, "{e}"))
             })
             .transpose()?;
+        let gpu_sharing = non_empty(ENV_GPU_SHARING)
+            .map(|v| GpuSharing::parse(&v).map_err(|e| invalid_value_err!(ENV_GPU_SHARING, "{e}")))
+            .transpose()?
+            .unwrap_or_default();
+        let memory_headroom_percent = non_empty(ENV_GPU_MEMORY_HEADROOM)
+            .map(|v| parse_headroom(&v).map_err(|e| invalid_value_err!(ENV_GPU_MEMORY_HEADROOM, "{e}")))
+            .transpose()?;
         Ok(Self {
+            gpu_sharing,
+            memory_headroom_percent,
             simulated_gpus,
             device_lock_dir: non_empty(ENV_DEVICE_LOCK_DIR).map(PathBuf::from),
             nvml_library: non_empty(ENV_NVML_LIBRARY).map(PathBuf::from),
@@ -89,6 +127,19 @@ impl SchedulerConfig {
     pub fn with_visible_devices(mut self, value: impl Into<String>) -> Self {
         self.visible_devices = Some(value.into());
         self
+    }
+
+    /// Share the GPUs as `sharing` says, leaving `headroom_percent` of each device's memory
+    /// unreserved under [`GpuSharing::Memory`] (`None`: [`DEFAULT_HEADROOM_PERCENT`]).
+    pub fn with_gpu_sharing(mut self, sharing: GpuSharing, headroom_percent: Option<u32>) -> Self {
+        self.gpu_sharing = sharing;
+        self.memory_headroom_percent = headroom_percent;
+        self
+    }
+
+    /// The headroom in effect: the configured one, else [`DEFAULT_HEADROOM_PERCENT`].
+    pub fn headroom_percent(&self) -> u32 {
+        self.memory_headroom_percent.unwrap_or(DEFAULT_HEADROOM_PERCENT)
     }
 
     /// Bound waiting for the node lease.
@@ -119,8 +170,13 @@ mod tests {
             (ENV_DEVICE_LOCK_DIR, "/tmp/locks"),
             (ENV_GPU_WAIT_TIMEOUT, "30s"),
             (ENV_CUDA_VISIBLE_DEVICES, "1,0"),
+            (ENV_GPU_SHARING, "memory"),
+            (ENV_GPU_MEMORY_HEADROOM, "15%"),
         ]))
         .unwrap();
+        assert_eq!(c.gpu_sharing, GpuSharing::Memory);
+        assert_eq!(c.headroom_percent(), 15);
+        assert_eq!(SchedulerConfig::default().headroom_percent(), 10);
         assert_eq!(c.simulated_gpus, Some(4));
         assert_eq!(c.device_lock_dir, Some(PathBuf::from("/tmp/locks")));
         assert_eq!(c.lease_wait_timeout, Some(Duration::from_secs(30)));
@@ -145,5 +201,9 @@ mod tests {
         let e =
             SchedulerConfig::from_lookup(lookup(&[(ENV_GPU_WAIT_TIMEOUT, "later")])).unwrap_err();
         assert!(e.to_string().contains(ENV_GPU_WAIT_TIMEOUT), "{e}");
+        for (name, bad) in [(ENV_GPU_SHARING, "shared"), (ENV_GPU_MEMORY_HEADROOM, "120%")] {
+            let e = SchedulerConfig::from_lookup(lookup(&[(name, bad)])).unwrap_err();
+            assert!(e.to_string().contains(name), "{e}");
+        }
     }
 }

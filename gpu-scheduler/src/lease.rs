@@ -193,6 +193,9 @@ struct State {
     headroom_percent: u32,
     /// Device memory used by other processes (see [`LeaseQueue::set_other_processes_memory`]).
     external: Vec<u64>,
+    /// Per device: `None` until sampled; then whether per-process memory can be read there
+    /// (`Err`: why not).
+    per_process: Vec<Option<std::result::Result<(), String>>>,
     /// Who has been admitted: chosen waiters (which may still wait for device locks) and
     /// leases, by ticket, with what they reserve and the head they overtook, if any.
     admitted: BTreeMap<u64, Admitted>,
@@ -309,6 +312,10 @@ pub struct DeviceMemorySnapshot {
     pub other_processes: u64,
     /// Whether a whole-device lease holds it.
     pub whole: bool,
+    /// Whether other processes' memory is read from NVML's per-process figures there:
+    /// `supported`, `unsupported: <why>` (then only declarations and this queue's own
+    /// reservations count), or `not sampled` (exclusive sharing, simulated devices).
+    pub per_process_memory: String,
 }
 
 /// A finished lease.
@@ -448,6 +455,60 @@ impl LeaseQueue {
         let n = self.inner.devices.len();
         state.external = bytes.into_iter().chain(std::iter::repeat(0)).take(n).collect();
         self.inner.admit(&mut state);
+    }
+
+    /// Under [`GpuSharing::Memory`], starts a thread that reads every `every` how much memory
+    /// other processes use on each device (NVML's per-process figures, this process and its
+    /// descendants — our script workers, counted by their reservations — left out) and passes
+    /// it to [`LeaseQueue::set_other_processes_memory`]. Where a device cannot report
+    /// per-process memory, it counts none there and says so in [`DeviceMemorySnapshot`]. The
+    /// thread ends when the last clone of the queue is dropped. Does nothing under
+    /// [`GpuSharing::Exclusive`] or without hardware devices.
+    pub fn watch_other_processes(&self, inventory: crate::Inventory, every: Duration) {
+        if self.sharing() != GpuSharing::Memory
+            || !self.inner.devices.iter().any(DeviceInfo::is_hardware)
+        {
+            return;
+        }
+        let weak = Arc::downgrade(&self.inner);
+        let spawned = std::thread::Builder::new()
+            .name("accelsql-gpu-memory".into())
+            .spawn(move || {
+                while let Some(inner) = weak.upgrade() {
+                    let queue = LeaseQueue { inner };
+                    queue.sample_other_processes(&inventory);
+                    drop(queue);
+                    std::thread::sleep(every);
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("cannot start the GPU memory sampler: {e}");
+        }
+    }
+
+    /// One reading of other processes' memory (see [`LeaseQueue::watch_other_processes`]).
+    pub fn sample_other_processes(&self, inventory: &crate::Inventory) {
+        let mut external = Vec::with_capacity(self.inner.devices.len());
+        let mut support = Vec::with_capacity(self.inner.devices.len());
+        for device in self.inner.devices.iter() {
+            match inventory.process_memory(&device.uuid) {
+                crate::ProcessMemory::Supported(list) => {
+                    external.push(
+                        list.iter()
+                            .filter(|(pid, _)| !crate::sharing::is_own_process(*pid))
+                            .map(|(_, bytes)| *bytes)
+                            .fold(0u64, u64::saturating_add),
+                    );
+                    support.push(Some(Ok(())));
+                }
+                crate::ProcessMemory::Unsupported(why) => {
+                    external.push(0);
+                    support.push(Some(Err(why)));
+                }
+            }
+        }
+        self.inner.state().per_process = support;
+        self.set_other_processes_memory(external);
     }
 
     /// How long a waiter waits per point of precedence it gains (zero: no aging).
@@ -679,6 +740,11 @@ impl LeaseQueue {
                 reserved: reserved[d],
                 other_processes: state.external.get(d).copied().unwrap_or(0),
                 whole,
+                per_process_memory: match state.per_process.get(d) {
+                    Some(Some(Ok(()))) => "supported".into(),
+                    Some(Some(Err(why))) => format!("unsupported: {why}"),
+                    _ => "not sampled".into(),
+                },
             })
             .collect();
         LeaseQueueSnapshot {

@@ -26,13 +26,14 @@ pub mod units;
 mod visible;
 
 pub use config::{
-    ENV_CUDA_VISIBLE_DEVICES, ENV_DEVICE_LOCK_DIR, ENV_GPU_WAIT_TIMEOUT, ENV_NVML_LIBRARY,
-    ENV_SIMULATED_GPUS, SchedulerConfig,
+    ENV_CUDA_VISIBLE_DEVICES, ENV_DEVICE_LOCK_DIR, ENV_GPU_MEMORY_HEADROOM, ENV_GPU_SHARING,
+    ENV_GPU_WAIT_TIMEOUT, ENV_NVML_LIBRARY, ENV_SIMULATED_GPUS, SchedulerConfig, parse_headroom,
 };
 pub use device::{DeviceId, DeviceInfo, FAKE_CUDA_DEVICE_NAME};
 pub use error::{Result, SchedulerError};
 pub use inventory::{
-    DeviceBackend, Inventory, InventoryReport, NvmlInventory, SIMULATED_MEMORY, SimulatedInventory,
+    DeviceBackend, Inventory, InventoryReport, NvmlInventory, ProcessMemory, SIMULATED_MEMORY,
+    SimulatedInventory,
 };
 pub use lease::{
     DEFAULT_AGING, DEFAULT_PRECEDENCE, DeviceMemorySnapshot, DeviceReservation, HolderSnapshot,

@@ -344,6 +344,34 @@ pub(crate) fn decide(
     out
 }
 
+/// Whether process `pid` is this process or one it started (directly, or through a fork
+/// server it started): such processes are our script workers, whose device memory the queue
+/// counts by their reservations. Reads `/proc` (Linux); elsewhere only this process is ours.
+pub(crate) fn is_own_process(pid: u32) -> bool {
+    let me = std::process::id();
+    let mut at = pid;
+    for _ in 0..4 {
+        if at == me {
+            return true;
+        }
+        let Some(parent) = parent_of(at) else {
+            return false;
+        };
+        if parent <= 1 {
+            return false;
+        }
+        at = parent;
+    }
+    at == me
+}
+
+/// The parent of `pid` from `/proc/PID/stat` (the field after the command's closing paren).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Says why a waiter with `demand` cannot start in `room`, for `accelsql.gpu_leases`.
 pub(crate) fn why_short(demand: &DeviceDemand, room: &[u64], index_of: impl Fn(usize) -> u32) -> Option<String> {
     match demand {
@@ -541,6 +569,18 @@ mod tests {
         }
         // The workloads do exercise the rule: leases share devices, and some overtake a head.
         assert!(backfills > 100 && shared_steps > 1000, "{backfills} {shared_steps}");
+    }
+
+    #[test]
+    fn this_process_and_its_children_are_ours_others_are_not() {
+        assert!(is_own_process(std::process::id()));
+        if std::path::Path::new("/proc/self/stat").exists() {
+            let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+            assert!(is_own_process(child.id()));
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(!is_own_process(1));
+        }
     }
 
     #[test]

@@ -14,6 +14,9 @@ pub struct Directives {
     /// names (e.g. a node without GPUs); a run through a cluster, whose nodes have their own
     /// devices, skips it.
     pub single_node: bool,
+    /// `gpu_sharing = memory`: the file's engine shares its GPUs by memory (see
+    /// `SchedulerConfig::gpu_sharing`).
+    pub gpu_sharing: Option<accelsql_engine::gpu_scheduler::GpuSharing>,
 }
 
 /// The prefix of a directive line.
@@ -67,10 +70,17 @@ impl Directives {
                         format!("line {at}: single_node = {value:?} is not true or false")
                     })?;
                 }
+                "gpu_sharing" => {
+                    let value = value.trim();
+                    directives.gpu_sharing = Some(
+                        accelsql_engine::gpu_scheduler::GpuSharing::parse(value)
+                            .map_err(|e| format!("line {at}: {e}"))?,
+                    );
+                }
                 other => {
                     return Err(format!(
                         "line {at}: unknown directive {other:?} (known: simulated_gpus, \
-                         url_tables, single_node)"
+                         url_tables, single_node, gpu_sharing)"
                     ));
                 }
             }

@@ -166,6 +166,10 @@ fn engine_for(
             None => SchedulerConfig::from_env().map_err(|e| e.to_string())?,
         },
     };
+    let config = match directives.gpu_sharing {
+        Some(sharing) => config.with_gpu_sharing(sharing, None),
+        None => config,
+    };
     let mut options = EngineOptions {
         scheduler: config,
         url_tables: directives.url_tables

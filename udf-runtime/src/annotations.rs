@@ -1,5 +1,6 @@
-//! Exasol's UDF annotations: `%perInstanceRequiredAcceleratorDevices` and
-//! `%perNodeAndCallInstanceLimit`, parsed the same way for Rust and script UDFs.
+//! Exasol's UDF annotations: `%perInstanceRequiredAcceleratorDevices`,
+//! `%perNodeAndCallInstanceLimit` and accelsql's `%perInstanceRequiredAcceleratorMemory`, parsed
+//! the same way for Rust and script UDFs.
 
 use std::fmt;
 
@@ -9,6 +10,9 @@ use crate::{Result, RuntimeError};
 pub const ACCELERATOR_OPTION: &str = "perInstanceRequiredAcceleratorDevices";
 /// Name of the instance-limit annotation.
 pub const INSTANCE_LIMIT_OPTION: &str = "perNodeAndCallInstanceLimit";
+
+/// Name of the device-memory annotation (accelsql's): what one GPU instance needs.
+pub const DEVICE_MEMORY_OPTION: &str = "perInstanceRequiredAcceleratorMemory";
 
 /// What a UDF asks of the GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -79,9 +83,37 @@ pub fn parse_instance_limit(text: &str) -> Result<usize> {
     }
 }
 
+/// Parses `%perInstanceRequiredAcceleratorMemory`: a positive size such as `6GiB`, `512MiB`,
+/// `1.5GB` or a byte count.
+pub fn parse_device_memory(text: &str) -> Result<u64> {
+    let cleaned = text.trim().trim_end_matches(';').trim();
+    match accelsql_gpu_scheduler::units::parse_bytes(cleaned) {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(RuntimeError::InvalidAnnotation {
+            option: format!("%{DEVICE_MEMORY_OPTION}"),
+            message: format!(
+                "{text:?} is not a positive size of device memory per instance; write e.g. \
+                 6GiB, 512MiB or 1.5GB"
+            ),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_memory_values() {
+        assert_eq!(parse_device_memory("6GiB;").unwrap(), 6 << 30);
+        assert_eq!(parse_device_memory(" 512 MiB ").unwrap(), 512 << 20);
+        assert_eq!(parse_device_memory("1.5GB").unwrap(), 1_500_000_000);
+        for bad in ["", "0", "lots", "-1GiB", "6 parsecs"] {
+            let e = parse_device_memory(bad).unwrap_err();
+            assert_eq!(e.code(), "22U01");
+            assert!(e.to_string().contains("perInstanceRequiredAcceleratorMemory"), "{e}");
+        }
+    }
 
     #[test]
     fn accelerator_values() {

@@ -17,6 +17,7 @@
 //! | 58U22 | [`RuntimeError::Gpu`] | a CUDA call failed (compile, launch, copy) |
 //! | 53U23 | [`RuntimeError::GpuOutOfMemory`] | a batch does not fit in device memory even when split as far as it goes |
 //! | 53U25 | [`RuntimeError::WorkerOutOfMemory`] | a worker's resident memory passed its limit (the session's memory budget) and it was killed |
+//! | 53U26 | [`RuntimeError::WorkerOverDeviceMemory`] | a worker used more device memory than its call declares (`%perInstanceRequiredAcceleratorMemory`) and was stopped |
 //! | 54U24 | [`RuntimeError::RunTooLarge`] | a run's output passes a stated limit (one output column that cannot be one array) |
 
 use std::path::PathBuf;
@@ -111,6 +112,34 @@ pub enum RuntimeError {
         resident: u64,
         /// The limit, in bytes.
         limit: u64,
+    },
+
+    /// A worker used more GPU memory than its call declares per instance
+    /// (`%perInstanceRequiredAcceleratorMemory`); it was stopped.
+    #[error(
+        "[{}] Python script {script}: instance {vm_id} used {} of GPU memory on {device} during \
+         {phase}, past the {} it declares (%perInstanceRequiredAcceleratorMemory), which is \
+         what its statement reserved there; its worker process (pid {pid}) was stopped. \
+         Declare more, or use less device memory per instance",
+        Self::WORKER_OVER_DEVICE_MEMORY,
+        mib(*.used),
+        mib(*.declared)
+    )]
+    WorkerOverDeviceMemory {
+        /// The script, `SCHEMA.NAME`.
+        script: String,
+        /// The instance whose worker was stopped.
+        vm_id: usize,
+        /// The worker's process id.
+        pid: u32,
+        /// What it was doing.
+        phase: String,
+        /// The device, e.g. `GPU 0 (GPU-…)`.
+        device: String,
+        /// Its device memory when it was seen past the declaration, in bytes.
+        used: u64,
+        /// The declaration, in bytes.
+        declared: u64,
     },
 
     /// A value the script returned or emitted does not fit its output column.
@@ -337,6 +366,8 @@ impl RuntimeError {
     pub const GPU: &'static str = "58U22";
     /// Code of [`RuntimeError::GpuOutOfMemory`].
     pub const GPU_OUT_OF_MEMORY: &'static str = "53U23";
+    /// Code of [`RuntimeError::WorkerOverDeviceMemory`].
+    pub const WORKER_OVER_DEVICE_MEMORY: &'static str = "53U26";
     /// Code of [`RuntimeError::RunTooLarge`].
     pub const RUN_TOO_LARGE: &'static str = "54U24";
 
@@ -348,6 +379,7 @@ impl RuntimeError {
             Self::WorkerCrashed { .. } => Self::WORKER_CRASHED,
             Self::WorkerTimeout { .. } => Self::WORKER_TIMEOUT,
             Self::WorkerOutOfMemory { .. } => Self::WORKER_OUT_OF_MEMORY,
+            Self::WorkerOverDeviceMemory { .. } => Self::WORKER_OVER_DEVICE_MEMORY,
             Self::BadOutputValue(_) => Self::BAD_OUTPUT_VALUE,
             Self::InterpreterStart { .. } => Self::INTERPRETER_START,
             Self::InvalidSqlType { .. } => Self::INVALID_SQL_TYPE,

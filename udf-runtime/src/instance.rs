@@ -8,6 +8,29 @@ use std::time::Duration;
 
 use accelsql_gpu_scheduler::DeviceInfo;
 
+/// Reads the device memory a process uses on a device (NVML's per-process figures), to watch
+/// script workers against their declaration.
+pub trait DeviceMemoryProbe: Send + Sync + fmt::Debug {
+    /// Bytes process `pid` uses on device `uuid` now; `None` where that cannot be told.
+    fn used(&self, uuid: &str, pid: u32) -> Option<u64>;
+}
+
+/// What a GPU instance declared it needs of its device (`%perInstanceRequiredAcceleratorMemory`),
+/// which its statement reserved there, and how to watch a worker process against it.
+#[derive(Debug, Clone)]
+pub struct DeviceMemoryLimit {
+    /// The declaration, in bytes per instance.
+    pub bytes: u64,
+    /// Reads a worker's device memory; `None`: nothing can (the declaration is then trusted).
+    pub probe: Option<Arc<dyn DeviceMemoryProbe>>,
+}
+
+impl PartialEq for DeviceMemoryLimit {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
 /// What a UDF implementation knows about the instance running it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InstanceContext {
@@ -26,6 +49,9 @@ pub struct InstanceContext {
     pub memory_limit: Option<u64>,
     /// The user running the statement (`exa.meta.current_user`); `None`: SYS.
     pub user: Option<String>,
+    /// Under memory sharing, the device memory this GPU instance declared and its statement
+    /// reserved: its GPU runs stay within it, and a script worker past it is stopped (53U26).
+    pub device_memory: Option<DeviceMemoryLimit>,
     /// State the implementation keeps for this instance across the batches and groups of its
     /// call (e.g. a script's worker process); dropped when the statement ends.
     pub storage: InstanceStorage,
@@ -168,6 +194,7 @@ pub struct InstancePool {
     node_id: usize,
     statement: StatementInfo,
     storage: Vec<InstanceStorage>,
+    device_memory: Option<DeviceMemoryLimit>,
 }
 
 impl InstancePool {
@@ -194,7 +221,15 @@ impl InstancePool {
             node_id,
             statement,
             storage: (0..size).map(|_| InstanceStorage::default()).collect(),
+            device_memory: None,
         }
+    }
+
+    /// Gives each GPU instance of the pool `limit`: the device memory it declared and its
+    /// statement reserved (see [`InstanceContext::device_memory`]).
+    pub fn with_device_memory(mut self, limit: Option<DeviceMemoryLimit>) -> Self {
+        self.device_memory = limit;
+        self
     }
 
     /// The number of slots.
@@ -220,6 +255,7 @@ impl InstancePool {
     fn slot(&self, id: usize) -> InstanceSlot<'_> {
         let device =
             (!self.devices.is_empty()).then(|| self.devices[id % self.devices.len()].clone());
+        let device_memory = device.as_ref().and(self.device_memory.clone());
         InstanceSlot {
             pool: self,
             context: InstanceContext {
@@ -230,6 +266,7 @@ impl InstancePool {
                 run_timeout: self.statement.run_timeout,
                 memory_limit: self.statement.memory_limit,
                 user: self.statement.user.clone(),
+                device_memory,
                 storage: self.storage.get(id).cloned().unwrap_or_default(),
                 processes: self.statement.processes.clone(),
             },

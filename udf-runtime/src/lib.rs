@@ -19,5 +19,6 @@ pub use annotations::AcceleratorRequest;
 pub use error::{BadOutputValueInfo, PythonExceptionInfo, Result, RuntimeError};
 pub use gpu::{GpuColumnarKernel, GpuDevice};
 pub use instance::{
-    InstanceContext, InstancePool, InstanceSlot, InstanceStorage, ProcessRegistry, StatementInfo,
+    DeviceMemoryLimit, DeviceMemoryProbe, InstanceContext, InstancePool, InstanceSlot,
+    InstanceStorage, ProcessRegistry, StatementInfo,
 };

@@ -1771,3 +1771,78 @@ def generate_sql_for_export_spec(export_spec):
         "{'K': 'v'}|None|None|True|False|CREATE TABLE t(a INT)|['\"T\".\"A\"']"
     );
 }
+
+/// Reads a worker's resident memory as if it were its device memory: a stand-in for NVML's
+/// per-process figures on a machine without a GPU (the watch is the same; only the reading
+/// differs). Counts its readings.
+#[derive(Debug, Default)]
+struct ResidentAsDeviceMemory {
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl accelsql_udf_runtime::DeviceMemoryProbe for ResidentAsDeviceMemory {
+    fn used(&self, _uuid: &str, pid: u32) -> Option<u64> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+        Some(pages * 4096)
+    }
+}
+
+/// A GPU instance's worker that uses more device memory than its call declares
+/// (`%perInstanceRequiredAcceleratorMemory`) is stopped with 53U26, naming the declaration; one
+/// that stays within it runs.
+#[test]
+fn a_worker_past_its_declared_device_memory_is_stopped() {
+    if !Path::new("/proc/self/statm").exists() {
+        return;
+    }
+    let body = "\
+import time
+def run(ctx):
+    if ctx.n > 0:
+        hog = bytearray(ctx.n * 1024 * 1024)
+        for i in range(0, len(hog), 4096):
+            hog[i] = 1
+        time.sleep(1.0)
+    return ctx.n
+";
+    let s = spec(
+        ScriptInputType::Scalar,
+        Some(cols(&[("n", "INT")])),
+        returns("INT"),
+        body,
+    );
+    let probe = Arc::new(ResidentAsDeviceMemory::default());
+    let mut device = Inventory::simulated(1).devices().unwrap()[0].clone();
+    device.simulated = false;
+    let ctx = WorkerContext {
+        device: Some(device),
+        device_memory: Some(accelsql_udf_runtime::DeviceMemoryLimit {
+            bytes: 192 << 20,
+            probe: Some(probe.clone()),
+        }),
+        ..WorkerContext::default()
+    };
+    // Within the declaration: runs.
+    let mut w = start_ctx(Arc::clone(&s), ctx.clone());
+    let out = w.run(1, &[Arc::new(Int64Array::from(vec![0])) as ArrayRef]).unwrap();
+    assert_eq!(i64s(&out[0]), [Some(0)]);
+    w.finish().unwrap();
+    // Past it: stopped while the engine waits for the run, with its own code.
+    let mut w = start_ctx(s, ctx);
+    let pid = w.pid();
+    let e = w
+        .run(1, &[Arc::new(Int64Array::from(vec![512])) as ArrayRef])
+        .unwrap_err();
+    assert_eq!(e.code(), "53U26", "{e}");
+    let text = e.to_string();
+    assert!(text.contains("192.0 MiB it declares"), "{text}");
+    assert!(text.contains("%perInstanceRequiredAcceleratorMemory"), "{text}");
+    assert!(probe.reads.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    let gone = Instant::now();
+    while !proc_gone_or_zombie(pid) && gone.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(proc_gone_or_zombie(pid), "worker {pid} still runs");
+}

@@ -2,6 +2,7 @@
 
 mod args;
 mod run;
+pub(crate) mod sharing;
 mod status;
 
 use std::process::ExitCode;

@@ -14,19 +14,27 @@ use crate::core::calls::UdfCallRecord;
 use crate::core::error::EngineError;
 use crate::core::owners::{StatementOwner, Viewer, statement_of_label};
 
-/// One row of `accelsql.gpu_leases`: state, lease id, statement, wait ms, hold ms, session,
-/// user.
-type LeaseRow = (
-    String,
-    Option<u64>,
-    String,
-    f64,
-    Option<f64>,
-    Option<u64>,
-    Option<String>,
-    Option<String>,
-    Option<u64>,
-);
+/// One row of `accelsql.gpu_leases`.
+struct LeaseRow {
+    state: &'static str,
+    lease_id: Option<u64>,
+    statement: String,
+    wait_ms: f64,
+    hold_ms: Option<f64>,
+    session: Option<u64>,
+    user: Option<String>,
+    group: Option<String>,
+    precedence: Option<u64>,
+    /// The devices it holds (`all`, or NVML indices).
+    devices: Option<String>,
+    /// Device memory: reserved (holding, released) or asked for (waiting); `None`: whole
+    /// devices.
+    reserved_bytes: Option<u64>,
+    /// Why it waits.
+    wait_reason: Option<String>,
+    /// Whether it started before a waiting head (the backfill rule).
+    backfilled: Option<bool>,
+}
 
 /// A system table that answers for every node of a cluster: each node produces its own rows
 /// (see [`node_rows`](super::node_rows)), and a cluster's client adds those of its own process.
@@ -106,6 +114,11 @@ fn gpu_devices_schema() -> SchemaRef {
         ("temperature_c", UInt32),
         ("power_w", Float64),
         ("simulated", Boolean),
+        ("gpu_sharing", Utf8),
+        ("memory_reserved", UInt64),
+        ("memory_reservable", UInt64),
+        ("other_processes_memory", UInt64),
+        ("per_process_memory", Utf8),
     ])
 }
 
@@ -122,6 +135,13 @@ fn gpu_devices_columns(
             .map_err(|e| EngineError::from(e).into_datafusion())?,
         Rows::Client => Vec::new(),
     };
+    // What the lease queue counts of each device's memory (reservations, memory sharing).
+    let snap = engine.queue.snapshot();
+    let sharing = snap.sharing;
+    let memory: Vec<Option<&accelsql_gpu_scheduler::DeviceMemorySnapshot>> = d
+        .iter()
+        .map(|d| snap.memory.iter().find(|m| m.index == d.index))
+        .collect();
     Ok(vec![
         node_column(engine, rows, d.len()),
         Arc::new(d.iter().map(|d| Some(d.index)).collect::<UInt32Array>()),
@@ -151,11 +171,40 @@ fn gpu_devices_columns(
                 .map(|d| Some(d.simulated))
                 .collect::<BooleanArray>(),
         ),
+        strings(d.iter().map(|_| Some(sharing.to_string()))),
+        Arc::new(
+            memory
+                .iter()
+                .map(|m| m.map(|m| m.reserved))
+                .collect::<UInt64Array>(),
+        ),
+        Arc::new(
+            memory
+                .iter()
+                .map(|m| {
+                    m.map(|m| match m.whole {
+                        true => 0,
+                        false => m.usable.saturating_sub(m.reserved),
+                    })
+                })
+                .collect::<UInt64Array>(),
+        ),
+        Arc::new(
+            memory
+                .iter()
+                .map(|m| m.map(|m| m.other_processes))
+                .collect::<UInt64Array>(),
+        ),
+        strings(
+            memory
+                .iter()
+                .map(|m| m.map(|m| m.per_process_memory.clone())),
+        ),
     ])
 }
 
 fn gpu_leases_schema() -> SchemaRef {
-    use DataType::{Float64, UInt32, UInt64, Utf8};
+    use DataType::{Boolean, Float64, UInt32, UInt64, Utf8};
     schema(&[
         ("node", UInt32),
         ("state", Utf8),
@@ -167,6 +216,10 @@ fn gpu_leases_schema() -> SchemaRef {
         ("user", Utf8),
         ("consumer_group", Utf8),
         ("precedence", UInt64),
+        ("devices", Utf8),
+        ("reserved_bytes", UInt64),
+        ("wait_reason", Utf8),
+        ("backfilled", Boolean),
     ])
 }
 
@@ -206,66 +259,79 @@ fn gpu_leases_columns(
 ) -> DfResult<Vec<ArrayRef>> {
     let snap = engine.queue.snapshot();
     let mut leases: Vec<LeaseRow> = Vec::new();
-    // A waiter's precedence is its effective one (its group's, risen with its wait); a
-    // holder's is its group's.
-    let mut push = |state: &str, id, label: &str, wait, hold, group: Option<String>, rank| {
+    let row = |state: &'static str, label: &str, wait: f64| {
         let (statement, session, user) = lease_statement(engine, label, viewer);
-        leases.push((
-            state.into(),
-            id,
+        LeaseRow {
+            state,
+            lease_id: None,
             statement,
-            wait,
-            hold,
+            wait_ms: wait,
+            hold_ms: None,
             session,
             user,
-            group,
-            rank,
-        ));
+            group: None,
+            precedence: None,
+            devices: None,
+            reserved_bytes: None,
+            wait_reason: None,
+            backfilled: None,
+        }
     };
     for r in &snap.recent {
-        push(
-            "released",
-            Some(r.lease_id),
-            &r.statement,
-            millis(r.waited),
-            Some(millis(r.held)),
-            None,
-            None,
-        );
+        leases.push(LeaseRow {
+            lease_id: Some(r.lease_id),
+            hold_ms: Some(millis(r.held)),
+            reserved_bytes: (r.reserved_bytes > 0).then_some(r.reserved_bytes),
+            ..row("released", &r.statement, millis(r.waited))
+        });
     }
-    if let Some(h) = &snap.holder {
-        push(
-            "holding",
-            Some(h.lease_id),
-            &h.statement,
-            millis(h.waited),
-            Some(millis(h.held_for)),
-            h.group.clone(),
-            Some(u64::from(h.precedence)),
-        );
+    // A waiter's precedence is its effective one (its group's, risen with its wait); a
+    // holder's is its group's.
+    for h in &snap.holders {
+        let devices = if h.whole {
+            "all".to_string()
+        } else {
+            h.reserved
+                .iter()
+                .map(|r| r.index.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        leases.push(LeaseRow {
+            lease_id: Some(h.lease_id),
+            hold_ms: Some(millis(h.held_for)),
+            group: h.group.clone(),
+            precedence: Some(u64::from(h.precedence)),
+            devices: Some(devices),
+            reserved_bytes: (!h.whole).then(|| h.reserved.iter().map(|r| r.bytes).sum()),
+            backfilled: Some(h.backfilled),
+            ..row("holding", &h.statement, millis(h.waited))
+        });
     }
     for w in &snap.waiting {
-        push(
-            "waiting",
-            None,
-            &w.statement,
-            millis(w.waiting_for),
-            None,
-            w.group.clone(),
-            Some(w.effective_precedence),
-        );
+        leases.push(LeaseRow {
+            group: w.group.clone(),
+            precedence: Some(w.effective_precedence),
+            reserved_bytes: (w.demand_bytes > 0).then_some(w.demand_bytes),
+            wait_reason: Some(w.reason.clone()),
+            ..row("waiting", &w.statement, millis(w.waiting_for))
+        });
     }
     Ok(vec![
         node_column(engine, rows, leases.len()),
-        strings(leases.iter().map(|r| Some(r.0.clone()))),
-        Arc::new(leases.iter().map(|r| r.1).collect::<UInt64Array>()),
-        strings(leases.iter().map(|r| Some(r.2.clone()))),
-        Arc::new(leases.iter().map(|r| Some(r.3)).collect::<Float64Array>()),
-        Arc::new(leases.iter().map(|r| r.4).collect::<Float64Array>()),
-        Arc::new(leases.iter().map(|r| r.5).collect::<UInt64Array>()),
-        strings(leases.iter().map(|r| r.6.clone())),
-        strings(leases.iter().map(|r| r.7.clone())),
-        Arc::new(leases.iter().map(|r| r.8).collect::<UInt64Array>()),
+        strings(leases.iter().map(|r| Some(r.state.to_string()))),
+        Arc::new(leases.iter().map(|r| r.lease_id).collect::<UInt64Array>()),
+        strings(leases.iter().map(|r| Some(r.statement.clone()))),
+        Arc::new(leases.iter().map(|r| Some(r.wait_ms)).collect::<Float64Array>()),
+        Arc::new(leases.iter().map(|r| r.hold_ms).collect::<Float64Array>()),
+        Arc::new(leases.iter().map(|r| r.session).collect::<UInt64Array>()),
+        strings(leases.iter().map(|r| r.user.clone())),
+        strings(leases.iter().map(|r| r.group.clone())),
+        Arc::new(leases.iter().map(|r| r.precedence).collect::<UInt64Array>()),
+        strings(leases.iter().map(|r| r.devices.clone())),
+        Arc::new(leases.iter().map(|r| r.reserved_bytes).collect::<UInt64Array>()),
+        strings(leases.iter().map(|r| r.wait_reason.clone())),
+        Arc::new(leases.iter().map(|r| r.backfilled).collect::<BooleanArray>()),
     ])
 }
 
@@ -291,6 +357,7 @@ fn udf_calls_schema() -> SchemaRef {
         ("fallback_reason", Utf8),
         ("session", UInt64),
         ("user", Utf8),
+        ("reserved_bytes", UInt64),
     ])
 }
 
@@ -368,5 +435,6 @@ fn udf_calls_columns(
                 .iter()
                 .map(|o| o.as_ref().and_then(|o| o.user.clone())),
         ),
+        Arc::new(c.iter().map(|r| r.reserved_bytes).collect::<UInt64Array>()),
     ])
 }

@@ -527,6 +527,7 @@ mod tests {
             output: StoredOutput::Returns("INT".into()),
             accelerator: None,
             instance_limit: None,
+            device_memory: None,
             env: Vec::new(),
             code: "def run(ctx):\n  return ctx.x".into(),
             text: "CREATE PYTHON3 SCALAR SCRIPT f(x INT) RETURNS INT AS …".into(),

@@ -86,6 +86,10 @@ pub struct UdfCallRecord {
     pub node: Option<usize>,
     /// On a cluster's node: the engine that planned the call and the job that ran it here.
     pub(crate) run: Option<NodeRun>,
+    /// Under `gpu_sharing = 'memory'`: the device memory each GPU instance reserved (its
+    /// `%perInstanceRequiredAcceleratorMemory`); `None` where the call had whole devices or
+    /// ran on the CPU.
+    pub reserved_bytes: Option<u64>,
 }
 
 impl std::fmt::Display for UdfCallRecord {
@@ -104,6 +108,13 @@ impl std::fmt::Display for UdfCallRecord {
         )?;
         if let Some(wait) = self.lease_wait {
             write!(f, ", lease wait {:.3} ms", ms(wait))?;
+        }
+        if let Some(bytes) = self.reserved_bytes {
+            write!(
+                f,
+                ", reserved {} of device memory per instance",
+                accelsql_gpu_scheduler::units::format_bytes(bytes)
+            )?;
         }
         write!(f, ", GPU-implementation batches {}", self.gpu_batches)?;
         if self.cpu_fallback_batches > 0 {

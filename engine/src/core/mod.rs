@@ -8,6 +8,7 @@
 //! May use: nothing of this crate (only DataFusion, the scheduler and the UDF runtime).
 
 pub(crate) mod calls;
+pub(crate) mod device_memory;
 pub(crate) mod distribute;
 pub(crate) mod engine_options;
 pub(crate) mod error;

@@ -6,10 +6,13 @@ use std::sync::{Arc, Mutex, Weak};
 
 use accelsql_gpu_scheduler::Lease;
 
-/// One statement's lease on this node, shared by its tasks here.
+use crate::udf::call::LeaseGrant;
+
+/// One statement's lease on this node, shared by its tasks here, with what it gives the calls
+/// of the task that took it (under memory sharing, their instances' devices).
 #[derive(Debug, Default)]
 pub(crate) struct SharedLease {
-    pub(crate) lease: tokio::sync::OnceCell<Lease>,
+    pub(crate) lease: tokio::sync::OnceCell<(Lease, LeaseGrant)>,
 }
 
 /// The statements' leases on this node, by statement key; an entry lives while a task holds it.

@@ -77,7 +77,10 @@ impl EngineState {
             .map(DeviceLockDir::open)
             .transpose()?;
         let queue = LeaseQueue::with_options(devices.clone(), locks, None)
-            .with_precedence_aging(options.gpu_precedence_aging);
+            .with_precedence_aging(options.gpu_precedence_aging)
+            .with_sharing(config.gpu_sharing, config.headroom_percent());
+        // Under memory sharing, what other processes use of each device is not ours to reserve.
+        queue.watch_other_processes(inventory.clone(), std::time::Duration::from_millis(500));
         let runtime = super::memory::engine_runtime(
             options
                 .memory_limit

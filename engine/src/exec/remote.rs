@@ -22,7 +22,7 @@ use crate::core::calls::{NodeRun, Placement, PlacementDecision, UdfCallRecord};
 use crate::core::error::{EngineError, Result};
 use crate::core::node_leases::SharedLease;
 use crate::core::options::SetGrouping;
-use crate::udf::call::{CallStats, LeaseDevices, PlacedCall};
+use crate::udf::call::{CallStats, LeaseDevices, LeaseGrant, PlacedCall, statement_demand};
 use crate::udf::registry::UdfRegistry;
 use crate::udf::script::origin::ScriptOrigin;
 use crate::udf::script::udf::ScriptUdf;
@@ -59,6 +59,10 @@ struct WirePlacement {
     /// The engine that placed the call, whose `accelsql.udf_calls` shows the nodes' records.
     #[serde(default)]
     client: u64,
+    /// `%perInstanceRequiredAcceleratorMemory` (a built-in's estimate), for nodes that share
+    /// their GPUs by memory.
+    #[serde(default)]
+    device_memory: Option<u64>,
 }
 
 /// Numbers the copies of placed calls that this process decodes.
@@ -117,6 +121,7 @@ fn wire_bytes(call: &PlacedCall, origin: Option<&Arc<ScriptOrigin>>) -> Option<V
         gpu_class: call.gpu_class.clone(),
         script,
         client: call.client,
+        device_memory: call.device_memory,
     };
     let mut out = MAGIC.to_vec();
     serde_json::to_writer(&mut out, &wire).ok()?;
@@ -188,6 +193,7 @@ fn unplaced_call(name: &str) -> PlacedCall {
         devices: Arc::new(LeaseDevices::new()),
         node_id: 0,
         instances: 1,
+        device_memory: None,
         pool: OnceLock::new(),
         statement: StatementInfo::default(),
         stats: CallStats::default(),
@@ -348,6 +354,7 @@ impl NodeSide<'_> {
             devices: Arc::new(LeaseDevices::new()),
             node_id: self.state.node.id,
             instances: wire.instances.max(1),
+            device_memory: wire.device_memory,
             pool: OnceLock::new(),
             statement: StatementInfo {
                 statement_id: wire.statement_id,
@@ -395,7 +402,7 @@ impl NodeSide<'_> {
                 });
             }
             for call in &calls {
-                let _ = call.devices.set(Vec::new());
+                let _ = call.devices.set(LeaseGrant::default());
             }
             return Ok(NodeLease {
                 _shared: None,
@@ -404,19 +411,25 @@ impl NodeSide<'_> {
         }
         let started = Instant::now();
         let shared = self.state.node_leases.share(statement);
-        let lease = shared
+        // The node's own sharing setting applies: under `memory`, the calls of the task that
+        // takes the lease declare what it reserves.
+        let (_, grant) = shared
             .lease
-            .get_or_try_init(|| {
+            .get_or_try_init(|| async {
+                let (demand, layout) = statement_demand(&calls);
                 let request = crate::exec::stream::lease_request(
                     label,
                     self.state.default_wait_timeout,
                     calls.first().and_then(|c| c.gpu_class.as_ref()),
-                );
-                self.state.queue.acquire(request)
+                )
+                .demand(demand);
+                let lease = self.state.queue.acquire(request).await?;
+                let grant = LeaseGrant::of_lease(&lease, &layout);
+                Ok::<_, EngineError>((lease, grant))
             })
             .await?;
         for call in &calls {
-            let _ = call.devices.set(lease.devices().to_vec());
+            let _ = call.devices.set(grant.clone());
         }
         Ok(NodeLease {
             _shared: Some(shared),
@@ -446,7 +459,7 @@ impl NodeSide<'_> {
                 let devices: Vec<u32> = call
                     .devices
                     .get()
-                    .map(|d| d.iter().map(|d| d.index).collect())
+                    .map(|g| g.call_device_indices(call.decision.call_id))
                     .unwrap_or_default();
                 let mut decision = call.decision.clone();
                 if decision.placement == Placement::Gpu && devices.is_empty() {

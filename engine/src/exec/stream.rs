@@ -29,7 +29,7 @@ use crate::core::memory::SessionPool;
 use crate::core::options::OptionalGpuWhenBusy;
 use crate::core::owners::{KillSwitch, lease_label};
 use crate::plan::statement::StatementScope;
-use crate::udf::call::PlacedCall;
+use crate::udf::call::{LeaseGrant, PlacedCall, statement_demand};
 use crate::udf::script::udf::finish_workers;
 
 /// A bound on a running statement: when it passes, the statement is stopped with its error.
@@ -322,8 +322,11 @@ impl StatementStream {
         // lease-wait errors) and other processes (device lock files); `accelsql.gpu_leases`
         // shows the text to whom may see it.
         let label = lease_label(scope.id, scope.session);
+        // What its GPU calls ask of the lease: memory per instance when each declares it.
+        let (demand, layout) = statement_demand(&scope.calls());
         let state = if scope.must_wait_for_lease() {
-            let request = lease_request(label, wait_timeout, scope.gpu_class.as_ref());
+            let request =
+                lease_request(label, wait_timeout, scope.gpu_class.as_ref()).demand(demand);
             State::Waiting {
                 lease: async move { queue.acquire(request).await }.boxed(),
                 timer: deadline.map(|(at, _)| Box::pin(tokio::time::sleep_until(at))),
@@ -335,13 +338,13 @@ impl StatementStream {
             // Only optional GPU calls and `optional_gpu_when_busy = 'cpu'`: never wait; a busy
             // lease sends them to the CPU.
             let lease = queue
-                .try_acquire(label)
+                .try_acquire_request(LeaseRequest::new(label).demand(demand))
                 .map_err(|e| EngineError::from(e).into_datafusion())?;
             match &lease {
                 Some(l) => {
                     *scope.lease_wait.lock().unwrap_or_else(|e| e.into_inner()) =
                         Some(Duration::ZERO);
-                    let _ = scope.lease_devices.set(l.devices().to_vec());
+                    let _ = scope.lease_devices.set(LeaseGrant::of_lease(l, &layout));
                 }
                 None => {
                     let _ = scope.fell_back.set(
@@ -349,7 +352,7 @@ impl StatementStream {
                          (accelsql.optional_gpu_when_busy = 'cpu')"
                             .into(),
                     );
-                    let _ = scope.lease_devices.set(Vec::new());
+                    let _ = scope.lease_devices.set(LeaseGrant::default());
                 }
             }
             State::Running {
@@ -431,12 +434,7 @@ impl StatementStream {
             .lease_wait
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let devices: Vec<u32> = self
-            .scope
-            .lease_devices
-            .get()
-            .map(|d| d.iter().map(|d| d.index).collect())
-            .unwrap_or_default();
+        let grant = self.scope.lease_devices.get().cloned().unwrap_or_default();
         let records = self
             .scope
             .calls()
@@ -458,6 +456,7 @@ impl StatementStream {
                         decision.reason
                     );
                 }
+                let devices = grant.call_device_indices(call.decision.call_id);
                 let mut record = call_record(call, decision, &devices, lease_wait);
                 record.node = match &self.engine.distributor {
                     Some(_) => None,
@@ -515,6 +514,13 @@ pub(crate) fn call_record(
             .clone(),
         node: None,
         run: None,
+        reserved_bytes: if gpu {
+            call.devices
+                .get()
+                .and_then(|g| g.for_call(call.decision.call_id).1)
+        } else {
+            None
+        },
     }
 }
 
@@ -560,7 +566,7 @@ impl Stream for StatementStream {
                                 "optional; waiting for the GPU lease timed out \
                                  (accelsql.gpu_wait_timeout), so it ran on the CPU: {e}"
                             ));
-                            let _ = this.scope.lease_devices.set(Vec::new());
+                            let _ = this.scope.lease_devices.set(LeaseGrant::default());
                             None
                         }
                         Poll::Ready(Err(e)) => {
@@ -575,7 +581,11 @@ impl Stream for StatementStream {
                             .lease_wait
                             .lock()
                             .unwrap_or_else(|e| e.into_inner()) = Some(lease.waited());
-                        let _ = this.scope.lease_devices.set(lease.devices().to_vec());
+                        let layout = statement_demand(&this.scope.calls()).1;
+                        let _ = this
+                            .scope
+                            .lease_devices
+                            .set(LeaseGrant::of_lease(lease, &layout));
                     }
                     match execute_stream(Arc::clone(plan), Arc::clone(task)) {
                         Ok(inner) => {

@@ -318,14 +318,18 @@ impl Session {
         use crate::core::owners::session_of_label;
         let snapshot = self.engine.lease_queue().snapshot();
         let mine = |label: &str| session_of_label(label) == Some(self.identity.id);
-        if snapshot.holder.as_ref().is_some_and(|h| mine(&h.statement)) {
+        if let Some(h) = snapshot.holders.iter().find(|h| mine(&h.statement)) {
             return Some(LeasePlace::Holding {
-                devices: snapshot.devices,
+                devices: if h.whole {
+                    snapshot.devices
+                } else {
+                    h.reserved.len()
+                },
             });
         }
         let at = snapshot.waiting.iter().position(|w| mine(&w.statement))?;
         Some(LeasePlace::Waiting {
-            ahead: at + usize::from(snapshot.holder.is_some()),
+            ahead: at + snapshot.holders.len(),
             blocked_on: snapshot.waiting[at].blocked_on.clone(),
         })
     }
@@ -1489,9 +1493,10 @@ impl SqlRunner for Session {
 /// A session's place at its node's GPU lease ([`Session::gpu_lease_place`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeasePlace {
-    /// It holds the lease: its statement has the node's `devices` GPUs.
+    /// It holds the lease: its statement uses `devices` of the node's GPUs (all of them, or
+    /// under memory sharing those it reserved memory on).
     Holding {
-        /// How many GPUs the lease owns (indices `0..devices`).
+        /// How many GPUs the lease uses.
         devices: usize,
     },
     /// It waits, `ahead` statements before it; `blocked_on`: its turn has come, but a device

@@ -35,6 +35,7 @@ struct CallSite {
     udf: String,
     request: AcceleratorRequest,
     instance_limit: Option<usize>,
+    device_memory: Option<u64>,
 }
 
 impl CallSite {
@@ -45,7 +46,7 @@ impl CallSite {
                     .filter(|u| !u.is_placed())
                     .map(|u| {
                         let d = u.definition();
-                        Self::new(d.name(), d.accelerator(), d.instance_limit())
+                        Self::new(d.name(), d.accelerator(), d.instance_limit(), d.device_memory())
                     })
             }
             Expr::AggregateFunction(AggregateFunction { func, .. }) => {
@@ -53,7 +54,7 @@ impl CallSite {
                     .filter(|u| !u.is_placed())
                     .map(|u| {
                         let d = u.definition();
-                        Self::new(d.name(), d.accelerator(), d.instance_limit())
+                        Self::new(d.name(), d.accelerator(), d.instance_limit(), d.device_memory())
                     })
             }
             _ => None,
@@ -63,14 +64,20 @@ impl CallSite {
     fn of_node(plan: &LogicalPlan) -> Option<Self> {
         let node = unplaced_node(plan)?;
         let d = &node.def;
-        Some(Self::new(d.name(), d.accelerator(), d.instance_limit()))
+        Some(Self::new(d.name(), d.accelerator(), d.instance_limit(), d.device_memory()))
     }
 
-    fn new(udf: &str, request: AcceleratorRequest, instance_limit: Option<usize>) -> Self {
+    fn new(
+        udf: &str,
+        request: AcceleratorRequest,
+        instance_limit: Option<usize>,
+        device_memory: Option<u64>,
+    ) -> Self {
         Self {
             udf: udf.to_string(),
             request,
             instance_limit,
+            device_memory,
         }
     }
 }
@@ -214,6 +221,7 @@ impl PlacementRule {
                 instances: site
                     .instance_limit
                     .map_or(partitions, |limit| limit.min(partitions)),
+                device_memory: site.device_memory,
                 pool: std::sync::OnceLock::new(),
                 statement: accelsql_udf_runtime::StatementInfo {
                     statement_id: self.scope.id,

@@ -1,23 +1,132 @@
 //! One placed call of a UDF in one statement (where it runs, its instance pool, its counters:
 //! [`PlacedCall`], [`CallStats`]), and running an implementation on one of its instances.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use accelsql_udf_runtime::{
-    AcceleratorRequest, InstanceContext, InstancePool, RuntimeError, StatementInfo,
+    AcceleratorRequest, DeviceMemoryLimit, InstanceContext, InstancePool, RuntimeError,
+    StatementInfo,
 };
 use datafusion::error::DataFusionError;
 
-use accelsql_gpu_scheduler::DeviceInfo;
+use accelsql_gpu_scheduler::{DeviceDemand, DeviceInfo, Lease};
 
 use crate::core::calls::{Placement, PlacementDecision};
 use crate::core::error::EngineError;
 
-/// The devices of the statement's lease, set once when the lease is granted.
-pub(crate) type LeaseDevices = OnceLock<Vec<DeviceInfo>>;
+/// What the statement's lease gave its calls, set once when the lease is granted.
+pub(crate) type LeaseDevices = OnceLock<LeaseGrant>;
+
+/// What a lease gave a statement's GPU calls: its devices and, under memory sharing, each
+/// call's instances' devices and reservation.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LeaseGrant {
+    /// The devices the lease uses: every device of the node for a whole-device lease, those
+    /// its instances were placed on for a memory one; none without a lease.
+    pub(crate) devices: Vec<DeviceInfo>,
+    /// Under memory sharing, by call id: where each instance runs and what it reserved.
+    pub(crate) calls: HashMap<usize, CallGrant>,
+}
+
+/// One call's share of a memory lease.
+#[derive(Debug, Clone)]
+pub(crate) struct CallGrant {
+    /// The device of each instance, in instance order.
+    pub(crate) instance_devices: Vec<DeviceInfo>,
+    /// What each instance reserved on its device.
+    pub(crate) bytes: u64,
+}
+
+/// What one GPU-placed call asks of a memory lease: `instances` instances of `bytes` each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CallDemand {
+    pub(crate) call_id: usize,
+    pub(crate) instances: usize,
+    pub(crate) bytes: u64,
+}
+
+impl LeaseGrant {
+    /// Every device, no reservation (a whole-device lease; empty: none).
+    pub(crate) fn whole(devices: Vec<DeviceInfo>) -> Self {
+        Self {
+            devices,
+            ..Self::default()
+        }
+    }
+
+    /// What `lease`, requested for `layout` (see [`statement_demand`]), gives each call.
+    pub(crate) fn of_lease(lease: &Lease, layout: &[CallDemand]) -> Self {
+        if lease.is_whole() {
+            return Self::whole(lease.devices());
+        }
+        let mut at = lease.instance_devices().into_iter();
+        let calls = layout
+            .iter()
+            .map(|c| {
+                let instance_devices: Vec<DeviceInfo> = at.by_ref().take(c.instances).collect();
+                (
+                    c.call_id,
+                    CallGrant {
+                        instance_devices,
+                        bytes: c.bytes,
+                    },
+                )
+            })
+            .collect();
+        Self {
+            devices: lease.devices(),
+            calls,
+        }
+    }
+
+    /// The devices call `call_id`'s instances are pinned to (instance `i` to entry `i mod n`)
+    /// and what each reserved, if the lease reserved memory for it.
+    pub(crate) fn for_call(&self, call_id: usize) -> (Vec<DeviceInfo>, Option<u64>) {
+        match self.calls.get(&call_id) {
+            Some(c) if !c.instance_devices.is_empty() => {
+                (c.instance_devices.clone(), Some(c.bytes))
+            }
+            _ => (self.devices.clone(), None),
+        }
+    }
+
+    /// NVML indices of the devices call `call_id`'s instances run on, one per instance slot.
+    pub(crate) fn call_device_indices(&self, call_id: usize) -> Vec<u32> {
+        self.for_call(call_id).0.iter().map(|d| d.index).collect()
+    }
+}
+
+/// What a statement's GPU-placed `calls` ask of the node lease: memory per instance when every
+/// one declares it (`%perInstanceRequiredAcceleratorMemory`; the built-ins estimate theirs),
+/// else every device; and, for a memory demand, how its instances map back to the calls.
+pub(crate) fn statement_demand(calls: &[Arc<PlacedCall>]) -> (DeviceDemand, Vec<CallDemand>) {
+    let gpu: Vec<&Arc<PlacedCall>> = calls
+        .iter()
+        .filter(|c| c.decision.placement == Placement::Gpu)
+        .collect();
+    let mut layout = Vec::with_capacity(gpu.len());
+    for c in &gpu {
+        match c.device_memory {
+            Some(bytes) => layout.push(CallDemand {
+                call_id: c.decision.call_id,
+                instances: c.instances.max(1),
+                bytes,
+            }),
+            None => return (DeviceDemand::Whole, Vec::new()),
+        }
+    }
+    if layout.is_empty() {
+        return (DeviceDemand::Whole, layout);
+    }
+    let per_instance = layout
+        .iter()
+        .flat_map(|c| std::iter::repeat_n(c.bytes, c.instances))
+        .collect();
+    (DeviceDemand::Memory(per_instance), layout)
+}
 
 /// One placed call of a UDF in one statement.
 #[derive(Debug)]
@@ -27,6 +136,8 @@ pub(crate) struct PlacedCall {
     pub(crate) node_id: usize,
     /// Parallel instances: `min(target_partitions, %perNodeAndCallInstanceLimit)`.
     pub(crate) instances: usize,
+    /// `%perInstanceRequiredAcceleratorMemory` of the UDF (a built-in's estimate), if any.
+    pub(crate) device_memory: Option<u64>,
     pub(crate) pool: OnceLock<InstancePool>,
     /// The statement's id and run timeout, for the instances.
     pub(crate) statement: StatementInfo,
@@ -47,22 +158,31 @@ impl PlacedCall {
         if let Some(pool) = self.pool.get() {
             return Ok(pool);
         }
-        let devices = match self.decision.placement {
-            Placement::Gpu => self.devices.get().ok_or_else(|| {
-                EngineError::Sql(DataFusionError::Internal(format!(
-                    "GPU call of {} ran without the statement's lease",
-                    self.decision.udf
-                )))
-            })?,
-            Placement::Cpu => &Vec::new(),
+        let (devices, reserved) = match self.decision.placement {
+            Placement::Gpu => self
+                .devices
+                .get()
+                .ok_or_else(|| {
+                    EngineError::Sql(DataFusionError::Internal(format!(
+                        "GPU call of {} ran without the statement's lease",
+                        self.decision.udf
+                    )))
+                })?
+                .for_call(self.decision.call_id),
+            Placement::Cpu => (Vec::new(), None),
         };
+        let limit = reserved.map(|bytes| DeviceMemoryLimit {
+            bytes,
+            probe: crate::core::device_memory::probe(),
+        });
         Ok(self.pool.get_or_init(|| {
             InstancePool::for_statement(
                 self.instances,
-                devices.clone(),
+                devices,
                 self.node_id,
                 self.statement.clone(),
             )
+            .with_device_memory(limit)
         }))
     }
 }
@@ -192,7 +312,14 @@ pub(crate) fn on_instance<K: ?Sized, T>(
             used_gpu_impl: false,
         });
     };
-    match f(gpu_kernel, context) {
+    // Under memory sharing, the instance's GPU runs stay within its reservation.
+    let ran = match &context.device_memory {
+        Some(limit) => accelsql_udf_runtime::gpu::with_device_memory_limit(limit.bytes, || {
+            f(gpu_kernel, context)
+        }),
+        None => f(gpu_kernel, context),
+    };
+    match ran {
         Ok(value) => Ok(Ran {
             value,
             elapsed: start.elapsed(),
@@ -255,7 +382,7 @@ mod tests {
             ..DeviceInfo::simulated(0)
         };
         let devices = Arc::new(LeaseDevices::new());
-        devices.set(vec![device]).unwrap();
+        devices.set(LeaseGrant::whole(vec![device])).unwrap();
         PlacedCall {
             decision: PlacementDecision {
                 call_id: 1,
@@ -268,6 +395,7 @@ mod tests {
             devices,
             node_id: 0,
             instances: 1,
+            device_memory: None,
             pool: OnceLock::new(),
             statement: StatementInfo::default(),
             stats: CallStats::default(),
@@ -275,6 +403,38 @@ mod tests {
             gpu_class: None,
             copy: 0,
         }
+    }
+
+    #[tokio::test]
+    async fn a_memory_lease_gives_each_call_its_instances_devices_in_order() {
+        use accelsql_gpu_scheduler::{GpuSharing, Inventory, LeaseQueue, LeaseRequest};
+        const G: u64 = 1 << 30;
+        let queue = LeaseQueue::new(Inventory::simulated(2).devices().unwrap())
+            .with_sharing(GpuSharing::Memory, 10);
+        let layout = [
+            CallDemand {
+                call_id: 1,
+                instances: 3,
+                bytes: 10 * G,
+            },
+            CallDemand {
+                call_id: 2,
+                instances: 1,
+                bytes: 20 * G,
+            },
+        ];
+        let demand = DeviceDemand::Memory(vec![10 * G, 10 * G, 10 * G, 20 * G]);
+        let lease = queue
+            .acquire(LeaseRequest::new("s").demand(demand))
+            .await
+            .unwrap();
+        let grant = LeaseGrant::of_lease(&lease, &layout);
+        // Largest first: the 20 GiB instance on device 0, then 10s where the most room is.
+        assert_eq!(grant.call_device_indices(2), vec![0]);
+        assert_eq!(grant.call_device_indices(1), vec![1, 1, 0]);
+        assert_eq!(grant.for_call(1).1, Some(10 * G));
+        // A call the lease did not plan for gets the lease's devices and no reservation.
+        assert_eq!(grant.for_call(9), (lease.devices(), None));
     }
 
     type Kernel = dyn Fn(&InstanceContext) -> datafusion::error::Result<&'static str>;

@@ -180,6 +180,23 @@ macro_rules! common_builder_methods {
             self.instance_limit = Some(n.max(1));
             self
         }
+
+        /// The device memory one GPU instance needs, in bytes (at least 1): under
+        /// `gpu_sharing = 'memory'` a statement calling it reserves that much per instance and
+        /// shares devices with other such statements; its GPU runs stay within it. Without it
+        /// a GPU call needs whole devices.
+        pub fn device_memory(mut self, bytes: u64) -> Self {
+            self.device_memory = Some(bytes.max(1));
+            self
+        }
+
+        /// `%perInstanceRequiredAcceleratorMemory`, parsed from text (`6GiB`, `512MiB`, …).
+        pub fn device_memory_annotation(mut self, annotation: &str) -> Result<Self> {
+            self.device_memory = Some(
+                accelsql_udf_runtime::annotations::parse_device_memory(annotation)?,
+            );
+            Ok(self)
+        }
     };
 }
 pub(crate) use common_builder_methods;
@@ -211,6 +228,8 @@ pub struct ScalarUdf {
     returns: DataType,
     accelerator: AcceleratorRequest,
     instance_limit: Option<usize>,
+    /// `%perInstanceRequiredAcceleratorMemory`: device memory one GPU instance needs.
+    device_memory: Option<u64>,
     pub(super) cpu: Arc<dyn ScalarKernel>,
     pub(super) gpu: Option<Arc<dyn ScalarKernel>>,
     /// Defined by a script of this process's catalog (see
@@ -228,6 +247,7 @@ impl fmt::Debug for ScalarUdf {
             .field("returns", &self.returns)
             .field("accelerator", &self.accelerator)
             .field("instance_limit", &self.instance_limit)
+            .field("device_memory", &self.device_memory)
             .field("gpu", &self.gpu.is_some())
             .finish()
     }
@@ -242,6 +262,7 @@ impl ScalarUdf {
             returns: None,
             accelerator: AcceleratorRequest::None,
             instance_limit: None,
+            device_memory: None,
             cpu: None,
             gpu: None,
         }
@@ -292,6 +313,12 @@ impl ScalarUdf {
         self.instance_limit
     }
 
+    /// `%perInstanceRequiredAcceleratorMemory`: the device memory one GPU instance declares
+    /// it needs, if it declares any (see [`GpuSharing`](crate::gpu_scheduler::GpuSharing)).
+    pub fn device_memory(&self) -> Option<u64> {
+        self.device_memory
+    }
+
     /// The arguments it takes.
     pub fn inputs(&self) -> &Inputs {
         &self.inputs
@@ -315,6 +342,8 @@ pub struct ScalarUdfBuilder {
     returns: Option<DataType>,
     accelerator: AcceleratorRequest,
     instance_limit: Option<usize>,
+    /// `%perInstanceRequiredAcceleratorMemory`: device memory one GPU instance needs.
+    device_memory: Option<u64>,
     cpu: Option<Arc<dyn ScalarKernel>>,
     gpu: Option<Arc<dyn ScalarKernel>>,
 }
@@ -380,6 +409,7 @@ impl ScalarUdfBuilder {
             returns,
             accelerator: self.accelerator,
             instance_limit: self.instance_limit,
+            device_memory: self.device_memory,
             cpu,
             gpu: self.gpu,
             local: false,

@@ -385,6 +385,8 @@ pub struct SetUdf {
     output: Output,
     accelerator: AcceleratorRequest,
     instance_limit: Option<usize>,
+    /// `%perInstanceRequiredAcceleratorMemory`: device memory one GPU instance needs.
+    device_memory: Option<u64>,
     pub(crate) cpu: Arc<dyn SetKernel>,
     pub(crate) gpu: Option<Arc<dyn SetKernel>>,
     /// Defined by a script of this process's catalog.
@@ -424,6 +426,7 @@ impl fmt::Debug for SetUdf {
             .field("output", &self.output)
             .field("accelerator", &self.accelerator)
             .field("instance_limit", &self.instance_limit)
+            .field("device_memory", &self.device_memory)
             .field("gpu", &self.gpu.is_some())
             .field("top_k_merge", &self.top_k_merge)
             .finish()
@@ -445,6 +448,7 @@ impl SetUdf {
             output: None,
             accelerator: AcceleratorRequest::None,
             instance_limit: None,
+            device_memory: None,
             cpu: None,
             gpu: None,
             top_k_merge: None,
@@ -517,6 +521,12 @@ impl SetUdf {
         self.instance_limit
     }
 
+    /// `%perInstanceRequiredAcceleratorMemory`: the device memory one GPU instance declares
+    /// it needs, if it declares any (see [`GpuSharing`](crate::gpu_scheduler::GpuSharing)).
+    pub fn device_memory(&self) -> Option<u64> {
+        self.device_memory
+    }
+
     /// Whether it has a GPU implementation.
     pub fn has_gpu_implementation(&self) -> bool {
         self.gpu.is_some()
@@ -531,6 +541,8 @@ pub struct SetUdfBuilder {
     output: Option<Output>,
     accelerator: AcceleratorRequest,
     instance_limit: Option<usize>,
+    /// `%perInstanceRequiredAcceleratorMemory`: device memory one GPU instance needs.
+    device_memory: Option<u64>,
     cpu: Option<Arc<dyn SetKernel>>,
     gpu: Option<Arc<dyn SetKernel>>,
     top_k_merge: Option<TopKMerge>,
@@ -635,6 +647,7 @@ impl SetUdfBuilder {
             output,
             accelerator: self.accelerator,
             instance_limit: self.instance_limit,
+            device_memory: self.device_memory,
             cpu,
             gpu: self.gpu,
             local: false,

@@ -7,6 +7,7 @@
 mod catalog_processes;
 mod exasol;
 mod files;
+mod gpu_sharing;
 mod kill_session;
 mod memory;
 mod placement;

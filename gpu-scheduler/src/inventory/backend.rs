@@ -2,6 +2,15 @@
 
 use crate::{DeviceInfo, Result};
 
+/// Device memory of the processes running on one GPU, as the backend can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessMemory {
+    /// Each compute process's pid and the device memory it uses, in bytes.
+    Supported(Vec<(u32, u64)>),
+    /// The backend cannot tell (NVML in some containers, simulated devices): why.
+    Unsupported(String),
+}
+
 /// A source of devices: NVML on a real server, or a simulated set for tests and CI.
 ///
 /// `probe` takes fresh readings each call (free memory and utilization change), so callers that
@@ -21,5 +30,12 @@ pub trait DeviceBackend: Send + Sync + std::fmt::Debug {
     /// Driver version, where the backend knows it.
     fn driver_version(&self) -> Option<String> {
         None
+    }
+
+    /// The device memory each process uses on device `uuid` now (NVML's running compute
+    /// processes), where the backend can tell.
+    fn process_memory(&self, uuid: &str) -> ProcessMemory {
+        let _ = uuid;
+        ProcessMemory::Unsupported(format!("the {} backend does not report it", self.name()))
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-pub use self::backend::DeviceBackend;
+pub use self::backend::{DeviceBackend, ProcessMemory};
 pub use self::nvml::NvmlInventory;
 #[cfg(test)]
 pub(crate) use self::simulated::simulated_device;
@@ -105,6 +105,12 @@ impl Inventory {
             Some(v) if !all.is_empty() => v.apply(all),
             _ => Ok(all),
         }
+    }
+
+    /// The device memory each process uses on device `uuid` now, where the backend can tell
+    /// (see [`DeviceBackend::process_memory`]).
+    pub fn process_memory(&self, uuid: &str) -> ProcessMemory {
+        self.backend.process_memory(uuid)
     }
 
     /// Devices plus backend, driver and note, for `accelsql gpu status` and system tables.

@@ -6,7 +6,7 @@ use std::path::Path;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 
-use crate::inventory::DeviceBackend;
+use crate::inventory::{DeviceBackend, ProcessMemory};
 use crate::{DeviceInfo, Result, SchedulerError};
 
 /// Library names tried in order when no path is configured: the driver ships the `.so.1`; the
@@ -106,6 +106,36 @@ impl DeviceBackend for NvmlInventory {
 
     fn note(&self) -> Option<String> {
         self.note.clone()
+    }
+
+    fn process_memory(&self, uuid: &str) -> ProcessMemory {
+        use nvml_wrapper::enums::device::UsedGpuMemory;
+        let Some(nvml) = &self.nvml else {
+            return ProcessMemory::Unsupported("no NVML".into());
+        };
+        let processes = nvml
+            .device_by_uuid(uuid)
+            .and_then(|d| d.running_compute_processes());
+        match processes {
+            Ok(list) => {
+                let mut out = Vec::with_capacity(list.len());
+                for p in list {
+                    match p.used_gpu_memory {
+                        UsedGpuMemory::Used(bytes) => out.push((p.pid, bytes)),
+                        // Containers without the host's PID namespace see no figures.
+                        UsedGpuMemory::Unavailable => {
+                            return ProcessMemory::Unsupported(
+                                "NVML reports no per-process memory here (a container \
+                                 without the host's PID namespace?)"
+                                    .into(),
+                            );
+                        }
+                    }
+                }
+                ProcessMemory::Supported(out)
+            }
+            Err(e) => ProcessMemory::Unsupported(format!("NVML: {e}")),
+        }
     }
 
     fn driver_version(&self) -> Option<String> {

@@ -14,6 +14,21 @@ pub const FREE_MEMORY_FRACTION: f64 = 0.5;
 /// staging ([`super::STREAMS`] buffers of this size) stays modest.
 pub const MAX_CHUNK_BYTES: usize = 128 << 20;
 
+/// Device memory the CUDA context and a run's modules take, as [`builtin_device_memory`]
+/// counts them.
+pub const CONTEXT_ALLOWANCE: u64 = 256 << 20;
+
+/// The device memory one instance of a built-in GPU function reserves under memory sharing:
+/// what its runs use at most — [`super::STREAMS`] chunks in flight of at most
+/// [`MAX_CHUNK_BYTES`] each, over the [`FREE_MEMORY_FRACTION`] of free memory a run uses for
+/// chunks — plus [`CONTEXT_ALLOWANCE`]: 1 GiB. A batch of any size runs within it (in more
+/// chunks when its rows are wide), since runs size their chunks from the reservation.
+pub const fn builtin_device_memory() -> u64 {
+    let chunks = (super::STREAMS * MAX_CHUNK_BYTES) as u64;
+    // FREE_MEMORY_FRACTION is 0.5: the chunks in flight may use half of what a run sees free.
+    chunks * 2 + CONTEXT_ALLOWANCE
+}
+
 /// Chunks hold a multiple of this many rows (except the last, or when a row does not fit), so
 /// that the validity words of consecutive chunks line up.
 pub const CHUNK_ROW_ALIGN: usize = 1024;
@@ -56,6 +71,7 @@ pub fn chunk_ranges(rows: usize, per_chunk: usize) -> impl Iterator<Item = Range
 
 thread_local! {
     static MAX_CHUNK_BYTES_OVERRIDE: Cell<Option<usize>> = const { Cell::new(None) };
+    static DEVICE_MEMORY_LIMIT: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 /// Runs `f` with GPU chunks limited to `max_bytes` bytes on this thread (for tests that need a
@@ -77,6 +93,27 @@ pub fn with_max_chunk_bytes<R>(max_bytes: usize, f: impl FnOnce() -> R) -> R {
     }
     let _restore = Restore(MAX_CHUNK_BYTES_OVERRIDE.with(|c| c.replace(Some(max_bytes))));
     f()
+}
+
+/// Runs `f` with GPU runs on this thread limited to `bytes` of device memory: a statement's
+/// reservation per instance under memory sharing. A run's chunks are sized as if the device
+/// had no more free memory than that, so a batch larger than the reservation runs in smaller
+/// chunks (as it does when the device is short of memory), and a single row that needs more
+/// fails as one that does not fit the device does. The previous limit is restored afterwards.
+pub fn with_device_memory_limit<R>(bytes: u64, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<u64>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEVICE_MEMORY_LIMIT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(DEVICE_MEMORY_LIMIT.with(|c| c.replace(Some(bytes))));
+    f()
+}
+
+/// The device memory [`with_device_memory_limit`] allows GPU runs on this thread, if set.
+pub fn current_device_memory_limit() -> Option<u64> {
+    DEVICE_MEMORY_LIMIT.with(Cell::get)
 }
 
 /// The chunk limit [`with_max_chunk_bytes`] set on this thread, if any.

@@ -65,7 +65,10 @@ mod options;
 mod pipeline;
 mod vectors;
 
-pub use chunk::{current_max_chunk_bytes, with_max_chunk_bytes};
+pub use chunk::{
+    CONTEXT_ALLOWANCE, builtin_device_memory, current_device_memory_limit, current_max_chunk_bytes, with_device_memory_limit,
+    with_max_chunk_bytes,
+};
 pub use columnar::{
     DeviceArray, DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, check_output,
 };

@@ -15,7 +15,10 @@ use arrow::array::{ArrayRef, new_empty_array};
 use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice};
 
 use super::bitmap::combined_validity;
-use super::chunk::{CHUNK_ROW_ALIGN, chunk_budget, current_max_chunk_bytes, rows_per_chunk};
+use super::chunk::{
+    CHUNK_ROW_ALIGN, chunk_budget, current_device_memory_limit, current_max_chunk_bytes,
+    rows_per_chunk,
+};
 use super::columnar::{
     DeviceArray, DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, check_output,
 };
@@ -108,6 +111,11 @@ impl GpuDevice {
             .context()
             .mem_get_info()
             .map_err(|e| self.error("reading free device memory", e))?;
+        // Under memory sharing the statement's reservation is all this instance may use.
+        let free = match current_device_memory_limit() {
+            Some(limit) => free.min(usize::try_from(limit).unwrap_or(usize::MAX)),
+            None => free,
+        };
         let fixed: usize = scalars.iter().flatten().map(device_bytes).sum();
         let budget = chunk_budget(free, fixed, STREAMS, current_max_chunk_bytes());
         let row_bytes = ops

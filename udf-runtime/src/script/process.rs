@@ -28,24 +28,54 @@ pub(crate) enum IoEnd {
     Broken(String),
     /// The worker's resident memory passed its limit (bytes: what it had, the limit).
     OverMemory { resident: u64, limit: u64 },
+    /// The worker's device memory passed its call's declaration (bytes: what it used, the
+    /// declaration; the device's label).
+    OverDeviceMemory {
+        used: u64,
+        declared: u64,
+        device: String,
+    },
 }
 
-/// A limit on a worker's resident memory, checked while the engine waits for it.
-#[derive(Debug, Clone, Copy)]
+/// Limits on a worker's resident memory and on its device memory, checked while the engine
+/// waits for it.
+#[derive(Debug, Clone)]
 pub(crate) struct MemoryWatch {
     pid: u32,
-    limit: u64,
+    /// Resident memory, bytes.
+    limit: Option<u64>,
+    device: Option<DeviceWatch>,
+}
+
+/// A worker's device and its call's declaration (`%perInstanceRequiredAcceleratorMemory`).
+#[derive(Debug, Clone)]
+pub(crate) struct DeviceWatch {
+    pub(crate) uuid: String,
+    pub(crate) label: String,
+    pub(crate) declared: u64,
+    pub(crate) probe: std::sync::Arc<dyn crate::DeviceMemoryProbe>,
 }
 
 /// How often a watched worker's resident memory is read while the engine waits for it.
 const MEMORY_CHECK_EVERY: Duration = Duration::from_millis(50);
 
 impl MemoryWatch {
-    /// The worker's resident memory if it is past the limit (Linux: `/proc/PID/statm`;
-    /// elsewhere never).
-    fn over(&self) -> Option<u64> {
-        let resident = resident_bytes(self.pid)?;
-        (resident > self.limit).then_some(resident)
+    /// How the worker is past a limit, if it is: resident memory (Linux: `/proc/PID/statm`;
+    /// elsewhere never), then device memory (as the probe reads it).
+    fn over(&self) -> Option<IoEnd> {
+        if let Some(limit) = self.limit
+            && let Some(resident) = resident_bytes(self.pid)
+            && resident > limit
+        {
+            return Some(IoEnd::OverMemory { resident, limit });
+        }
+        let device = self.device.as_ref()?;
+        let used = device.probe.used(&device.uuid, self.pid)?;
+        (used > device.declared).then(|| IoEnd::OverDeviceMemory {
+            used,
+            declared: device.declared,
+            device: device.label.clone(),
+        })
     }
 }
 
@@ -123,10 +153,23 @@ impl Process {
     /// Ends every later exchange with [`IoEnd::OverMemory`] once the worker's resident memory
     /// passes `limit` bytes (checked every 50 ms while the engine waits on the worker).
     pub(crate) fn limit_memory(&mut self, limit: u64) {
-        self.watch = Some(MemoryWatch {
+        let watch = self.watch.get_or_insert(MemoryWatch {
             pid: self.pid,
-            limit,
+            limit: None,
+            device: None,
         });
+        watch.limit = Some(limit);
+    }
+
+    /// Ends every later exchange with [`IoEnd::OverDeviceMemory`] once the worker uses more of
+    /// its device's memory than `device` declares (read every 50 ms while the engine waits).
+    pub(crate) fn limit_device_memory(&mut self, device: DeviceWatch) {
+        let watch = self.watch.get_or_insert(MemoryWatch {
+            pid: self.pid,
+            limit: None,
+            device: None,
+        });
+        watch.device = Some(device);
     }
 
     /// Starts `cmd` with the child's end of a new socket pair as its stdin and stdout, its stderr
@@ -205,14 +248,15 @@ impl Process {
         let mut header = [0u8; FRAME_HEADER_LEN];
         header[..8].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         header[8] = kind;
-        send_all(self.sock.as_raw_fd(), &header, deadline, self.watch)?;
-        send_all(self.sock.as_raw_fd(), payload, deadline, self.watch)
+        send_all(self.sock.as_raw_fd(), &header, deadline, self.watch.as_ref())?;
+        send_all(self.sock.as_raw_fd(), payload, deadline, self.watch.as_ref())
     }
 
     /// Receives one frame: `(kind, payload)`.
     pub(crate) fn recv(&mut self, deadline: Option<Instant>) -> Result<(u8, Vec<u8>), IoEnd> {
         let mut header = [0u8; FRAME_HEADER_LEN];
-        let watch = self.watch;
+        let watch = self.watch.clone();
+        let watch = watch.as_ref();
         recv_exact(&mut self.sock, &mut header, deadline, watch)?;
         let mut len_bytes = [0u8; 8];
         len_bytes.copy_from_slice(&header[..8]);
@@ -421,7 +465,7 @@ fn send_all(
     fd: RawFd,
     mut data: &[u8],
     deadline: Option<Instant>,
-    watch: Option<MemoryWatch>,
+    watch: Option<&MemoryWatch>,
 ) -> Result<(), IoEnd> {
     while !data.is_empty() {
         // SAFETY: `data` is a valid, initialised buffer of `data.len()` bytes and `fd` is our open
@@ -455,7 +499,7 @@ fn recv_exact(
     sock: &mut UnixStream,
     buf: &mut [u8],
     deadline: Option<Instant>,
-    watch: Option<MemoryWatch>,
+    watch: Option<&MemoryWatch>,
 ) -> Result<(), IoEnd> {
     let mut filled = 0;
     while filled < buf.len() {
@@ -489,16 +533,11 @@ fn wait_watched(
     fd: RawFd,
     events: libc::c_short,
     deadline: Option<Instant>,
-    watch: Option<MemoryWatch>,
+    watch: Option<&MemoryWatch>,
 ) -> Result<(), IoEnd> {
     loop {
-        if let Some(watch) = watch
-            && let Some(resident) = watch.over()
-        {
-            return Err(IoEnd::OverMemory {
-                resident,
-                limit: watch.limit,
-            });
+        if let Some(end) = watch.and_then(MemoryWatch::over) {
+            return Err(end);
         }
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         if left.is_some_and(|l| l.is_zero()) {

@@ -285,6 +285,10 @@ pub struct WorkerContext {
     pub vm_id: usize,
     /// The GPU this instance is pinned to; `None` runs it on the CPU with no GPU visible.
     pub device: Option<DeviceInfo>,
+    /// Under memory sharing, what the instance declared of its device: a worker that uses
+    /// more (as the probe reads it, every 50 ms while the engine waits on it) is stopped with
+    /// 53U26.
+    pub device_memory: Option<crate::DeviceMemoryLimit>,
     /// How each run's rows and output travel (in chunks, so that a group of any size costs the
     /// worker about one chunk of memory).
     pub chunking: RunChunking,

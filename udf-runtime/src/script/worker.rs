@@ -118,8 +118,12 @@ impl PythonWorker {
         };
         // The worker sits outside the engine's memory pool: its resident memory is watched.
         let memory_limit = (ctx.memory_limit > 0).then_some(ctx.memory_limit);
+        let device_watch = device_watch(&ctx);
         if let Some(limit) = memory_limit {
             process.limit_memory(limit);
+        }
+        if let Some(watch) = &device_watch {
+            process.limit_device_memory(watch.clone());
         }
         let pid = process.pid();
         let mut worker = Self {
@@ -149,6 +153,9 @@ impl PythonWorker {
             let mut process = spawn_worker(&worker.spec, &env)?;
             if let Some(limit) = memory_limit {
                 process.limit_memory(limit);
+            }
+            if let Some(watch) = &device_watch {
+                process.limit_device_memory(watch.clone());
             }
             worker.pid = process.pid();
             worker.process = Some(process);
@@ -637,6 +644,25 @@ impl PythonWorker {
                     limit,
                 }
             }
+            IoEnd::OverDeviceMemory {
+                used,
+                declared,
+                device,
+            } => {
+                if let Some(p) = self.process.take() {
+                    p.terminate(Duration::ZERO);
+                }
+                self.gone = Some(format!("stopped at {used} bytes of device memory"));
+                RuntimeError::WorkerOverDeviceMemory {
+                    script: self.script.clone(),
+                    vm_id: self.vm_id,
+                    pid: self.pid,
+                    phase: phase_name,
+                    device,
+                    used,
+                    declared,
+                }
+            }
             IoEnd::Broken(message) => self.protocol(message),
         }
     }
@@ -795,6 +821,19 @@ fn resolve_inputs(
             Ok(cols.clone())
         }
     }
+}
+
+/// What to watch a GPU instance's worker against: its device and declared memory, when the
+/// instance has both and something can read a process's device memory.
+fn device_watch(ctx: &WorkerContext) -> Option<super::process::DeviceWatch> {
+    let device = ctx.device.as_ref()?;
+    let limit = ctx.device_memory.as_ref()?;
+    Some(super::process::DeviceWatch {
+        uuid: device.uuid.clone(),
+        label: device.label(),
+        declared: limit.bytes,
+        probe: std::sync::Arc::clone(limit.probe.as_ref()?),
+    })
 }
 
 #[cfg(test)]

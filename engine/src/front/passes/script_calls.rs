@@ -259,6 +259,7 @@ mod tests {
             output: StoredOutput::Returns("INT".into()),
             accelerator: None,
             instance_limit: None,
+            device_memory: None,
             env: Vec::new(),
             code: String::new(),
             text: String::new(),

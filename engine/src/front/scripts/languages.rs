@@ -239,6 +239,7 @@ impl SessionScripts {
                     },
                     accelerator: options.accelerator,
                     instance_limit: options.instance_limit,
+                    device_memory: options.device_memory,
                     env: options.env,
                     code,
                     text: create.text,

@@ -14,7 +14,8 @@ pub(super) fn haversine_km() -> Result<ScalarUdf> {
     let builder = ScalarUdf::builder(FUNCTION)
         .inputs(vec![DataType::Float64; 4])
         .returns(DataType::Float64)
-        .accelerator_request(AcceleratorRequest::Preferred);
+        .accelerator_request(AcceleratorRequest::Preferred)
+        .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory());
     with_kernels::<4, _>(
         builder,
         FUNCTION,

@@ -15,7 +15,8 @@ pub(super) fn black_scholes(kind: OptionKind) -> Result<ScalarUdf> {
     let builder = ScalarUdf::builder(kind.name())
         .inputs(vec![DataType::Float64; 5])
         .returns(DataType::Float64)
-        .accelerator_request(AcceleratorRequest::Preferred);
+        .accelerator_request(AcceleratorRequest::Preferred)
+        .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory());
     with_kernels::<5, _>(
         builder,
         kind.name(),

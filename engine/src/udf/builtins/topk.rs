@@ -62,6 +62,7 @@ pub(super) fn vector_topk() -> Result<SetUdf> {
             Field::new("score", DataType::Float64, false),
         ])
         .accelerator_request(AcceleratorRequest::Preferred)
+        .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory())
         // Without GROUP BY: each partition's k best, then the k best of those.
         .merged_as_top_k(TopKMerge {
             k_argument: 3,

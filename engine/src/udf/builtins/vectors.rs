@@ -80,7 +80,8 @@ pub(super) fn vector_function(op: VectorOp) -> Result<ScalarUdf> {
     let builder = ScalarUdf::builder(op.name())
         .rule_inputs(TWO_VECTORS)
         .returns(DataType::Float64)
-        .accelerator_request(AcceleratorRequest::Preferred);
+        .accelerator_request(AcceleratorRequest::Preferred)
+        .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory());
     with_kernels::<2, _>(
         builder,
         op.name(),

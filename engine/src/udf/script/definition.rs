@@ -21,6 +21,9 @@ pub(crate) struct ScriptEntry {
     pub(crate) accelerator: Option<String>,
     /// `%perNodeAndCallInstanceLimit`.
     pub(crate) instance_limit: Option<usize>,
+    /// `%perInstanceRequiredAcceleratorMemory`, in bytes.
+    #[serde(default)]
+    pub(crate) device_memory: Option<u64>,
     /// `%env NAME=value` pairs, in order.
     pub(crate) env: Vec<(String, String)>,
     /// The code to run: the body with option lines blanked (line numbers unchanged).
@@ -80,11 +83,27 @@ impl ScriptEntry {
         if let Some(n) = self.instance_limit {
             parts.push(format!("%perNodeAndCallInstanceLimit {n};"));
         }
+        if let Some(bytes) = self.device_memory {
+            parts.push(format!(
+                "%perInstanceRequiredAcceleratorMemory {};",
+                exact_size(bytes)
+            ));
+        }
         for (k, v) in &self.env {
             parts.push(format!("%env {k}={v};"));
         }
         parts.join(" ")
     }
+}
+
+/// `bytes` in the largest binary unit that writes it exactly (`6GiB`, `1536MiB`, `1000`).
+fn exact_size(bytes: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
 }
 
 fn columns_text(columns: &[(String, String)]) -> String {

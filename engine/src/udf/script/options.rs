@@ -7,7 +7,7 @@
 //! leading `%` is the modulo operator). [`logical_line_starts`] says which lines start one.
 
 use accelsql_udf_runtime::AcceleratorRequest;
-use accelsql_udf_runtime::annotations::parse_instance_limit;
+use accelsql_udf_runtime::annotations::{parse_device_memory, parse_instance_limit};
 
 use crate::EngineError;
 
@@ -18,6 +18,8 @@ pub(crate) struct ScriptOptions {
     pub(crate) accelerator: Option<String>,
     /// `%perNodeAndCallInstanceLimit`.
     pub(crate) instance_limit: Option<usize>,
+    /// `%perInstanceRequiredAcceleratorMemory`, in bytes.
+    pub(crate) device_memory: Option<u64>,
     /// `%env NAME=value`, in order.
     pub(crate) env: Vec<(String, String)>,
 }
@@ -55,6 +57,10 @@ pub(crate) fn take_options(body: &str) -> Result<(ScriptOptions, String), Engine
                 let limit = parse_instance_limit(value).map_err(|e| fail(e.to_string()))?;
                 options.instance_limit = Some(limit);
             }
+            "perinstancerequiredacceleratormemory" => {
+                let bytes = parse_device_memory(value).map_err(|e| fail(e.to_string()))?;
+                options.device_memory = Some(bytes);
+            }
             "env" => {
                 // Exasol reads an %env value up to its ';' and rejects a line without one.
                 if !terminated {
@@ -78,7 +84,7 @@ pub(crate) fn take_options(body: &str) -> Result<(ScriptOptions, String), Engine
             _ => {
                 return Err(fail(format!(
                     "unknown script option %{key}; accelsql knows %perInstanceRequiredAcceleratorDevices, \
-                     %perNodeAndCallInstanceLimit and %env"
+                     %perInstanceRequiredAcceleratorMemory, %perNodeAndCallInstanceLimit and %env"
                 )));
             }
         }

@@ -149,6 +149,9 @@ pub(crate) fn script_udf_named(
             if let Some(limit) = entry.instance_limit {
                 builder = builder.instance_limit(limit);
             }
+            if let Some(bytes) = entry.device_memory {
+                builder = builder.device_memory(bytes);
+            }
             let kernel = Arc::clone(&runner);
             let udf = builder
                 .cpu(
@@ -216,6 +219,9 @@ pub(crate) fn script_udf_named(
             };
             if let Some(limit) = entry.instance_limit {
                 builder = builder.instance_limit(limit);
+            }
+            if let Some(bytes) = entry.device_memory {
+                builder = builder.device_memory(bytes);
             }
             let udf = builder
                 .cpu(ScriptSetKernel(Arc::clone(&runner)))
