@@ -32,7 +32,7 @@ unset ACCELSQL_SIMULATED_GPUS CUDA_VISIBLE_DEVICES
 # tests again with each wait running the other streams first (a missing cross-stream dependency
 # shows there), then a device that fails mid-statement (its own process: the failure is sticky).
 ACCELSQL_FAKE_CUDA_SCHEDULE=lazy ACCELSQL_FAKE_CUDA_DEVICES=2 \
-  cargo test --workspace --test gpu_differential --test gpu_sql "$@"
+  cargo test --workspace --test gpu_differential --test gpu_sql --test gpu_sharing_device "$@"
 echo "fake-cuda: the differential tests again, other streams first (ACCELSQL_FAKE_CUDA_SCHEDULE=reversed)"
 ACCELSQL_FAKE_CUDA_SCHEDULE=reversed cargo test --workspace --test gpu_differential "$@"
 echo "fake-cuda: a device that fails mid-statement (ACCELSQL_FAKE_CUDA_FAIL_LAUNCH=haversine_km:2)"

@@ -18,15 +18,25 @@ pub const MAX_CHUNK_BYTES: usize = 128 << 20;
 /// counts them.
 pub const CONTEXT_ALLOWANCE: u64 = 256 << 20;
 
-/// The device memory one instance of a built-in GPU function reserves under memory sharing:
-/// what its runs use at most — [`super::STREAMS`] chunks in flight of at most
-/// [`MAX_CHUNK_BYTES`] each, over the [`FREE_MEMORY_FRACTION`] of free memory a run uses for
-/// chunks — plus [`CONTEXT_ALLOWANCE`]: 1 GiB. A batch of any size runs within it (in more
-/// chunks when its rows are wide), since runs size their chunks from the reservation.
-pub const fn builtin_device_memory() -> u64 {
-    let chunks = (super::STREAMS * MAX_CHUNK_BYTES) as u64;
+/// The batch size the built-ins' estimates assume: DataFusion's default
+/// (`datafusion.execution.batch_size`).
+pub const ESTIMATE_BATCH_ROWS: u64 = 8192;
+
+/// The device memory one instance of a built-in GPU function reserves under memory sharing,
+/// for rows of `row_bytes` bytes of device buffers (inputs, output, validity): a batch of
+/// [`ESTIMATE_BATCH_ROWS`] rows in each of [`super::STREAMS`] chunks in flight (at most
+/// [`MAX_CHUNK_BYTES`] each), over the [`FREE_MEMORY_FRACTION`] of free memory a run gives its
+/// chunks, plus [`CONTEXT_ALLOWANCE`]. A larger batch still runs within it, in more chunks:
+/// runs size their chunks from the reservation.
+pub const fn builtin_device_memory(row_bytes: u64) -> u64 {
+    let per_chunk = row_bytes.saturating_mul(ESTIMATE_BATCH_ROWS);
+    let per_chunk = if per_chunk > MAX_CHUNK_BYTES as u64 {
+        MAX_CHUNK_BYTES as u64
+    } else {
+        per_chunk
+    };
     // FREE_MEMORY_FRACTION is 0.5: the chunks in flight may use half of what a run sees free.
-    chunks * 2 + CONTEXT_ALLOWANCE
+    per_chunk * super::STREAMS as u64 * 2 + CONTEXT_ALLOWANCE
 }
 
 /// Chunks hold a multiple of this many rows (except the last, or when a row does not fit), so
@@ -191,6 +201,20 @@ mod tests {
         assert_eq!(
             chunk_ranges(5, 0).collect::<Vec<_>>(),
             vec![0..1, 1..2, 2..3, 3..4, 4..5]
+        );
+    }
+
+    #[test]
+    fn a_builtins_estimate_lets_its_default_batch_run_in_full_chunks() {
+        // Four DOUBLEs in, one out, a validity byte: 41 bytes a row.
+        let reserved = builtin_device_memory(41);
+        assert_eq!(reserved, CONTEXT_ALLOWANCE + 41 * 8192 * 3 * 2);
+        let budget = chunk_budget((reserved - CONTEXT_ALLOWANCE) as usize, 0, 3, None);
+        assert!(rows_per_chunk(41, budget, CHUNK_ROW_ALIGN) >= 8192);
+        // Wide rows stop at the largest chunk.
+        assert_eq!(
+            builtin_device_memory(1 << 20),
+            (MAX_CHUNK_BYTES as u64) * 6 + CONTEXT_ALLOWANCE
         );
     }
 

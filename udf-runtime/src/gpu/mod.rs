@@ -63,10 +63,11 @@ mod launch;
 mod nvrtc;
 mod options;
 mod pipeline;
+pub use pipeline::chunks_submitted;
 mod vectors;
 
 pub use chunk::{
-    CONTEXT_ALLOWANCE, builtin_device_memory, current_device_memory_limit, current_max_chunk_bytes, with_device_memory_limit,
+    CONTEXT_ALLOWANCE, ESTIMATE_BATCH_ROWS, builtin_device_memory, current_device_memory_limit, current_max_chunk_bytes, with_device_memory_limit,
     with_max_chunk_bytes,
 };
 pub use columnar::{

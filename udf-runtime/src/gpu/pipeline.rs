@@ -29,6 +29,15 @@ use super::host::{
 use crate::kernels::{Operand, invalid_argument};
 use crate::{Result, RuntimeError};
 
+/// Chunks submitted to a device by any run of this process (see [`chunks_submitted`]).
+static CHUNKS_SUBMITTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many chunks GPU runs of this process have submitted so far (tries after an
+/// out-of-memory split included): for tests and diagnostics of how batches were split.
+pub fn chunks_submitted() -> u64 {
+    CHUNKS_SUBMITTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl GpuDevice {
     /// Runs `kernel` over a batch of `rows` rows with arguments `args` and returns its output
     /// column (exactly `rows` values of [`GpuColumnarKernel::output_type`]).
@@ -324,6 +333,7 @@ impl<'d> Run<'d> {
         with_validity: bool,
         out: ElementType,
     ) -> Result<()> {
+        CHUNKS_SUBMITTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let device = self.device;
         let name = kernel.name();
         let n = rows.len();

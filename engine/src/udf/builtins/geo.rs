@@ -15,7 +15,9 @@ pub(super) fn haversine_km() -> Result<ScalarUdf> {
         .inputs(vec![DataType::Float64; 4])
         .returns(DataType::Float64)
         .accelerator_request(AcceleratorRequest::Preferred)
-        .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory());
+        .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory(
+            super::ROW_BYTES_HAVERSINE,
+        ));
     with_kernels::<4, _>(
         builder,
         FUNCTION,

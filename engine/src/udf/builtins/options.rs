@@ -16,7 +16,9 @@ pub(super) fn black_scholes(kind: OptionKind) -> Result<ScalarUdf> {
         .inputs(vec![DataType::Float64; 5])
         .returns(DataType::Float64)
         .accelerator_request(AcceleratorRequest::Preferred)
-        .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory());
+        .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory(
+            super::ROW_BYTES_BLACK_SCHOLES,
+        ));
     with_kernels::<5, _>(
         builder,
         kind.name(),

@@ -62,7 +62,9 @@ pub(super) fn vector_topk() -> Result<SetUdf> {
             Field::new("score", DataType::Float64, false),
         ])
         .accelerator_request(AcceleratorRequest::Preferred)
-        .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory())
+        .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory(
+            super::ROW_BYTES_TOPK,
+        ))
         // Without GROUP BY: each partition's k best, then the k best of those.
         .merged_as_top_k(TopKMerge {
             k_argument: 3,
