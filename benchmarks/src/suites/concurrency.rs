@@ -6,6 +6,13 @@
 //! The devices are simulated (one device; the UDF runs its CPU code while holding the lease):
 //! the lease queue, the waits and the fairness are real, the throughput is that of CPU work
 //! serialized by the lease, and is labelled so.
+//!
+//! A second case compares the node's GPU sharing settings: [`BURST`] statements arrive at once,
+//! each holding the GPU for [`SIMULATED_GPU_WORK`] and declaring a tenth of an 80 GiB simulated
+//! device (`%perInstanceRequiredAcceleratorMemory`); `exclusive` runs them one at a time,
+//! `memory` as many as fit (nine, with the 10% headroom). The GPU work is a sleep while the
+//! lease is held — simulated, and labelled so: the figures show what the scheduler admits, not
+//! what a GPU computes.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +20,7 @@ use std::time::{Duration, Instant};
 use accelsql_engine::datafusion::arrow::datatypes::DataType;
 use accelsql_engine::datafusion::catalog::MemTable;
 use accelsql_engine::datafusion::logical_expr::ColumnarValue;
+use accelsql_engine::gpu_scheduler::{GpuSharing, SIMULATED_MEMORY};
 use accelsql_engine::{Engine, InstanceContext, ScalarUdf, SchedulerConfig};
 
 use crate::data::Dataset;
@@ -37,6 +45,17 @@ pub const WINDOW: Duration = Duration::from_secs(2);
 const ACCELSQL: &str = "accelsql, GpuNvidia required (1 simulated GPU)";
 const PEER: &str = "DataFusion ScalarUDF (no lease)";
 const CASE: &str = "sum(udf(x)) per session";
+
+/// Statements that arrive at once in the sharing case.
+pub const BURST: usize = 32;
+/// How long each statement of the sharing case holds the GPU (simulated work: a sleep).
+pub const SIMULATED_GPU_WORK: Duration = Duration::from_millis(50);
+/// Bursts per sharing setting.
+pub const BURST_RUNS: usize = 5;
+
+const SHARING_CASE: &str = "32 statements, 10% of a device each (SIMULATED GPU work)";
+const EXCLUSIVE: &str = "gpu_sharing = exclusive (1 simulated GPU)";
+const MEMORY: &str = "gpu_sharing = memory (1 simulated GPU)";
 
 /// What K sessions did in one window.
 struct Window {
@@ -134,6 +153,94 @@ fn register_gpu_work(engine: &Engine) -> Result<()> {
             .build()?,
     )?;
     Ok(())
+}
+
+/// Registers `gpu_sim(ms)`: holds the GPU for `ms` (a sleep standing for device work),
+/// requiring it and declaring a tenth of a simulated device's memory, one instance per call.
+fn register_gpu_sim(engine: &Engine) -> Result<()> {
+    engine.register_scalar_udf(
+        ScalarUdf::builder("gpu_sim")
+            .inputs([DataType::Int64])
+            .returns(DataType::Int64)
+            .accelerator("GpuNvidia")?
+            .instance_limit(1)
+            .device_memory(SIMULATED_MEMORY / 10)
+            .cpu(|_: &InstanceContext, rows: usize, args: &[ColumnarValue]| {
+                let ms = match &args[0] {
+                    ColumnarValue::Scalar(v) => v.to_string().parse::<u64>().unwrap_or(0),
+                    ColumnarValue::Array(_) => 0,
+                };
+                // Device time: the sleep hands its runtime worker to other tasks meanwhile, as
+                // time on a GPU would not keep a CPU busy.
+                let pause = || std::thread::sleep(Duration::from_millis(ms));
+                match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+                    Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                        tokio::task::block_in_place(pause);
+                    }
+                    _ => pause(),
+                }
+                Ok(Arc::new(accelsql_engine::datafusion::arrow::array::Int64Array::from(
+                    vec![ms as i64; rows],
+                )) as accelsql_engine::datafusion::arrow::array::ArrayRef)
+            })
+            .build()?,
+    )?;
+    Ok(())
+}
+
+/// One burst: [`BURST`] sessions each start `SELECT gpu_sim(ms)` at once. Returns the time
+/// until the last ended and each statement's latency.
+async fn burst(engine: &Engine, work: Duration) -> Result<(Duration, Vec<Duration>)> {
+    let sql = format!("SELECT gpu_sim({})", work.as_millis());
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(BURST);
+    for _ in 0..BURST {
+        let session = engine.session();
+        let sql = sql.clone();
+        tasks.push(tokio::spawn(async move {
+            let t = Instant::now();
+            session.sql(&sql).await?;
+            Ok::<_, crate::error::BenchError>(t.elapsed())
+        }));
+    }
+    let mut latencies = Vec::with_capacity(BURST);
+    for task in tasks {
+        latencies.push(task.await??);
+    }
+    Ok((start.elapsed(), latencies))
+}
+
+/// The sharing case's figure for one setting: makespans of `runs` bursts, with throughput and
+/// per-statement latency percentiles (p50, p99) over every statement of every burst.
+async fn sharing_figure(sharing: GpuSharing, runs: usize, work: Duration) -> Result<Figure> {
+    let engine = Engine::with_config(
+        SchedulerConfig::default()
+            .with_simulated_gpus(1)
+            .with_gpu_sharing(sharing, None),
+    )?;
+    register_gpu_sim(&engine)?;
+    let mut makespans = Vec::with_capacity(runs);
+    let mut latencies = Vec::with_capacity(runs * BURST);
+    for _ in 0..runs {
+        let (makespan, l) = burst(&engine, work).await?;
+        makespans.push(makespan);
+        latencies.extend(l);
+    }
+    let mut secs: Vec<f64> = latencies.iter().map(Duration::as_secs_f64).collect();
+    secs.sort_by(f64::total_cmp);
+    let label = match sharing {
+        GpuSharing::Exclusive => EXCLUSIVE,
+        GpuSharing::Memory => MEMORY,
+    };
+    let outcome = match Stats::of(&makespans) {
+        Some(stats) => Outcome::Measured { stats },
+        None => Outcome::unavailable("no burst ran"),
+    };
+    let median = Stats::of(&makespans).map_or(0.0, |s| s.median_s);
+    Ok(Figure::new(SHARING_CASE, label, BURST as u64, outcome)
+        .with_metric("throughput_sps", BURST as f64 / median.max(1e-9))
+        .with_metric("p50_latency_ms", percentile_of_sorted(&secs, 0.50) * 1e3)
+        .with_metric("p99_latency_ms", percentile_of_sorted(&secs, 0.99) * 1e3))
 }
 
 async fn accelsql_runners(
@@ -252,12 +359,59 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
     }
     progress.finish();
     result.tables.push(figures);
+
+    // Sharing a GPU by memory: the same burst under each setting.
+    result.notes.push(format!(
+        "SIMULATED GPU work in the sharing table: each of {BURST} statements arriving at once \
+         holds the GPU for {} ms (a sleep) and declares 8 GiB, a tenth of the 80 GiB simulated \
+         device; `exclusive` runs them one at a time, `memory` as many as fit in 90% of the \
+         device (nine). Time = one burst's makespan (median of {BURST_RUNS}); latency \
+         percentiles over every statement. What the scheduler admits is real; no GPU computed.",
+        SIMULATED_GPU_WORK.as_millis()
+    ));
+    let mut sharing = Table::new(
+        "concurrency: one GPU shared by memory (SIMULATED GPU work)",
+        "statements",
+        Some(EXCLUSIVE),
+    );
+    for mode in [GpuSharing::Exclusive, GpuSharing::Memory] {
+        sharing.push(sharing_figure(mode, BURST_RUNS, SIMULATED_GPU_WORK).await?);
+    }
+    result.tables.push(sharing);
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_sharing_runs_a_burst_of_small_statements_side_by_side() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let work = Duration::from_millis(40);
+        let (exclusive, memory) = rt
+            .block_on(async {
+                Ok::<_, crate::error::BenchError>((
+                    sharing_figure(GpuSharing::Exclusive, 1, work).await?,
+                    sharing_figure(GpuSharing::Memory, 1, work).await?,
+                ))
+            })
+            .unwrap();
+        let makespan = |f: &Figure| f.outcome.stats().unwrap().median_s;
+        // One at a time: at least 32 × 40 ms; nine at a time: four waves.
+        assert!(makespan(&exclusive) >= 32.0 * 0.040, "{}", makespan(&exclusive));
+        assert!(
+            makespan(&memory) < makespan(&exclusive) / 2.0,
+            "{} vs {}",
+            makespan(&memory),
+            makespan(&exclusive)
+        );
+        assert!(memory.metrics["p99_latency_ms"] < exclusive.metrics["p99_latency_ms"]);
+    }
 
     #[test]
     fn a_window_counts_every_sessions_queries() {
