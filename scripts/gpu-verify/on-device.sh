@@ -12,7 +12,8 @@
 # Steps, most important first: facts (driver, libraries, NVRTC, torch, CuPy, memory baseline),
 # `accelsql gpu status`, the differential tests (ACCELSQL_REQUIRE_GPU: no device fails), the
 # built-ins through SQL, PyTorch/CuPy scripts under a SCRIPT_LANGUAGES alias, facts for GPU
-# sharing by memory (NVML per-process memory, MPS), the built-ins
+# sharing by memory (NVML per-process memory, MPS), sharing by memory through SQL (two PyTorch
+# scripts within their declarations at once, one past it stopped), the built-ins
 # benchmark (bandwidth, crossover, NVRTC cold compile, per-call overhead), `accelsql serve` with
 # two Flight SQL clients taking turns (and the server's device memory between rounds), the
 # harness's GPU suites, the .slt suites on this machine's GPUs, and device memory at the end.
@@ -162,6 +163,10 @@ PY
 export -f sharing_facts memory
 export work
 step sharing-facts 40 bash -c sharing_facts
+# Sharing by memory on the device (issue 33): two PyTorch scripts within their declarations at
+# once, the system tables, and one past its declaration stopped with 53U26.
+sed "s|@PYTHON3@|$python|" "$here/sharing.sql" > "$work/sharing.sql"
+step sharing 60 env ACCELSQL_GPU_SHARING=memory "$bin/accelsql" --timing -f "$work/sharing.sql"
 step benchmark 200 "$bin/gpu_builtins" --max-rows 10000000 --runs 3 --json "$out/gpu_builtins.json"
 
 # accelsql serve with two Flight SQL clients at once, twice; the server's device memory after

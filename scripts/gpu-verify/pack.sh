@@ -8,7 +8,7 @@
 #   gpu_differential      the CPU/GPU differential tests
 #   gpu_builtins          the GPU built-ins benchmark (bandwidth, crossover, compile, per-call)
 #   flight_clients        Flight SQL clients taking turns on `accelsql serve`
-#   on-device.sh, checks.sql, torch_probe.sql
+#   on-device.sh, checks.sql, torch_probe.sql, sharing.sql
 # Then, on the GPU machine, from the repository root: `bash target/gpu-pack/on-device.sh`
 # (results under $OUT, or target/gpu-pack/out without it). See scripts/gpu-verify/README.md.
 set -euo pipefail
@@ -57,7 +57,8 @@ ln -s accelsql "$bins/accelsql-slt"
 ln -s accelsql "$bins/accelsql-benchmarks"
 tar -C "$bins" -cf - . | xz -9 -T0 > "$pack/bins.tar.xz"
 rm -rf "$bins"
-cp scripts/gpu-verify/on-device.sh scripts/gpu-verify/checks.sql scripts/gpu-verify/torch_probe.sql "$pack/"
+cp scripts/gpu-verify/on-device.sh scripts/gpu-verify/checks.sql scripts/gpu-verify/torch_probe.sql \
+  scripts/gpu-verify/sharing.sql "$pack/"
 git rev-parse HEAD > "$pack/COMMIT" 2>/dev/null || echo unknown > "$pack/COMMIT"
 size=$(du -cb "$pack"/* | tail -1 | cut -f1)
 echo "gpu-verify: $((size >> 20)) MiB in $pack"
