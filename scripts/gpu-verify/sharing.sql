@@ -1,6 +1,7 @@
 -- GPU sharing by memory on a real device (issue 33), run by on-device.sh with
 -- ACCELSQL_GPU_SHARING=memory and this machine's python3 in place of @PYTHON3@.
--- 1. Two PyTorch scripts in one statement (two blocks: each call gets the GPU), each declaring
+-- 1. Two PyTorch script calls in one statement (two blocks: each call gets the GPU, each its
+--    own worker process), each declaring
 --    3 GiB and holding 1 GiB of tensors for 3 s: their workers share the one device at once,
 --    each within its declaration (the start/end times overlap; each worker's device memory, as
 --    NVML reports it, stays under 3 GiB).
@@ -25,26 +26,9 @@ def run(ctx):
         torch.cuda.memory_reserved())
 /
 
-CREATE OR REPLACE GPU_PY SCALAR SCRIPT hold_gib_b(gib INTEGER, seconds DOUBLE) RETURNS VARCHAR(400) AS
-%perInstanceRequiredAcceleratorDevices GpuNvidia;
-%perInstanceRequiredAcceleratorMemory 3GiB;
-%perNodeAndCallInstanceLimit 1;
-import os, time
-import torch
-def run(ctx):
-    began = time.time()
-    x = torch.empty(ctx.gib << 30, dtype=torch.uint8, device="cuda")
-    x.fill_(1)
-    torch.cuda.synchronize()
-    time.sleep(ctx.seconds)
-    return "pid=%d device=%s start=%.2f end=%.2f torch_reserved=%d" % (
-        os.getpid(), os.environ.get("CUDA_VISIBLE_DEVICES"), began, time.time(),
-        torch.cuda.memory_reserved())
-/
-
 SELECT 'a' AS which, hold_gib(1, 3.0) AS what
 UNION ALL
-SELECT 'b', hold_gib_b(1, 3.0);
+SELECT 'b', hold_gib(1, 3.0);
 
 SELECT index, gpu_sharing, memory_total, memory_reserved, memory_reservable, other_processes_memory,
        per_process_memory FROM accelsql.gpu_devices;

@@ -14,6 +14,7 @@ use accelsql_cluster::{
 use accelsql_engine::datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use accelsql_engine::datafusion::arrow::datatypes::DataType;
 use accelsql_engine::datafusion::logical_expr::ColumnarValue;
+use accelsql_engine::gpu_scheduler::GpuSharing;
 use accelsql_engine::{Engine, EngineOptions, InstanceContext, ScalarUdf, SchedulerConfig};
 
 pub(crate) const NODES: usize = 3;
@@ -41,11 +42,24 @@ fn times_node(node: i64) -> ScalarUdf {
 /// `gpu_where(x)`: node * 100 + the index of the device its instance is pinned to (-1 on the
 /// CPU); requires a GPU.
 fn gpu_where() -> ScalarUdf {
-    ScalarUdf::builder("gpu_where")
+    where_udf("gpu_where", None)
+}
+
+/// `gpu_where_declared(x)`: [`gpu_where`], declaring 8 GiB of device memory per instance.
+fn gpu_where_declared() -> ScalarUdf {
+    where_udf("gpu_where_declared", Some(8 << 30))
+}
+
+fn where_udf(name: &str, device_memory: Option<u64>) -> ScalarUdf {
+    let mut builder = ScalarUdf::builder(name)
         .inputs([DataType::Int64])
         .returns(DataType::Int64)
         .accelerator("GpuNvidia")
-        .unwrap()
+        .unwrap();
+    if let Some(bytes) = device_memory {
+        builder = builder.device_memory(bytes);
+    }
+    builder
         .cpu(|ctx: &InstanceContext, rows: usize, _: &[ColumnarValue]| {
             let device = ctx.device.as_ref().map_or(-1, |d| i64::from(d.index));
             let value = ctx.node_id as i64 * 100 + device;
@@ -142,6 +156,15 @@ async fn start_cluster_with(
     gpus: &[usize; NODES],
     max_lease_hold: Option<Duration>,
 ) -> TestCluster {
+    start_cluster_sharing(gpus, max_lease_hold, [GpuSharing::Exclusive; NODES]).await
+}
+
+/// [`start_cluster_with`], node k sharing its GPUs as `sharing[k]` says.
+async fn start_cluster_sharing(
+    gpus: &[usize; NODES],
+    max_lease_hold: Option<Duration>,
+    sharing: [GpuSharing; NODES],
+) -> TestCluster {
     let _ = log::set_logger(&ERROR_LOG);
     log::set_max_level(log::LevelFilter::Error);
     // Every process of these clusters authenticates with a secret: every query below runs
@@ -162,11 +185,14 @@ async fn start_cluster_with(
         let mut options = NodeOptions::new(
             node,
             NODES,
-            SchedulerConfig::default().with_simulated_gpus(node_gpus),
+            SchedulerConfig::default()
+                .with_simulated_gpus(node_gpus)
+                .with_gpu_sharing(sharing[node], None),
         );
         let configure: ConfigureEngine = Arc::new(move |e: &Engine| {
             e.register_scalar_udf(times_node(node as i64))?;
             e.register_scalar_udf(slow_gpu(gpu_runs()))?;
+            e.register_scalar_udf(gpu_where_declared())?;
             e.register_scalar_udf(gpu_where())
         });
         options.configure = Some(configure);
@@ -208,6 +234,7 @@ pub(crate) async fn client(cluster: &TestCluster) -> Engine {
     .unwrap();
     engine.register_scalar_udf(times_node(-1)).unwrap();
     engine.register_scalar_udf(gpu_where()).unwrap();
+    engine.register_scalar_udf(gpu_where_declared()).unwrap();
     engine.register_scalar_udf(slow_gpu(gpu_runs())).unwrap();
     engine
 }
@@ -542,6 +569,55 @@ async fn a_required_gpu_call_runs_on_each_nodes_own_leased_devices() {
     assert!(
         e.to_string().contains("node 1 of the cluster has no GPU"),
         "{e}"
+    );
+}
+
+/// Each executor applies its own node's GPU sharing setting: node 0 shares by memory (its
+/// calls reserve what they declare), nodes 1 and 2 lease whole devices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_node_shares_its_gpus_as_its_own_setting_says() {
+    let cluster = start_cluster_sharing(
+        &[2; NODES],
+        None,
+        [GpuSharing::Memory, GpuSharing::Exclusive, GpuSharing::Exclusive],
+    )
+    .await;
+    let engine = client(&cluster).await;
+    let dir = parquet_dir().await;
+    let s = engine.session();
+    let sql = format!(
+        "SELECT n, min(g), count(*) FROM (SELECT iproc() AS n, gpu_where_declared(x) AS g FROM '{}/') GROUP BY n",
+        dir.path().display()
+    );
+    assert_eq!(rows(&s.sql(&sql).await.unwrap()).len(), NODES);
+    let calls = rows(
+        &s.sql(
+            "SELECT node, placement, reserved_bytes FROM accelsql.udf_calls \
+             WHERE udf = 'gpu_where_declared' ORDER BY node",
+        )
+        .await
+        .unwrap(),
+    );
+    let gib8 = (8u64 << 30).to_string();
+    assert_eq!(
+        calls,
+        [["0", "GPU", gib8.as_str()], ["1", "GPU", "NULL"], ["2", "GPU", "NULL"]]
+    );
+    let devices = rows(
+        &s.sql(
+            "SELECT node, min(gpu_sharing), max(gpu_sharing) FROM accelsql.gpu_devices \
+             GROUP BY node ORDER BY node",
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(
+        devices,
+        [
+            ["0", "memory", "memory"],
+            ["1", "exclusive", "exclusive"],
+            ["2", "exclusive", "exclusive"]
+        ]
     );
 }
 

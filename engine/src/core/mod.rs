@@ -13,6 +13,7 @@ pub(crate) mod distribute;
 pub(crate) mod engine_options;
 pub(crate) mod error;
 pub(crate) mod groups;
+pub(crate) mod lease_grant;
 pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod node_leases;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use accelsql_gpu_scheduler::Lease;
 
-use crate::udf::call::LeaseGrant;
+use super::lease_grant::LeaseGrant;
 
 /// One statement's lease on this node, shared by its tasks here, with what it gives the calls
 /// of the task that took it (under memory sharing, their instances' devices).

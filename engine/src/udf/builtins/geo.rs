@@ -16,7 +16,7 @@ pub(super) fn haversine_km() -> Result<ScalarUdf> {
         .returns(DataType::Float64)
         .accelerator_request(AcceleratorRequest::Preferred)
         .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory(
-            super::ROW_BYTES_HAVERSINE,
+            super::estimates::ROW_BYTES_HAVERSINE,
         ));
     with_kernels::<4, _>(
         builder,

@@ -13,6 +13,7 @@
 //! arguments become `Operand`s (see `adapt.rs`) (scalars stay scalars) and kernel errors keep their codes.
 
 mod adapt;
+mod estimates;
 mod geo;
 mod options;
 mod topk;
@@ -24,22 +25,6 @@ use accelsql_udf_runtime::kernels::vectors::VectorOp;
 use super::definition::ScalarUdf;
 use super::set::SetUdf;
 use crate::core::error::Result;
-
-/// Vector width the vector built-ins' device memory estimates assume (their arguments' lengths
-/// are known only per batch): 1024 FLOATs. Wider vectors still run within the reservation, in
-/// smaller chunks.
-const ESTIMATE_VECTOR_DIMS: u64 = 1024;
-
-/// Device bytes per row of `haversine_km`: four DOUBLEs in, one out, a validity byte.
-const ROW_BYTES_HAVERSINE: u64 = 4 * 8 + 8 + 1;
-/// Device bytes per row of `black_scholes_*`: five DOUBLEs in, one out, a validity byte.
-const ROW_BYTES_BLACK_SCHOLES: u64 = 5 * 8 + 8 + 1;
-/// Device bytes per row of the two-vector functions: two vectors of FLOATs with their offsets,
-/// a DOUBLE out, a validity byte.
-const ROW_BYTES_VECTOR_PAIR: u64 = 2 * (ESTIMATE_VECTOR_DIMS * 4 + 8) + 8 + 1;
-/// Device bytes per row of `vector_topk`: a vector of FLOATs with its offset, a row id, a
-/// score.
-const ROW_BYTES_TOPK: u64 = ESTIMATE_VECTOR_DIMS * 4 + 8 + 8 + 8;
 
 /// The built-in scalar UDFs, in registration order.
 pub(crate) fn builtin_udfs() -> Result<Vec<ScalarUdf>> {

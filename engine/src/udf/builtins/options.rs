@@ -17,7 +17,7 @@ pub(super) fn black_scholes(kind: OptionKind) -> Result<ScalarUdf> {
         .returns(DataType::Float64)
         .accelerator_request(AcceleratorRequest::Preferred)
         .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory(
-            super::ROW_BYTES_BLACK_SCHOLES,
+            super::estimates::ROW_BYTES_BLACK_SCHOLES,
         ));
     with_kernels::<5, _>(
         builder,

@@ -63,7 +63,7 @@ pub(super) fn vector_topk() -> Result<SetUdf> {
         ])
         .accelerator_request(AcceleratorRequest::Preferred)
         .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory(
-            super::ROW_BYTES_TOPK,
+            super::estimates::ROW_BYTES_TOPK,
         ))
         // Without GROUP BY: each partition's k best, then the k best of those.
         .merged_as_top_k(TopKMerge {

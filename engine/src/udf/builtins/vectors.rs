@@ -82,7 +82,7 @@ pub(super) fn vector_function(op: VectorOp) -> Result<ScalarUdf> {
         .returns(DataType::Float64)
         .accelerator_request(AcceleratorRequest::Preferred)
         .device_memory(accelsql_udf_runtime::gpu::builtin_device_memory(
-            super::ROW_BYTES_VECTOR_PAIR,
+            super::estimates::ROW_BYTES_VECTOR_PAIR,
         ));
     with_kernels::<2, _>(
         builder,
