@@ -52,7 +52,9 @@ fn shared_engine(udfs: &[(&str, u64)]) -> Result<Engine, String> {
         )
         .build()
         .map_err(|e| e.to_string())?;
-    engine.register_scalar_udf(pause).map_err(|e| e.to_string())?;
+    engine
+        .register_scalar_udf(pause)
+        .map_err(|e| e.to_string())?;
     for (name, bytes) in udfs {
         let udf = ScalarUdf::builder(*name)
             .inputs([DataType::Float64, DataType::Float64, DataType::Float64])
@@ -128,9 +130,17 @@ async fn two_statements_that_fit_run_on_one_device_at_once_and_a_third_waits() {
         .await
         .unwrap();
     assert_eq!(texts(&calls, 0).len(), 3);
-    assert!(texts(&calls, 0).iter().all(|n| n != "0"), "{:?}", texts(&calls, 0));
+    assert!(
+        texts(&calls, 0).iter().all(|n| n != "0"),
+        "{:?}",
+        texts(&calls, 0)
+    );
     assert!(texts(&calls, 1).iter().all(|n| n == "0"));
-    assert!(texts(&calls, 2).iter().all(|n| *n == (400 * MIB).to_string()));
+    assert!(
+        texts(&calls, 2)
+            .iter()
+            .all(|n| *n == (400 * MIB).to_string())
+    );
     let snap = engine.lease_queue().snapshot();
     assert!(snap.holders.is_empty() && snap.memory.iter().all(|m| m.reserved == 0));
 }

@@ -98,7 +98,9 @@ impl SchedulerConfig {
             .transpose()?
             .unwrap_or_default();
         let memory_headroom_percent = non_empty(ENV_GPU_MEMORY_HEADROOM)
-            .map(|v| parse_headroom(&v).map_err(|e| invalid_value_err!(ENV_GPU_MEMORY_HEADROOM, "{e}")))
+            .map(|v| {
+                parse_headroom(&v).map_err(|e| invalid_value_err!(ENV_GPU_MEMORY_HEADROOM, "{e}"))
+            })
             .transpose()?;
         Ok(Self {
             gpu_sharing,
@@ -139,7 +141,8 @@ impl SchedulerConfig {
 
     /// The headroom in effect: the configured one, else [`DEFAULT_HEADROOM_PERCENT`].
     pub fn headroom_percent(&self) -> u32 {
-        self.memory_headroom_percent.unwrap_or(DEFAULT_HEADROOM_PERCENT)
+        self.memory_headroom_percent
+            .unwrap_or(DEFAULT_HEADROOM_PERCENT)
     }
 
     /// Bound waiting for the node lease.
@@ -201,7 +204,10 @@ mod tests {
         let e =
             SchedulerConfig::from_lookup(lookup(&[(ENV_GPU_WAIT_TIMEOUT, "later")])).unwrap_err();
         assert!(e.to_string().contains(ENV_GPU_WAIT_TIMEOUT), "{e}");
-        for (name, bad) in [(ENV_GPU_SHARING, "shared"), (ENV_GPU_MEMORY_HEADROOM, "120%")] {
+        for (name, bad) in [
+            (ENV_GPU_SHARING, "shared"),
+            (ENV_GPU_MEMORY_HEADROOM, "120%"),
+        ] {
             let e = SchedulerConfig::from_lookup(lookup(&[(name, bad)])).unwrap_err();
             assert!(e.to_string().contains(name), "{e}");
         }

@@ -453,7 +453,11 @@ impl LeaseQueue {
     pub fn set_other_processes_memory(&self, bytes: Vec<u64>) {
         let mut state = self.inner.state();
         let n = self.inner.devices.len();
-        state.external = bytes.into_iter().chain(std::iter::repeat(0)).take(n).collect();
+        state.external = bytes
+            .into_iter()
+            .chain(std::iter::repeat(0))
+            .take(n)
+            .collect();
         self.inner.admit(&mut state);
     }
 
@@ -1037,7 +1041,11 @@ impl Inner {
 
     /// The device locks for admitted `ticket`: this process's, shared with its other leases,
     /// or taken now. `Ok(None)`: another process holds one (noted on the waiter).
-    fn take_locks(&self, statement: &str, ticket: u64) -> Result<Option<Option<Arc<Vec<DeviceLock>>>>> {
+    fn take_locks(
+        &self,
+        statement: &str,
+        ticket: u64,
+    ) -> Result<Option<Option<Arc<Vec<DeviceLock>>>>> {
         let Some(dir) = &self.locks else {
             return Ok(Some(None));
         };
@@ -2006,8 +2014,14 @@ mod tests {
     #[tokio::test]
     async fn memory_leases_share_a_device_while_they_fit_and_the_next_says_why_it_waits() {
         let q = shared(1);
-        let a = q.acquire(LeaseRequest::new("a").memory([30 * GIB])).await.unwrap();
-        let b = q.acquire(LeaseRequest::new("b").memory([30 * GIB])).await.unwrap();
+        let a = q
+            .acquire(LeaseRequest::new("a").memory([30 * GIB]))
+            .await
+            .unwrap();
+        let b = q
+            .acquire(LeaseRequest::new("b").memory([30 * GIB]))
+            .await
+            .unwrap();
         assert!(!a.is_whole());
         assert_eq!(a.reserved()[0].bytes, 30 * GIB);
         assert_eq!(reserved_now(&q), vec![60 * GIB]);
@@ -2043,22 +2057,42 @@ mod tests {
     #[tokio::test]
     async fn exclusive_sharing_gives_every_request_every_device() {
         let q = queue(2);
-        let a = q.acquire(LeaseRequest::new("a").memory([GIB])).await.unwrap();
+        let a = q
+            .acquire(LeaseRequest::new("a").memory([GIB]))
+            .await
+            .unwrap();
         assert!(a.is_whole());
         assert_eq!(a.devices().len(), 2);
-        assert!(q.try_acquire_request(LeaseRequest::new("b").memory([GIB])).unwrap().is_none());
+        assert!(
+            q.try_acquire_request(LeaseRequest::new("b").memory([GIB]))
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[tokio::test]
     async fn a_whole_device_waiter_blocks_backfill_and_starts_when_every_reservation_ends() {
         let q = shared(1);
-        let small = q.acquire(LeaseRequest::new("small").memory([GIB])).await.unwrap();
+        let small = q
+            .acquire(LeaseRequest::new("small").memory([GIB]))
+            .await
+            .unwrap();
         let log: GrantLog = Arc::default();
         let whole = spawn_logged(&q, LeaseRequest::new("whole"), &log).await;
         let after = spawn_logged(&q, LeaseRequest::new("after").memory([GIB]), &log).await;
         let snap = q.snapshot();
-        assert!(snap.waiting[0].reason.contains("needs every GPU"), "{:?}", snap.waiting);
-        assert!(snap.waiting[1].reason.contains("waits behind statement 'whole'"), "{:?}", snap.waiting);
+        assert!(
+            snap.waiting[0].reason.contains("needs every GPU"),
+            "{:?}",
+            snap.waiting
+        );
+        assert!(
+            snap.waiting[1]
+                .reason
+                .contains("waits behind statement 'whole'"),
+            "{:?}",
+            snap.waiting
+        );
         drop(small);
         whole.await.unwrap();
         after.await.unwrap();
@@ -2068,17 +2102,32 @@ mod tests {
     #[tokio::test]
     async fn a_small_statement_backfills_beside_a_waiting_head_but_not_into_its_room() {
         let q = shared(1);
-        let first = q.acquire(LeaseRequest::new("first").memory([40 * GIB])).await.unwrap();
+        let first = q
+            .acquire(LeaseRequest::new("first").memory([40 * GIB]))
+            .await
+            .unwrap();
         // The head needs 50: 32 are free now, its shadow is 50 of the 72.
         let head = spawn_acquire(&q, LeaseRequest::new("head").memory([50 * GIB])).await;
         // 20 fit now and outside the shadow: it starts at once, past the head.
-        let small = q.acquire(LeaseRequest::new("small").memory([20 * GIB])).await.unwrap();
-        assert!(q.snapshot().holders.iter().any(|h| h.statement == "small" && h.backfilled));
+        let small = q
+            .acquire(LeaseRequest::new("small").memory([20 * GIB]))
+            .await
+            .unwrap();
+        assert!(
+            q.snapshot()
+                .holders
+                .iter()
+                .any(|h| h.statement == "small" && h.backfilled)
+        );
         // 5 more would fit now (72-60=12) but not outside the shadow (72-50-20=2): it waits.
         let late = spawn_acquire(&q, LeaseRequest::new("late").memory([5 * GIB])).await;
         let snap = q.snapshot();
         assert_eq!(snap.waiting[1].statement, "late");
-        assert!(snap.waiting[1].reason.contains("backfill rule"), "{:?}", snap.waiting[1]);
+        assert!(
+            snap.waiting[1].reason.contains("backfill rule"),
+            "{:?}",
+            snap.waiting[1]
+        );
         drop(first);
         let head = head.await.unwrap().unwrap();
         assert_eq!(reserved_now(&q), vec![70 * GIB]);
@@ -2096,10 +2145,17 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(e.code(), "53G03");
-        assert!(e.to_string().contains("can reserve at most 72.0 GiB"), "{e}");
+        assert!(
+            e.to_string().contains("can reserve at most 72.0 GiB"),
+            "{e}"
+        );
         assert!(q.snapshot().waiting.is_empty());
         // Spread over two devices, the same bytes fit.
-        drop(q.acquire(LeaseRequest::new("split").memory([36 * GIB; 2])).await.unwrap());
+        drop(
+            q.acquire(LeaseRequest::new("split").memory([36 * GIB; 2]))
+                .await
+                .unwrap(),
+        );
     }
 
     #[tokio::test]
@@ -2116,7 +2172,10 @@ mod tests {
     #[tokio::test]
     async fn every_reservation_is_released_on_error_cancel_timeout_and_panic() {
         let q = shared(1);
-        let big = q.acquire(LeaseRequest::new("big").memory([60 * GIB])).await.unwrap();
+        let big = q
+            .acquire(LeaseRequest::new("big").memory([60 * GIB]))
+            .await
+            .unwrap();
         // A timeout, naming why.
         let e = q
             .acquire(
@@ -2134,7 +2193,10 @@ mod tests {
         // A holder that panics, and one that ends in an error (its lease dropped with it).
         let q2 = q.clone();
         let crashed = tokio::spawn(async move {
-            let _l = q2.acquire(LeaseRequest::new("p").memory([5 * GIB])).await.unwrap();
+            let _l = q2
+                .acquire(LeaseRequest::new("p").memory([5 * GIB]))
+                .await
+                .unwrap();
             panic!("UDF crashed");
         });
         assert!(crashed.await.unwrap_err().is_panic());
@@ -2146,7 +2208,10 @@ mod tests {
         assert!(failed.is_err());
         drop(big);
         let snap = q.snapshot();
-        assert!(snap.holders.is_empty() && snap.waiting.is_empty(), "{snap:?}");
+        assert!(
+            snap.holders.is_empty() && snap.waiting.is_empty(),
+            "{snap:?}"
+        );
         assert_eq!(reserved_now(&q), vec![0]);
         assert_eq!((snap.totals.timed_out, snap.totals.cancelled), (1, 1));
         assert!(q.inner.state().admitted.is_empty());
@@ -2161,7 +2226,10 @@ mod tests {
         for (d, gib) in devices.iter_mut().zip([16u64, 24, 40]) {
             d.memory_total = gib * GIB;
         }
-        let usable: Vec<u64> = devices.iter().map(|d| reservable(d.memory_total, 10)).collect();
+        let usable: Vec<u64> = devices
+            .iter()
+            .map(|d| reservable(d.memory_total, 10))
+            .collect();
         let q = LeaseQueue::new(devices).with_sharing(GpuSharing::Memory, 10);
         let in_use: Arc<StdMutex<Vec<u64>>> = Arc::new(StdMutex::new(vec![0; 3]));
         let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -2198,7 +2266,12 @@ mod tests {
                     for r in lease.reserved() {
                         let d = r.index as usize;
                         now[d] += r.bytes;
-                        assert!(now[d] <= usable[d], "device {d}: {} of {}", now[d], usable[d]);
+                        assert!(
+                            now[d] <= usable[d],
+                            "device {d}: {} of {}",
+                            now[d],
+                            usable[d]
+                        );
                     }
                 }
                 tokio::time::sleep(hold).await;

@@ -217,7 +217,10 @@ pub(crate) struct Admission {
 }
 
 /// Bytes per device of `reservations`, and whether any is whole.
-fn totals<'a>(devices: usize, reservations: impl Iterator<Item = &'a Reservation>) -> (Vec<u64>, bool, usize) {
+fn totals<'a>(
+    devices: usize,
+    reservations: impl Iterator<Item = &'a Reservation>,
+) -> (Vec<u64>, bool, usize) {
     let mut sum = vec![0u64; devices];
     let mut whole = false;
     let mut count = 0;
@@ -274,7 +277,10 @@ pub(crate) fn decide(
             minus(usable, &reserved)
         };
         let Some((head_ticket, backfill_room)) = &mut head else {
-            let stored = shadow.as_ref().filter(|(t, _)| *t == ticket).map(|(_, s)| s);
+            let stored = shadow
+                .as_ref()
+                .filter(|(t, _)| *t == ticket)
+                .map(|(_, s)| s);
             let chosen = fit(demand, &room, count == 0)
                 .or_else(|| stored.filter(|s| fits_as_placed(s, &room)).cloned());
             if let Some(reservation) = chosen {
@@ -300,7 +306,9 @@ pub(crate) fn decide(
                     .map(|(r, _)| *r),
             );
             let after = minus(usable, &past);
-            let keep = stored.filter(|s| s.whole || fits_as_placed(s, &after)).cloned();
+            let keep = stored
+                .filter(|s| s.whole || fits_as_placed(s, &after))
+                .cloned();
             let new_shadow = keep.or_else(|| fit(demand, &after, past_count == 0));
             *shadow = new_shadow.clone().map(|s| (ticket, s));
             match new_shadow {
@@ -373,7 +381,11 @@ fn parent_of(pid: u32) -> Option<u32> {
 }
 
 /// Says why a waiter with `demand` cannot start in `room`, for `accelsql.gpu_leases`.
-pub(crate) fn why_short(demand: &DeviceDemand, room: &[u64], index_of: impl Fn(usize) -> u32) -> Option<String> {
+pub(crate) fn why_short(
+    demand: &DeviceDemand,
+    room: &[u64],
+    index_of: impl Fn(usize) -> u32,
+) -> Option<String> {
     match demand {
         DeviceDemand::Whole => None,
         DeviceDemand::Memory(v) => match place(v, room) {
@@ -400,7 +412,10 @@ mod tests {
     #[test]
     fn sharing_parses_both_modes_and_refuses_others() {
         assert_eq!(GpuSharing::parse(" Memory ").unwrap(), GpuSharing::Memory);
-        assert_eq!(GpuSharing::parse("EXCLUSIVE").unwrap(), GpuSharing::Exclusive);
+        assert_eq!(
+            GpuSharing::parse("EXCLUSIVE").unwrap(),
+            GpuSharing::Exclusive
+        );
         let e = GpuSharing::parse("shared").unwrap_err();
         assert_eq!(e.code(), "22G01");
         assert!(e.to_string().contains("'shared'"), "{e}");
@@ -427,7 +442,12 @@ mod tests {
         let head = DeviceDemand::Memory(vec![8 * G]);
         let small = DeviceDemand::Memory(vec![2 * G]);
         let mut shadow = None;
-        let out = decide(&usable, &[(&holder, None)], &[(1, &head), (2, &small)], &mut shadow);
+        let out = decide(
+            &usable,
+            &[(&holder, None)],
+            &[(1, &head), (2, &small)],
+            &mut shadow,
+        );
         // 4 are free now, but 8 of 10 are the head's shadow: the small one may take 2.
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].ticket, out[0].past), (2, Some(1)));
@@ -441,7 +461,12 @@ mod tests {
         );
         assert!(out.is_empty(), "{out:?}");
         // The holder ends: the head starts beside the backfill.
-        let out = decide(&usable, &[(&small_held, Some(1))], &[(1, &head), (3, &small)], &mut shadow);
+        let out = decide(
+            &usable,
+            &[(&small_held, Some(1))],
+            &[(1, &head), (3, &small)],
+            &mut shadow,
+        );
         assert_eq!(out.iter().map(|a| a.ticket).collect::<Vec<_>>(), vec![1]);
     }
 
@@ -458,7 +483,12 @@ mod tests {
             &mut shadow,
         );
         assert!(out.is_empty());
-        let out = decide(&usable, &[], &[(1, &DeviceDemand::Whole), (2, &small)], &mut shadow);
+        let out = decide(
+            &usable,
+            &[],
+            &[(1, &DeviceDemand::Whole), (2, &small)],
+            &mut shadow,
+        );
         assert_eq!(out.len(), 1);
         assert!(out[0].reservation.whole);
     }
@@ -536,7 +566,10 @@ mod tests {
                     if let Some((t, _, bound)) = head_since
                         && t == a.ticket
                     {
-                        assert!(now <= bound, "seed {seed}: head {t} started at {now}, bound {bound}");
+                        assert!(
+                            now <= bound,
+                            "seed {seed}: head {t} started at {now}, bound {bound}"
+                        );
                     }
                     held.push((a.ticket, a.reservation, a.past, now + hold));
                 }
@@ -568,14 +601,20 @@ mod tests {
             assert_eq!(done, total, "seed {seed}: every lease ran and ended");
         }
         // The workloads do exercise the rule: leases share devices, and some overtake a head.
-        assert!(backfills > 100 && shared_steps > 1000, "{backfills} {shared_steps}");
+        assert!(
+            backfills > 100 && shared_steps > 1000,
+            "{backfills} {shared_steps}"
+        );
     }
 
     #[test]
     fn this_process_and_its_children_are_ours_others_are_not() {
         assert!(is_own_process(std::process::id()));
         if std::path::Path::new("/proc/self/stat").exists() {
-            let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+            let mut child = std::process::Command::new("sleep")
+                .arg("5")
+                .spawn()
+                .unwrap();
             assert!(is_own_process(child.id()));
             let _ = child.kill();
             let _ = child.wait();
@@ -585,7 +624,10 @@ mod tests {
 
     #[test]
     fn a_short_waiter_says_which_device_and_by_how_much() {
-        let why = why_short(&DeviceDemand::Memory(vec![6 * G]), &[G, 4 * G], |d| d as u32 + 3).unwrap();
+        let why = why_short(&DeviceDemand::Memory(vec![6 * G]), &[G, 4 * G], |d| {
+            d as u32 + 3
+        })
+        .unwrap();
         assert!(why.contains("GPU 4 is 2.0 GiB short"), "{why}");
         assert!(why_short(&DeviceDemand::Memory(vec![G]), &[G], |d| d as u32).is_none());
     }

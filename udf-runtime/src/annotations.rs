@@ -111,7 +111,11 @@ mod tests {
         for bad in ["", "0", "lots", "-1GiB", "6 parsecs"] {
             let e = parse_device_memory(bad).unwrap_err();
             assert_eq!(e.code(), "22U01");
-            assert!(e.to_string().contains("perInstanceRequiredAcceleratorMemory"), "{e}");
+            assert!(
+                e.to_string()
+                    .contains("perInstanceRequiredAcceleratorMemory"),
+                "{e}"
+            );
         }
     }
 

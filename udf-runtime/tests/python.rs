@@ -1782,7 +1782,8 @@ struct ResidentAsDeviceMemory {
 
 impl accelsql_udf_runtime::DeviceMemoryProbe for ResidentAsDeviceMemory {
     fn used(&self, _uuid: &str, pid: u32) -> Option<u64> {
-        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
         let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
         Some(pages * 4096)
@@ -1826,7 +1827,9 @@ def run(ctx):
     };
     // Within the declaration: runs.
     let mut w = start_ctx(Arc::clone(&s), ctx.clone());
-    let out = w.run(1, &[Arc::new(Int64Array::from(vec![0])) as ArrayRef]).unwrap();
+    let out = w
+        .run(1, &[Arc::new(Int64Array::from(vec![0])) as ArrayRef])
+        .unwrap();
     assert_eq!(i64s(&out[0]), [Some(0)]);
     w.finish().unwrap();
     // Past it: stopped while the engine waits for the run, with its own code.
@@ -1838,7 +1841,10 @@ def run(ctx):
     assert_eq!(e.code(), "53U26", "{e}");
     let text = e.to_string();
     assert!(text.contains("192.0 MiB it declares"), "{text}");
-    assert!(text.contains("%perInstanceRequiredAcceleratorMemory"), "{text}");
+    assert!(
+        text.contains("%perInstanceRequiredAcceleratorMemory"),
+        "{text}"
+    );
     assert!(probe.reads.load(std::sync::atomic::Ordering::Relaxed) > 0);
     let gone = Instant::now();
     while !proc_gone_or_zombie(pid) && gone.elapsed() < Duration::from_secs(5) {

@@ -179,9 +179,11 @@ fn register_gpu_sim(engine: &Engine) -> Result<()> {
                     }
                     _ => pause(),
                 }
-                Ok(Arc::new(accelsql_engine::datafusion::arrow::array::Int64Array::from(
-                    vec![ms as i64; rows],
-                )) as accelsql_engine::datafusion::arrow::array::ArrayRef)
+                Ok(
+                    Arc::new(accelsql_engine::datafusion::arrow::array::Int64Array::from(
+                        vec![ms as i64; rows],
+                    )) as accelsql_engine::datafusion::arrow::array::ArrayRef,
+                )
             })
             .build()?,
     )?;
@@ -403,7 +405,11 @@ mod tests {
             .unwrap();
         let makespan = |f: &Figure| f.outcome.stats().unwrap().median_s;
         // One at a time: at least 32 × 40 ms; nine at a time: four waves.
-        assert!(makespan(&exclusive) >= 32.0 * 0.040, "{}", makespan(&exclusive));
+        assert!(
+            makespan(&exclusive) >= 32.0 * 0.040,
+            "{}",
+            makespan(&exclusive)
+        );
         assert!(
             makespan(&memory) < makespan(&exclusive) / 2.0,
             "{} vs {}",

@@ -579,7 +579,11 @@ async fn each_node_shares_its_gpus_as_its_own_setting_says() {
     let cluster = start_cluster_sharing(
         &[2; NODES],
         None,
-        [GpuSharing::Memory, GpuSharing::Exclusive, GpuSharing::Exclusive],
+        [
+            GpuSharing::Memory,
+            GpuSharing::Exclusive,
+            GpuSharing::Exclusive,
+        ],
     )
     .await;
     let engine = client(&cluster).await;
@@ -601,7 +605,11 @@ async fn each_node_shares_its_gpus_as_its_own_setting_says() {
     let gib8 = (8u64 << 30).to_string();
     assert_eq!(
         calls,
-        [["0", "GPU", gib8.as_str()], ["1", "GPU", "NULL"], ["2", "GPU", "NULL"]]
+        [
+            ["0", "GPU", gib8.as_str()],
+            ["1", "GPU", "NULL"],
+            ["2", "GPU", "NULL"]
+        ]
     );
     let devices = rows(
         &s.sql(

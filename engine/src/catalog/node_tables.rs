@@ -322,16 +322,31 @@ fn gpu_leases_columns(
         strings(leases.iter().map(|r| Some(r.state.to_string()))),
         Arc::new(leases.iter().map(|r| r.lease_id).collect::<UInt64Array>()),
         strings(leases.iter().map(|r| Some(r.statement.clone()))),
-        Arc::new(leases.iter().map(|r| Some(r.wait_ms)).collect::<Float64Array>()),
+        Arc::new(
+            leases
+                .iter()
+                .map(|r| Some(r.wait_ms))
+                .collect::<Float64Array>(),
+        ),
         Arc::new(leases.iter().map(|r| r.hold_ms).collect::<Float64Array>()),
         Arc::new(leases.iter().map(|r| r.session).collect::<UInt64Array>()),
         strings(leases.iter().map(|r| r.user.clone())),
         strings(leases.iter().map(|r| r.group.clone())),
         Arc::new(leases.iter().map(|r| r.precedence).collect::<UInt64Array>()),
         strings(leases.iter().map(|r| r.devices.clone())),
-        Arc::new(leases.iter().map(|r| r.reserved_bytes).collect::<UInt64Array>()),
+        Arc::new(
+            leases
+                .iter()
+                .map(|r| r.reserved_bytes)
+                .collect::<UInt64Array>(),
+        ),
         strings(leases.iter().map(|r| r.wait_reason.clone())),
-        Arc::new(leases.iter().map(|r| r.backfilled).collect::<BooleanArray>()),
+        Arc::new(
+            leases
+                .iter()
+                .map(|r| r.backfilled)
+                .collect::<BooleanArray>(),
+        ),
     ])
 }
 

@@ -46,7 +46,12 @@ impl CallSite {
                     .filter(|u| !u.is_placed())
                     .map(|u| {
                         let d = u.definition();
-                        Self::new(d.name(), d.accelerator(), d.instance_limit(), d.device_memory())
+                        Self::new(
+                            d.name(),
+                            d.accelerator(),
+                            d.instance_limit(),
+                            d.device_memory(),
+                        )
                     })
             }
             Expr::AggregateFunction(AggregateFunction { func, .. }) => {
@@ -54,7 +59,12 @@ impl CallSite {
                     .filter(|u| !u.is_placed())
                     .map(|u| {
                         let d = u.definition();
-                        Self::new(d.name(), d.accelerator(), d.instance_limit(), d.device_memory())
+                        Self::new(
+                            d.name(),
+                            d.accelerator(),
+                            d.instance_limit(),
+                            d.device_memory(),
+                        )
                     })
             }
             _ => None,
@@ -64,7 +74,12 @@ impl CallSite {
     fn of_node(plan: &LogicalPlan) -> Option<Self> {
         let node = unplaced_node(plan)?;
         let d = &node.def;
-        Some(Self::new(d.name(), d.accelerator(), d.instance_limit(), d.device_memory()))
+        Some(Self::new(
+            d.name(),
+            d.accelerator(),
+            d.instance_limit(),
+            d.device_memory(),
+        ))
     }
 
     fn new(

@@ -15,8 +15,8 @@ use datafusion::error::DataFusionError;
 use accelsql_gpu_scheduler::DeviceDemand;
 
 use crate::core::calls::{Placement, PlacementDecision};
-pub(crate) use crate::core::lease_grant::{CallDemand, LeaseGrant};
 use crate::core::error::EngineError;
+pub(crate) use crate::core::lease_grant::{CallDemand, LeaseGrant};
 
 /// What the statement's lease gave its calls, set once when the lease is granted.
 pub(crate) type LeaseDevices = OnceLock<LeaseGrant>;

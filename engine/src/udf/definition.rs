@@ -192,9 +192,9 @@ macro_rules! common_builder_methods {
 
         /// `%perInstanceRequiredAcceleratorMemory`, parsed from text (`6GiB`, `512MiB`, …).
         pub fn device_memory_annotation(mut self, annotation: &str) -> Result<Self> {
-            self.device_memory = Some(
-                accelsql_udf_runtime::annotations::parse_device_memory(annotation)?,
-            );
+            self.device_memory = Some(accelsql_udf_runtime::annotations::parse_device_memory(
+                annotation,
+            )?);
             Ok(self)
         }
     };

@@ -55,10 +55,18 @@ fn engine(sharing: GpuSharing, gpus: usize) -> Engine {
     })
     .unwrap();
     testing::register_fixtures(&engine).unwrap();
-    engine.register_scalar_udf(sleeper("mem30", Some(30 * GIB), 1)).unwrap();
-    engine.register_scalar_udf(sleeper("mem10x4", Some(10 * GIB), 4)).unwrap();
-    engine.register_scalar_udf(sleeper("huge", Some(75 * GIB), 1)).unwrap();
-    engine.register_scalar_udf(sleeper("whole", None, 1)).unwrap();
+    engine
+        .register_scalar_udf(sleeper("mem30", Some(30 * GIB), 1))
+        .unwrap();
+    engine
+        .register_scalar_udf(sleeper("mem10x4", Some(10 * GIB), 4))
+        .unwrap();
+    engine
+        .register_scalar_udf(sleeper("huge", Some(75 * GIB), 1))
+        .unwrap();
+    engine
+        .register_scalar_udf(sleeper("whole", None, 1))
+        .unwrap();
     engine
 }
 
@@ -112,8 +120,14 @@ async fn two_statements_that_fit_share_a_device_and_a_third_waits_saying_why() {
     .await;
     assert_eq!(leases.len(), 3, "{leases:?}");
     let gib30 = (30 * GIB).to_string();
-    assert!(leases[0].starts_with(&format!("holding|0|{gib30}|")), "{leases:?}");
-    assert!(leases[1].starts_with(&format!("holding|0|{gib30}|")), "{leases:?}");
+    assert!(
+        leases[0].starts_with(&format!("holding|0|{gib30}|")),
+        "{leases:?}"
+    );
+    assert!(
+        leases[1].starts_with(&format!("holding|0|{gib30}|")),
+        "{leases:?}"
+    );
     assert!(
         leases[2].starts_with(&format!("waiting|NULL|{gib30}|GPU 0 is 18.0 GiB short")),
         "{leases:?}"
@@ -136,7 +150,10 @@ async fn two_statements_that_fit_share_a_device_and_a_third_waits_saying_why() {
     assert!(snap.memory.iter().all(|m| m.reserved == 0));
     // The two that fit overlapped: both were granted before either was released.
     let recent: Vec<_> = snap.recent.iter().rev().take(3).collect();
-    assert!(recent.iter().all(|r| r.reserved_bytes == 30 * GIB), "{recent:?}");
+    assert!(
+        recent.iter().all(|r| r.reserved_bytes == 30 * GIB),
+        "{recent:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -158,14 +175,23 @@ async fn a_call_without_a_declaration_takes_every_device_even_when_memory_is_sha
     let (a, b) = (engine.session(), engine.session());
     let small = start(&a, "SELECT mem30(300)").await;
     let queue = engine.lease_queue().clone();
-    until("the small one holds", || queue.snapshot().holders.len() == 1).await;
+    until("the small one holds", || {
+        queue.snapshot().holders.len() == 1
+    })
+    .await;
     let whole = start(&b, "SELECT whole(10)").await;
-    until("the whole one waits", || queue.snapshot().waiting.len() == 1).await;
+    until("the whole one waits", || {
+        queue.snapshot().waiting.len() == 1
+    })
+    .await;
     let reason = queue.snapshot().waiting[0].reason.clone();
     assert!(reason.contains("needs every GPU"), "{reason}");
     assert!(small.await.unwrap().is_none() && whole.await.unwrap().is_none());
     let last = queue.snapshot().recent.last().cloned().unwrap();
-    assert_eq!(last.reserved_bytes, 0, "a whole-device lease reserves no bytes");
+    assert_eq!(
+        last.reserved_bytes, 0,
+        "a whole-device lease reserves no bytes"
+    );
 }
 
 #[tokio::test]
@@ -201,10 +227,20 @@ async fn a_declaration_no_device_can_hold_fails_at_once() {
     let s = engine.session();
     let e = s.sql("SELECT huge(1)").await.unwrap_err();
     assert_eq!(e.code(), "53G03", "{e}");
-    assert!(e.to_string().contains("can reserve at most 72.0 GiB"), "{e}");
+    assert!(
+        e.to_string().contains("can reserve at most 72.0 GiB"),
+        "{e}"
+    );
     // The session goes on, and nothing is left reserved.
     assert_eq!(run(&s, "SELECT mem30(0)").await, vec!["0"]);
-    assert!(engine.lease_queue().snapshot().memory.iter().all(|m| m.reserved == 0));
+    assert!(
+        engine
+            .lease_queue()
+            .snapshot()
+            .memory
+            .iter()
+            .all(|m| m.reserved == 0)
+    );
 }
 
 #[tokio::test]
@@ -225,13 +261,20 @@ async fn scripts_declare_their_device_memory() {
         "SELECT placement, reserved_bytes FROM accelsql.udf_calls WHERE udf = 'scored'",
     )
     .await;
-    assert_eq!(calls.last().unwrap(), &format!("GPU|{}", 6 * GIB), "{calls:?}");
+    assert_eq!(
+        calls.last().unwrap(),
+        &format!("GPU|{}", 6 * GIB),
+        "{calls:?}"
+    );
     let text = run(
         &s,
         "SELECT script_text FROM exa_all_scripts WHERE script_name = 'SCORED'",
     )
     .await;
-    assert!(text[0].contains("%perInstanceRequiredAcceleratorMemory 6GiB;"), "{text:?}");
+    assert!(
+        text[0].contains("%perInstanceRequiredAcceleratorMemory 6GiB;"),
+        "{text:?}"
+    );
     let e = s
         .sql(
             "CREATE PYTHON3 SCALAR SCRIPT bad(x INT) RETURNS INT AS\n\
@@ -240,6 +283,10 @@ async fn scripts_declare_their_device_memory() {
         )
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("perInstanceRequiredAcceleratorMemory"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("perInstanceRequiredAcceleratorMemory"),
+        "{e}"
+    );
     assert!(e.to_string().contains("6GiB, 512MiB or 1.5GB"), "{e}");
 }

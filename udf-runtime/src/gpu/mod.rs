@@ -67,8 +67,8 @@ pub use pipeline::chunks_submitted;
 mod vectors;
 
 pub use chunk::{
-    CONTEXT_ALLOWANCE, ESTIMATE_BATCH_ROWS, builtin_device_memory, current_device_memory_limit, current_max_chunk_bytes, with_device_memory_limit,
-    with_max_chunk_bytes,
+    CONTEXT_ALLOWANCE, ESTIMATE_BATCH_ROWS, builtin_device_memory, current_device_memory_limit,
+    current_max_chunk_bytes, with_device_memory_limit, with_max_chunk_bytes,
 };
 pub use columnar::{
     DeviceArray, DeviceColumn, DeviceOperand, ElementType, GpuColumnarKernel, check_output,

@@ -248,8 +248,18 @@ impl Process {
         let mut header = [0u8; FRAME_HEADER_LEN];
         header[..8].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         header[8] = kind;
-        send_all(self.sock.as_raw_fd(), &header, deadline, self.watch.as_ref())?;
-        send_all(self.sock.as_raw_fd(), payload, deadline, self.watch.as_ref())
+        send_all(
+            self.sock.as_raw_fd(),
+            &header,
+            deadline,
+            self.watch.as_ref(),
+        )?;
+        send_all(
+            self.sock.as_raw_fd(),
+            payload,
+            deadline,
+            self.watch.as_ref(),
+        )
     }
 
     /// Receives one frame: `(kind, payload)`.
