@@ -1002,6 +1002,32 @@ impl Inner {
             return;
         }
         let now = Instant::now();
+        if state.sharing == GpuSharing::Exclusive {
+            // Every demand is whole: the one waiter the rule picks, once nothing is admitted.
+            if !state.admitted.is_empty() {
+                return;
+            }
+            let per_point = self.aging();
+            let chosen = state
+                .waiting
+                .iter()
+                .max_by_key(|(ticket, w)| {
+                    (w.effective_precedence(now, per_point), Reverse(**ticket))
+                })
+                .map(|(ticket, w)| (*ticket, Arc::clone(&w.wake)));
+            if let Some((ticket, wake)) = chosen {
+                state.shadow = None;
+                state.admitted.insert(
+                    ticket,
+                    Admitted {
+                        reservation: Reservation::whole(self.devices.len()),
+                        past: None,
+                    },
+                );
+                wake.notify_one();
+            }
+            return;
+        }
         let usable = self.usable(state);
         let ranked: Vec<(u64, DeviceDemand)> = state
             .ranked(now, self.aging())
