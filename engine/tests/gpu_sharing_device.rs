@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use accelsql_engine::datafusion::arrow::datatypes::DataType;
@@ -18,6 +19,10 @@ use accelsql_engine::{Engine, ScalarUdf, SchedulerConfig};
 use common::{affine_cpu, affine_gpu, texts, values, with_tables};
 
 const MIB: u64 = 1 << 20;
+
+/// Holds every `pause` call until the test opens it: statements then hold their leases for as
+/// long as the test needs, however slow the machine.
+static GATE: AtomicBool = AtomicBool::new(false);
 
 /// The first CUDA device alone, shared by memory, with `affine` declared at `bytes` per
 /// instance as `name` (one instance per call), or why there is none.
@@ -38,7 +43,7 @@ fn shared_engine(udfs: &[(&str, u64)]) -> Result<Engine, String> {
         .cloned()
         .ok_or("NVML reports no devices")?;
     GpuDevice::open(&device).map_err(|e| e.to_string())?;
-    // `pause(x)`: x, after 1 ms per 20 rows, on the CPU.
+    // `pause(x)`: x, once the test opens the gate (at most 60 s later), on the CPU.
     let pause = ScalarUdf::builder("pause")
         .inputs([DataType::Float64])
         .returns(DataType::Float64)
@@ -46,7 +51,14 @@ fn shared_engine(udfs: &[(&str, u64)]) -> Result<Engine, String> {
             |_: &accelsql_engine::InstanceContext,
              rows: usize,
              args: &[accelsql_engine::datafusion::logical_expr::ColumnarValue]| {
-                std::thread::sleep(Duration::from_millis(rows as u64 / 20));
+                // The wait hands this runtime worker's other tasks (the test's own) to others.
+                tokio::task::block_in_place(|| {
+                    let since = Instant::now();
+                    while !GATE.load(Ordering::SeqCst) && since.elapsed() < Duration::from_secs(60)
+                    {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                });
                 args[0].to_array(rows)
             },
         )
@@ -85,13 +97,17 @@ async fn two_statements_that_fit_run_on_one_device_at_once_and_a_third_waits() {
     ) else {
         return;
     };
-    // `pause` holds each statement about two seconds on the CPU before its kernels run: long
-    // enough for the others to start while it holds its lease.
+    // `pause` holds each statement, its lease granted, until the gate opens.
     let sql = "SELECT affine400(pause(CAST(value AS DOUBLE)), 2.0, 1.0) \
                FROM generate_series(1, 40000)";
     let (a, b, c) = (engine.session(), engine.session(), engine.session());
     let run = |s: accelsql_engine::Session| {
-        tokio::spawn(async move { values(&s.sql(sql).await.unwrap()).len() })
+        tokio::spawn(async move {
+            s.sql("SET datafusion.execution.target_partitions = 1")
+                .await
+                .unwrap();
+            values(&s.sql(sql).await.unwrap()).len()
+        })
     };
     let first = run(a);
     let second = run(b);
@@ -109,15 +125,17 @@ async fn two_statements_that_fit_run_on_one_device_at_once_and_a_third_waits() {
     assert!(reason.starts_with("GPU 0 is "), "{reason}");
     assert!(reason.contains("short"), "{reason}");
     assert_eq!(queue.snapshot().holders.len(), 2);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    GATE.store(true, Ordering::SeqCst);
     for t in [first, second, third] {
         assert_eq!(t.await.unwrap(), 40000);
     }
-    // The third started after one of the first two had ended.
+    // The third started only after one of the first two had ended.
     let recent = queue.snapshot().recent;
     assert_eq!(recent.len(), 3);
     let waited: Vec<bool> = recent
         .iter()
-        .map(|r| r.waited > Duration::from_millis(100))
+        .map(|r| r.waited >= Duration::from_millis(200))
         .collect();
     assert_eq!(waited.iter().filter(|w| **w).count(), 1, "{recent:?}");
     // All three ran their kernels on the device, none fell back to the CPU.

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use accelsql_engine::datafusion::arrow::array::{ArrayRef, Int64Array};
@@ -20,8 +21,17 @@ use futures::StreamExt;
 
 const GIB: u64 = 1 << 30;
 
-/// `name(ms)`: sleeps `ms` per batch on a required GPU, declaring `memory` per instance.
-fn sleeper(name: &str, memory: Option<u64>, instances: usize) -> ScalarUdf {
+/// Gates the `held` UDFs wait for, by number (0: none): a test opens its own when it has seen
+/// what it needs while the statements hold their leases, however slow the machine.
+static GATES: [AtomicBool; 4] = [const { AtomicBool::new(false) }; 4];
+
+fn open(gate: usize) {
+    GATES[gate].store(true, Ordering::SeqCst);
+}
+
+/// `name(g)`: waits for gate `g` (at most 60 s; 0: no wait) on a required GPU, declaring
+/// `memory` per instance; returns `g`.
+fn held(name: &str, memory: Option<u64>, instances: usize) -> ScalarUdf {
     let mut builder = ScalarUdf::builder(name)
         .inputs([DataType::Int64])
         .returns(DataType::Int64)
@@ -32,15 +42,25 @@ fn sleeper(name: &str, memory: Option<u64>, instances: usize) -> ScalarUdf {
     }
     builder
         .cpu(|_: &InstanceContext, rows: usize, args: &[ColumnarValue]| {
-            let ms = match &args[0] {
-                ColumnarValue::Scalar(s) => s.to_string().parse::<u64>().unwrap_or(0),
+            let gate = match &args[0] {
+                ColumnarValue::Scalar(s) => s.to_string().parse::<usize>().unwrap_or(0),
                 ColumnarValue::Array(a) => a
                     .as_any()
                     .downcast_ref::<Int64Array>()
-                    .map_or(0, |a| a.value(0) as u64),
+                    .map_or(0, |a| a.value(0) as usize),
             };
-            std::thread::sleep(Duration::from_millis(ms));
-            Ok(Arc::new(Int64Array::from(vec![ms as i64; rows])) as ArrayRef)
+            if gate > 0 {
+                // The wait hands this runtime worker's other tasks (the test's) to others.
+                tokio::task::block_in_place(|| {
+                    let since = Instant::now();
+                    while !GATES[gate % GATES.len()].load(Ordering::SeqCst)
+                        && since.elapsed() < Duration::from_secs(60)
+                    {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                });
+            }
+            Ok(Arc::new(Int64Array::from(vec![gate as i64; rows])) as ArrayRef)
         })
         .build()
         .unwrap()
@@ -56,17 +76,15 @@ fn engine(sharing: GpuSharing, gpus: usize) -> Engine {
     .unwrap();
     testing::register_fixtures(&engine).unwrap();
     engine
-        .register_scalar_udf(sleeper("mem30", Some(30 * GIB), 1))
+        .register_scalar_udf(held("mem30", Some(30 * GIB), 1))
         .unwrap();
     engine
-        .register_scalar_udf(sleeper("mem10x4", Some(10 * GIB), 4))
+        .register_scalar_udf(held("mem10x4", Some(10 * GIB), 4))
         .unwrap();
     engine
-        .register_scalar_udf(sleeper("huge", Some(75 * GIB), 1))
+        .register_scalar_udf(held("huge", Some(75 * GIB), 1))
         .unwrap();
-    engine
-        .register_scalar_udf(sleeper("whole", None, 1))
-        .unwrap();
+    engine.register_scalar_udf(held("whole", None, 1)).unwrap();
     engine
 }
 
@@ -106,11 +124,11 @@ async fn two_statements_that_fit_share_a_device_and_a_third_waits_saying_why() {
         engine.session(),
         engine.session(),
     );
-    let first = start(&a, "SELECT mem30(600)").await;
-    let second = start(&b, "SELECT mem30(600)").await;
+    let first = start(&a, "SELECT mem30(1)").await;
+    let second = start(&b, "SELECT mem30(1)").await;
     let queue = engine.lease_queue().clone();
     until("both hold", || queue.snapshot().holders.len() == 2).await;
-    let third = start(&c, "SELECT mem30(10)").await;
+    let third = start(&c, "SELECT mem30(0)").await;
     until("the third waits", || queue.snapshot().waiting.len() == 1).await;
     let leases = run(
         &viewer,
@@ -142,6 +160,7 @@ async fn two_statements_that_fit_share_a_device_and_a_third_waits_saying_why() {
         vec![format!("memory|{}|{}", 60 * GIB, 12 * GIB)],
         "80 GiB, 10% headroom, two reservations of 30 GiB"
     );
+    open(1);
     for t in [first, second, third] {
         assert!(t.await.unwrap().is_none());
     }
@@ -160,12 +179,13 @@ async fn two_statements_that_fit_share_a_device_and_a_third_waits_saying_why() {
 async fn under_exclusive_sharing_the_same_statements_take_turns() {
     let engine = engine(GpuSharing::Exclusive, 1);
     let (a, b) = (engine.session(), engine.session());
-    let first = start(&a, "SELECT mem30(300)").await;
+    let first = start(&a, "SELECT mem30(2)").await;
     let queue = engine.lease_queue().clone();
     until("one holds", || queue.snapshot().holders.len() == 1).await;
-    let second = start(&b, "SELECT mem30(10)").await;
+    let second = start(&b, "SELECT mem30(0)").await;
     until("the other waits", || queue.snapshot().waiting.len() == 1).await;
     assert!(queue.snapshot().holders[0].whole);
+    open(2);
     assert!(first.await.unwrap().is_none() && second.await.unwrap().is_none());
 }
 
@@ -173,19 +193,20 @@ async fn under_exclusive_sharing_the_same_statements_take_turns() {
 async fn a_call_without_a_declaration_takes_every_device_even_when_memory_is_shared() {
     let engine = engine(GpuSharing::Memory, 2);
     let (a, b) = (engine.session(), engine.session());
-    let small = start(&a, "SELECT mem30(300)").await;
+    let small = start(&a, "SELECT mem30(3)").await;
     let queue = engine.lease_queue().clone();
     until("the small one holds", || {
         queue.snapshot().holders.len() == 1
     })
     .await;
-    let whole = start(&b, "SELECT whole(10)").await;
+    let whole = start(&b, "SELECT whole(0)").await;
     until("the whole one waits", || {
         queue.snapshot().waiting.len() == 1
     })
     .await;
     let reason = queue.snapshot().waiting[0].reason.clone();
     assert!(reason.contains("needs every GPU"), "{reason}");
+    open(3);
     assert!(small.await.unwrap().is_none() && whole.await.unwrap().is_none());
     let last = queue.snapshot().recent.last().cloned().unwrap();
     assert_eq!(
@@ -225,7 +246,7 @@ async fn explain_analyze_and_udf_calls_show_the_reservation() {
 async fn a_declaration_no_device_can_hold_fails_at_once() {
     let engine = engine(GpuSharing::Memory, 2);
     let s = engine.session();
-    let e = s.sql("SELECT huge(1)").await.unwrap_err();
+    let e = s.sql("SELECT huge(0)").await.unwrap_err();
     assert_eq!(e.code(), "53G03", "{e}");
     assert!(
         e.to_string().contains("can reserve at most 72.0 GiB"),
