@@ -99,7 +99,7 @@ impl ScriptEntry {
 /// `bytes` in the largest binary unit that writes it exactly (`6GiB`, `1536MiB`, `1000`).
 fn exact_size(bytes: u64) -> String {
     for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
             return format!("{}{unit}", bytes >> shift);
         }
     }
