@@ -226,6 +226,11 @@ pub enum EngineError {
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
 
+    /// A failure of the tables' storage (a conflict, a full disk, a damaged file), with its own
+    /// code.
+    #[error(transparent)]
+    Storage(#[from] accelsql_storage::StorageError),
+
     /// A setting has a value we cannot use.
     #[error("[{}] invalid setting {name}: {message}", Self::INVALID_SETTING)]
     InvalidSetting {
@@ -322,6 +327,8 @@ impl EngineError {
             Self::DependentObjects { .. } => Self::DEPENDENT_OBJECTS,
             Self::Scheduler(e) => e.code(),
             Self::Runtime(e) => e.code(),
+            Self::Storage(accelsql_storage::StorageError::DataFusion(e)) => sql_code(e),
+            Self::Storage(e) => e.code(),
             Self::Relayed { code, .. } => code,
             Self::Sql(e) => sql_code(e),
         }
@@ -492,6 +499,17 @@ impl From<DataFusionError> for EngineError {
                 Ok(engine) => *engine,
                 Err(other) => match other.downcast::<SchedulerError>() {
                     Ok(s) => Self::Scheduler(*s),
+                    Err(other) if other.is::<accelsql_storage::StorageError>() => {
+                        match other.downcast::<accelsql_storage::StorageError>() {
+                            Ok(storage) => match *storage {
+                                accelsql_storage::StorageError::DataFusion(inner) => {
+                                    Self::from(inner)
+                                }
+                                storage => Self::Storage(storage),
+                            },
+                            Err(other) => Self::Sql(DataFusionError::External(other)),
+                        }
+                    }
                     // A DataFusion or Arrow error boxed by another layer (Ballista's task
                     // runner) keeps the code it has unboxed.
                     Err(other) => match other.downcast::<DataFusionError>() {
@@ -533,6 +551,8 @@ fn coded_inside(e: &DataFusionError) -> Option<(&'static str, String)> {
         DataFusionError::External(boxed) => {
             if let Some(engine) = boxed.downcast_ref::<EngineError>() {
                 Some((engine.code(), engine.to_string()))
+            } else if let Some(storage) = boxed.downcast_ref::<accelsql_storage::StorageError>() {
+                Some((storage.code(), storage.to_string()))
             } else {
                 boxed
                     .downcast_ref::<SchedulerError>()

@@ -66,8 +66,22 @@ system_privileges! {
     UseAnyConnection => "USE ANY CONNECTION",
     /// Read every connection's password from a script (`exa.get_connection`).
     AccessAnyConnection => "ACCESS ANY CONNECTION",
-    /// Create tables and views in the session.
+    /// Create tables and views (owned by their creator).
     CreateTable => "CREATE TABLE",
+    /// Create tables in anyone's schemas.
+    CreateAnyTable => "CREATE ANY TABLE",
+    /// Read every table.
+    SelectAnyTable => "SELECT ANY TABLE",
+    /// Insert into every table.
+    InsertAnyTable => "INSERT ANY TABLE",
+    /// Update every table.
+    UpdateAnyTable => "UPDATE ANY TABLE",
+    /// Delete from (and truncate) every table.
+    DeleteAnyTable => "DELETE ANY TABLE",
+    /// Change every table's columns, rename, compact and vacuum it.
+    AlterAnyTable => "ALTER ANY TABLE",
+    /// Drop every table.
+    DropAnyTable => "DROP ANY TABLE",
     /// Create schemas in the session.
     CreateSchema => "CREATE SCHEMA",
     /// Read files on the server: files named as tables, `CREATE EXTERNAL TABLE`.
@@ -401,6 +415,49 @@ impl Grants {
                 || h.has_on(ObjectPrivilege::Execute, ObjectKind::Script, key, None)
                 || h.has_on(ObjectPrivilege::Execute, ObjectKind::Schema, schema, None)
         })
+    }
+
+    /// Whether the session may do what `privilege` allows (`None`: drop) on table `key`
+    /// (`schema.table`) owned by `owner`: owning it, the privilege granted on it or on its
+    /// schema, or the `… ANY TABLE` system privilege. A restricted session's ceiling bounds
+    /// what the `ANY` privileges reach (its user's own tables and explicit grants stand).
+    pub fn may_use_table(
+        &self,
+        key: &str,
+        owner: Option<&str>,
+        privilege: Option<ObjectPrivilege>,
+    ) -> Result<(), Denial> {
+        let owned = self.owns(owner);
+        let schema = key.split('.').next().unwrap_or_default();
+        let any = match privilege {
+            Some(ObjectPrivilege::Select) => SystemPrivilege::SelectAnyTable,
+            Some(ObjectPrivilege::Insert) => SystemPrivilege::InsertAnyTable,
+            Some(ObjectPrivilege::Update) => SystemPrivilege::UpdateAnyTable,
+            Some(ObjectPrivilege::Delete) => SystemPrivilege::DeleteAnyTable,
+            Some(_) => SystemPrivilege::AlterAnyTable,
+            None => SystemPrivilege::DropAnyTable,
+        };
+        let granted = |h: &Holding| {
+            privilege.is_some_and(|p| {
+                h.objects.iter().any(|g| {
+                    g.privilege == p
+                        && g.for_script.is_none()
+                        && ((g.kind == ObjectKind::Table && g.name.eq_ignore_ascii_case(key))
+                            || (g.kind == ObjectKind::Schema && g.name.eq_ignore_ascii_case(schema)))
+                })
+            })
+        };
+        if !(owned || self.holding.has(any) || granted(&self.holding)) {
+            return Err(Denial::User);
+        }
+        match &self.ceiling {
+            Some(ceiling)
+                if !(owned || granted(&self.holding) || ceiling.has(any) || granted(ceiling)) =>
+            {
+                Err(Denial::Ceiling)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Whether the session may name connection `name` (owned by `owner`) in `IMPORT/EXPORT …

@@ -61,6 +61,8 @@ pub(crate) struct EngineState {
     /// The node leases of the statements whose tasks run here (a cluster's executor), by the
     /// statement's key: every task of a statement on this node shares one lease.
     pub(crate) node_leases: NodeLeases,
+    /// The engine's tables, shared by its sessions.
+    pub(crate) tables: super::tables::Tables,
 }
 
 impl EngineState {
@@ -87,7 +89,9 @@ impl EngineState {
                 .unwrap_or_else(super::memory::default_memory_limit),
             options.data_dir.as_deref(),
         )?;
+        let tables = super::tables::Tables::open(options.data_dir.as_deref())?;
         Ok(Self {
+            tables,
             id: std::hash::BuildHasher::hash_one(
                 &std::collections::hash_map::RandomState::new(),
                 (std::process::id(), std::time::SystemTime::now()),

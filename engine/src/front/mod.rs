@@ -5,7 +5,9 @@
 //! accelsql's own statements (script DDL: [`scripts`]; Exasol's statements: [`exasol`]), the
 //! ordered rewrites of a statement before it is planned ([`passes`]), statement parameters,
 //! restricted sessions' checks ([`restricted`]), loading Arrow batches into tables ([`import`]), writes the session runs itself ([`writes`]:
-//! `CREATE TABLE … AS`, `TRUNCATE`), compaction of tables left in tiny batches ([`compact`]),
+//! `CREATE TABLE … AS`, `TRUNCATE`), the tables' own statements (transactions, `ALTER TABLE`,
+//! `RENAME`, `OPTIMIZE`, `VACUUM`, `COPY FROM`, time travel: [`tables`] and [`stored`]),
+//! compaction of tables left in tiny batches ([`compact`]),
 //! and the results it makes itself ([`results`]).
 //!
 //! May use: every layer below (`core`, `udf`, `plan`, `exec`, `catalog`).
@@ -19,5 +21,7 @@ pub(crate) mod privileges;
 pub(crate) mod results;
 pub(crate) mod scripts;
 pub(crate) mod session;
+pub(crate) mod stored;
 pub mod splitter;
+pub(crate) mod tables;
 pub(crate) mod writes;

@@ -17,8 +17,9 @@ use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::execution::{FunctionRegistry, RecordBatchStream};
 use datafusion::logical_expr::{
-    AggregateUDF, DdlStatement, DmlStatement, LogicalPlan, ScalarUDF, WriteOp,
+    AggregateUDF, CreateMemoryTable, DdlStatement, DmlStatement, LogicalPlan, ScalarUDF, WriteOp,
 };
+use datafusion::common::ResolvedTableReference;
 use datafusion::physical_plan::execute_stream;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -44,6 +45,8 @@ use super::results::{empty_stream, with_schema};
 use super::scripts::ddl::is_script_ddl;
 use super::scripts::languages::SessionScripts;
 use super::splitter::split_statements;
+use super::stored::{exasol_rows, is_table_ddl};
+use super::tables::{parse_table_statement, rewrite_table_text};
 use super::writes::{
     ctas_query, ctas_with_rows, insert_with_table_fields, truncate_as_delete, with_declared_types,
 };
@@ -84,6 +87,14 @@ pub struct Session {
     identity: Arc<SessionIdentity>,
     /// Its memory budget within the engine's pool (`accelsql.memory_limit`).
     memory: Arc<SessionPool>,
+    /// Its transaction: the versions its statements read, its uncommitted writes (also a
+    /// config extension, where the tables find it).
+    pub(super) txn: Arc<accelsql_storage::Transaction>,
+    /// Its temporary tables (`CREATE TEMPORARY TABLE`).
+    pub(super) temporary: Arc<crate::catalog::session_tables::TemporaryTables>,
+    /// The statement about to be planned was `CREATE TEMPORARY TABLE` (the word is taken out
+    /// of its text before DataFusion parses it).
+    pub(super) next_temporary: AtomicBool,
 }
 
 impl std::fmt::Debug for Session {
@@ -236,7 +247,10 @@ impl Session {
             Arc::clone(&restricted),
         ));
         shared.sessions.add(&identity);
-        let config = config.with_extension(Arc::clone(&identity));
+        let txn = Arc::new(accelsql_storage::Transaction::new());
+        let config = config
+            .with_extension(Arc::clone(&identity))
+            .with_extension(Arc::clone(&txn));
         let memory = Arc::new(SessionPool::new(
             Arc::clone(&shared.runtime.memory_pool),
             identity.id,
@@ -249,6 +263,15 @@ impl Session {
             .with_query_planner(Arc::new(AccelQueryPlanner))
             .build();
         let mut ctx = SessionContext::new_with_state(state);
+        let temporary = Arc::new(crate::catalog::session_tables::TemporaryTables::default());
+        let catalog_name = ctx.copied_config().options().catalog.default_catalog.clone();
+        ctx.register_catalog(
+            catalog_name,
+            Arc::new(crate::catalog::session_tables::SessionCatalog::new(
+                shared.tables.catalog(),
+                Arc::clone(&temporary),
+            )),
+        );
         if shared.url_tables {
             ctx = enable_url_tables(ctx, Arc::clone(&identity));
         }
@@ -280,6 +303,9 @@ impl Session {
             last_statement: std::sync::atomic::AtomicU64::new(0),
             identity,
             memory,
+            txn,
+            temporary,
+            next_temporary: AtomicBool::new(false),
         }
     }
 
@@ -583,6 +609,12 @@ impl Session {
                 });
             }
             let grants = self.refresh_grants();
+            self.txn.begin_statement();
+            self.txn.set_user(Some(
+                self.identity
+                    .user()
+                    .unwrap_or_else(|| self.identity.account()),
+            ));
             if is_script_ddl(&piece.text) {
                 self.run_script_ddl(&piece.text, &grants)?;
                 if is_last_piece {
@@ -611,9 +643,24 @@ impl Session {
                 }
                 continue;
             }
+            if let Some(statement) =
+                parse_table_statement(exasol_piece.as_deref().unwrap_or(&piece.text))?
+            {
+                let stream = self.run_table_statement(statement, &grants).await?;
+                if is_last_piece {
+                    last_stream = Some((stream, ResultShape::SINGLE));
+                } else {
+                    stream.try_collect::<Vec<_>>().await?;
+                }
+                continue;
+            }
             let text = self.expand_import_subselects(&piece.text).await?;
             let text = if exasol { exasol_text(&text) } else { text };
             let text = rewrite_exasol_text(&text);
+            let table_text = rewrite_table_text(&text)?;
+            self.next_temporary
+                .store(table_text.temporary, Ordering::Release);
+            let text = table_text.text;
             let target = self.insert_target_columns(&text).await;
             let (text, extra) = self
                 .scripts
@@ -823,8 +870,6 @@ impl Session {
                 self.set_current_schema(&name);
             }
             ExasolStatement::CloseSchema => self.set_current_schema(DEFAULT_SCHEMA),
-            // accelsql has no transactions: every statement takes effect when it succeeds.
-            ExasolStatement::Transaction => {}
             // Exasol's form of `SET accelsql.statement_timeout` (0: no bound), checked as it is
             // (a restricted session may only lower it).
             ExasolStatement::KillSession(id) => {
@@ -969,6 +1014,36 @@ impl Session {
                 }
                 ScriptUdf::Set(def) => register_set_udf(ctx, Arc::new(def)),
             });
+    }
+
+    /// The field an `ALTER TABLE … ADD [COLUMN]` adds, planned as a `CREATE TABLE` of that
+    /// one column would plan it (the Exasol dialect's declared type kept); `None` for other
+    /// changes.
+    async fn added_column(
+        &self,
+        alter: &datafusion::sql::sqlparser::ast::AlterTable,
+        state: &SessionState,
+        exasol: bool,
+    ) -> Result<Option<datafusion::arrow::datatypes::Field>> {
+        use datafusion::sql::sqlparser::ast::AlterTableOperation;
+        let [AlterTableOperation::AddColumn { column_def, .. }] = alter.operations.as_slice() else {
+            return Ok(None);
+        };
+        let text = format!("CREATE TABLE accelsql_added_column ({column_def})");
+        let Some(statement) = self.parse(&text)?.pop_front() else {
+            return Ok(None);
+        };
+        let declared = if exasol {
+            super::passes::exasol_types::declared_column_types(&statement)
+        } else {
+            Vec::new()
+        };
+        let plan = state.statement_to_plan(statement).await?;
+        let plan = with_declared_types(plan, &declared)?;
+        let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) = plan else {
+            return Ok(None);
+        };
+        Ok(c.input.schema().fields().first().map(|f| f.as_ref().clone()))
     }
 
     /// Parses `text` in the session's current SQL dialect.
@@ -1120,6 +1195,14 @@ impl Session {
         rewritten.bind(&passes)?;
         let declared_types = std::mem::take(&mut rewritten.declared_types);
         let statement = rewritten.statement;
+        if let DfStatement::Statement(inner) = &statement
+            && let datafusion::sql::sqlparser::ast::Statement::AlterTable(alter) = inner.as_ref()
+            && self.table_store().is_some()
+        {
+            let added = self.added_column(alter, &state, exasol).await?;
+            let stream = self.alter_table(alter, added, &grants).await?;
+            return Ok((stream, ResultShape::SINGLE));
+        }
         state.add_analyzer_rule(Arc::new(PlacementRule::new(Arc::clone(&scope))));
         if exasol {
             state.add_analyzer_rule(Arc::new(EmptyStringsAreNull));
@@ -1148,6 +1231,37 @@ impl Session {
         } else {
             plan
         };
+        if !grants.is_all() {
+            self.check_table_access(&plan, &grants).await?;
+        }
+        if is_table_ddl(&plan) {
+            self.commit_before_ddl().await?;
+        }
+        // CREATE TABLE in the engine's store, or a temporary one: made here, from the rows of
+        // its query (run as this statement's query).
+        let temporary = self.next_temporary.swap(false, Ordering::AcqRel);
+        let mut made_here: Option<(CreateMemoryTable, Option<ResolvedTableReference>)> = None;
+        if let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) = &plan {
+            let target = if temporary {
+                None
+            } else {
+                self.stored_target(c)
+            };
+            if temporary || target.is_some() {
+                if Self::creates_empty(c) {
+                    let columns = Arc::new(c.input.schema().as_arrow().clone());
+                    match &target {
+                        Some(target) => {
+                            self.create_stored(c, target, columns, None, &grants).await?
+                        }
+                        None => self.create_temporary(c, columns, Vec::new())?,
+                    }
+                    return Ok((empty_stream()?, ResultShape::SINGLE));
+                }
+                made_here = Some((c.clone(), target));
+                plan = c.input.as_ref().clone();
+            }
+        }
         // A CTAS's query runs as a query of this statement; the table is made from its rows.
         let exists = match &plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
@@ -1168,7 +1282,10 @@ impl Session {
                     self.check_schema_change(change)?;
                 }
                 let created = match &plan {
-                    LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => Some(c.name.clone()),
+                    LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
+                        self.created_in_memory(c, &grants);
+                        Some(c.name.clone())
+                    }
                     _ => None,
                 };
                 let stream = self
@@ -1263,6 +1380,26 @@ impl Session {
         )?;
         if is_analyze {
             stream = stream.with_call_report();
+        }
+        if let Some((create, target)) = made_here {
+            let stream: SendableRecordBatchStream = Box::pin(stream);
+            let stream = if exasol {
+                exasol_rows(stream)
+            } else {
+                stream
+            };
+            let columns = stream.schema();
+            match target {
+                Some(target) => {
+                    self.create_stored(&create, &target, columns, Some(stream), &grants)
+                        .await?
+                }
+                None => {
+                    let rows = Self::collect(stream).await?;
+                    self.create_temporary(&create, columns, rows)?
+                }
+            }
+            return Ok((empty_stream()?, ResultShape::SINGLE));
         }
         if let Some((create, _)) = ctas {
             let name = create.name.clone();

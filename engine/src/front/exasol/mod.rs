@@ -51,7 +51,6 @@ pub(crate) async fn run_statement(
         ExasolStatement::Export(transfer) => return transfer::export(cx, transfer).await,
         ExasolStatement::OpenSchema(_)
         | ExasolStatement::CloseSchema
-        | ExasolStatement::Transaction
         | ExasolStatement::QueryTimeout(_)
         | ExasolStatement::KillSession(_) => {}
     }

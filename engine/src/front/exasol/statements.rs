@@ -17,8 +17,6 @@ pub(crate) enum ExasolStatement {
     OpenSchema(String),
     /// `CLOSE SCHEMA`: back to the default schema.
     CloseSchema,
-    /// `COMMIT [WORK]` / `ROLLBACK [WORK]`: accepted; accelsql has no transactions.
-    Transaction,
     /// `CREATE [OR REPLACE] CONNECTION name TO 'address' [USER 'u'] [IDENTIFIED BY 'p']`.
     CreateConnection {
         /// Replace an existing one.
@@ -166,11 +164,6 @@ pub(crate) fn parse_exasol_statement(text: &str) -> Result<Option<ExasolStatemen
         } else {
             Err(syntax("expected CLOSE SCHEMA", text))
         };
-    }
-    if (word(0, "COMMIT") || word(0, "ROLLBACK"))
-        && (toks.len() == 1 || (toks.len() == 2 && word(1, "WORK")))
-    {
-        return Ok(Some(ExasolStatement::Transaction));
     }
     let or_replace = word(1, "OR") && word(2, "REPLACE");
     let at = if or_replace { 3 } else { 1 };
@@ -485,8 +478,8 @@ mod tests {
             Some(ExasolStatement::OpenSchema("Lab".into()))
         );
         assert_eq!(parsed("CLOSE SCHEMA"), Some(ExasolStatement::CloseSchema));
-        assert_eq!(parsed("commit"), Some(ExasolStatement::Transaction));
-        assert_eq!(parsed("ROLLBACK WORK;"), Some(ExasolStatement::Transaction));
+        // Transactions are the tables' statements (front/tables.rs).
+        assert_eq!(parsed("commit"), None);
         assert_eq!(parsed("SELECT 1"), None);
         assert_eq!(parsed("CREATE SCHEMA s"), None);
         assert!(parse_exasol_statement("OPEN SCHEMA a b").is_err());
