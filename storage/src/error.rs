@@ -230,7 +230,7 @@ impl StorageError {
             | DeltaTableError::MetadataError(_)
             | DeltaTableError::NoSchema) => Self::Corrupt {
                 table,
-                detail: e.to_string(),
+                detail: first_line(&e.to_string()),
             },
             DeltaTableError::NotATable(path) => Self::Corrupt {
                 table,

@@ -8,8 +8,16 @@ use std::sync::Arc;
 use datafusion::catalog::Session;
 use datafusion::common::stats::Precision;
 use datafusion::common::{Result as DfResult, Statistics, project_schema};
-use datafusion::datasource::file_format::FileFormat;
-use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
+use datafusion::datasource::physical_plan::{ParquetFileReaderFactory, ParquetSource};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::parquet::arrow::arrow_reader::ArrowReaderOptions;
+use datafusion::parquet::arrow::async_reader::AsyncFileReader;
+use datafusion::parquet::errors::ParquetError;
+use datafusion::parquet::file::metadata::ParquetMetaData;
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::object_store::ObjectStoreUrl;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
@@ -87,15 +95,126 @@ pub(crate) async fn scan_files(
     }
     statistics.total_byte_size =
         Precision::Inexact(files.iter().map(|f| f.add.size.max(0) as usize).sum());
-    let format = ParquetFormat::new().with_options(state.table_options().parquet.clone());
-    let source = format.file_source(DfTableSchema::from(&logical));
-    let config = FileScanConfigBuilder::new(url, source)
+    let options = state.table_options().parquet.clone();
+    let hint = options.global.metadata_size_hint;
+    let store = state.runtime_env().object_store(url.clone())?;
+    let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
+    let factory = NamingReaderFactory {
+        inner: Arc::new(CachedParquetFileReaderFactory::new(store, cache)),
+        table: table.name().to_string(),
+        root: table.url().path().to_string(),
+    };
+    let mut source = ParquetSource::new(DfTableSchema::from(&logical))
+        .with_table_parquet_options(options)
+        .with_parquet_file_reader_factory(Arc::new(factory));
+    if let Some(hint) = hint {
+        source = source.with_metadata_size_hint(hint);
+    }
+    let config = FileScanConfigBuilder::new(url, Arc::new(source))
         .with_file_groups(groups)
         .with_statistics(statistics)
         .with_projection_indices(projection.cloned())?
         .with_limit(limit)
         .build();
-    format.create_physical_plan(state, config).await
+    Ok(DataSourceExec::from_data_source(config))
+}
+
+/// DataFusion's reader of a table's Parquet files, whose failures name the table and the file
+/// (a damaged file is [`StorageError::Corrupt`], 22000 otherwise).
+#[derive(Debug)]
+struct NamingReaderFactory {
+    inner: Arc<dyn ParquetFileReaderFactory>,
+    table: String,
+    /// The table folder's path (file names are shown relative to it).
+    root: String,
+}
+
+impl ParquetFileReaderFactory for NamingReaderFactory {
+    fn create_reader(
+        &self,
+        partition_index: usize,
+        file: PartitionedFile,
+        metadata_size_hint: Option<usize>,
+        metrics: &ExecutionPlanMetricsSet,
+    ) -> DfResult<Box<dyn AsyncFileReader + Send>> {
+        let path = file.object_meta.location.to_string();
+        let shown = path
+            .strip_prefix(self.root.trim_start_matches('/'))
+            .unwrap_or(&path)
+            .to_string();
+        let inner = self
+            .inner
+            .create_reader(partition_index, file, metadata_size_hint, metrics)?;
+        Ok(Box::new(NamingReader {
+            inner,
+            table: self.table.clone(),
+            file: shown,
+        }))
+    }
+}
+
+/// One file's reader, naming the table and file in its errors.
+struct NamingReader {
+    inner: Box<dyn AsyncFileReader + Send>,
+    table: String,
+    file: String,
+}
+
+impl NamingReader {
+    fn named(table: &str, file: &str, e: ParquetError) -> ParquetError {
+        let corrupt = matches!(
+            e,
+            ParquetError::EOF(_) | ParquetError::General(_) | ParquetError::NeedMoreData(_)
+        ) || e.to_string().contains("footer")
+            || e.to_string().contains("magic");
+        let error = if corrupt {
+            StorageError::Corrupt {
+                table: table.to_string(),
+                detail: format!("data file {file}: {e}"),
+            }
+        } else {
+            StorageError::Io {
+                table: table.to_string(),
+                detail: format!("data file {file}: {e}"),
+            }
+        };
+        ParquetError::External(Box::new(error))
+    }
+}
+
+impl AsyncFileReader for NamingReader {
+    fn get_bytes(
+        &mut self,
+        range: std::ops::Range<u64>,
+    ) -> BoxFuture<'_, Result<bytes::Bytes, ParquetError>> {
+        let (table, file) = (self.table.clone(), self.file.clone());
+        self.inner
+            .get_bytes(range)
+            .map(move |r| r.map_err(|e| Self::named(&table, &file, e)))
+            .boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<std::ops::Range<u64>>,
+    ) -> BoxFuture<'_, Result<Vec<bytes::Bytes>, ParquetError>> {
+        let (table, file) = (self.table.clone(), self.file.clone());
+        self.inner
+            .get_byte_ranges(ranges)
+            .map(move |r| r.map_err(|e| Self::named(&table, &file, e)))
+            .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, Result<Arc<ParquetMetaData>, ParquetError>> {
+        let (table, file) = (self.table.clone(), self.file.clone());
+        self.inner
+            .get_metadata(options)
+            .map(move |r| r.map_err(|e| Self::named(&table, &file, e)))
+            .boxed()
+    }
 }
 
 /// `files` in at most `n` groups of about equal bytes (largest first, each to the lightest

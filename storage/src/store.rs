@@ -24,7 +24,7 @@ use url::Url;
 
 use crate::error::{Result, StorageError};
 use crate::names::{folder_name, name_of_folder};
-use crate::table::{OWNER_PROPERTY, StoredTable};
+use crate::table::{OWNER_PROPERTY, StoredTable, TableSnapshot};
 use crate::types::TableSchema;
 use crate::write::{FileWriter, delete_files, write_plan, write_stream};
 
@@ -490,6 +490,28 @@ impl TableStore {
         }
         std::fs::rename(&source, &target)
             .map_err(|e| io_error(&format!("table {from_name}"), &source, e))
+    }
+
+    /// Every table of every schema with its newest snapshot (a table that cannot be read gives
+    /// its error), by schema and name.
+    pub async fn snapshots(&self) -> Vec<(String, String, Result<Arc<TableSnapshot>>)> {
+        let mut out = Vec::new();
+        for schema in self.schema_names() {
+            for name in self.table_names(&schema) {
+                let snapshot = match self.table(&schema, &name) {
+                    Ok(Some(table)) => table.latest().await,
+                    Ok(None) => continue,
+                    Err(e) => Err(e),
+                };
+                out.push((schema.clone(), name, snapshot));
+            }
+        }
+        out
+    }
+
+    /// The newest snapshot of `schema.table` read so far (no I/O), if any.
+    pub fn cached_snapshot(&self, schema: &str, table: &str) -> Option<Arc<TableSnapshot>> {
+        self.table(schema, table).ok().flatten()?.cached()
     }
 
     /// A hidden, unique name beside `path` to move it to before deleting it.

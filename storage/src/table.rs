@@ -208,10 +208,9 @@ impl StoredTable {
                 }
                 Ok(_) => {}
             }
-            table
-                .update_incremental(None)
-                .await
-                .map_err(|e| StorageError::from_delta(&self.name, e))?;
+            if let Err(e) = table.update_incremental(None).await {
+                return Err(self.load_error(e).await);
+            }
             let state = table
                 .snapshot()
                 .map_err(|e| StorageError::from_delta(&self.name, e))?
@@ -220,7 +219,9 @@ impl StoredTable {
             return Ok(Arc::clone(snapshot));
         }
         let mut table = DeltaTable::new(Arc::clone(&self.log_store));
-        table.load().await.map_err(|e| self.load_error(e))?;
+        if let Err(e) = table.load().await {
+            return Err(self.load_error(e).await);
+        }
         let state = table
             .snapshot()
             .map_err(|e| StorageError::from_delta(&self.name, e))?
@@ -228,6 +229,15 @@ impl StoredTable {
         let snapshot = Arc::new(TableSnapshot::from_state(&self.name, state)?);
         *latest = Some((table, Arc::clone(&snapshot)));
         Ok(snapshot)
+    }
+
+    /// The newest snapshot read here so far, if one was read and nobody is reading one now
+    /// (no I/O; for views that must not wait).
+    pub fn cached(&self) -> Option<Arc<TableSnapshot>> {
+        self.latest
+            .try_lock()
+            .ok()
+            .and_then(|l| l.as_ref().map(|(_, s)| Arc::clone(s)))
     }
 
     /// Forgets the state read here (after this process committed through another handle, or
@@ -256,18 +266,17 @@ impl StoredTable {
             });
         }
         let mut table = DeltaTable::new(Arc::clone(&self.log_store));
-        table
-            .load_version(version)
-            .await
-            .map_err(|e| match e {
+        if let Err(e) = table.load_version(version).await {
+            return Err(match e {
                 deltalake::DeltaTableError::InvalidVersion(_) => StorageError::NotFound {
                     what: format!(
                         "version {version} of table {} (its log entry was cleaned up)",
                         self.name
                     ),
                 },
-                other => self.load_error(other),
-            })?;
+                other => self.load_error(other).await,
+            });
+        }
         let state = table
             .snapshot()
             .map_err(|e| StorageError::from_delta(&self.name, e))?
@@ -282,18 +291,31 @@ impl StoredTable {
     /// 42704 when the table did not exist yet at `at`.
     pub async fn as_of(&self, at: DateTime<Utc>) -> Result<Arc<TableSnapshot>> {
         let mut table = DeltaTable::new(Arc::clone(&self.log_store));
-        table.load_with_datetime(at).await.map_err(|e| match e {
-            deltalake::DeltaTableError::InvalidVersion(_)
-            | deltalake::DeltaTableError::NotATable(_) => StorageError::NotFound {
-                what: format!("a version of table {} as of {at}", self.name),
-            },
-            other => self.load_error(other),
-        })?;
+        if let Err(e) = table.load_with_datetime(at).await {
+            return Err(match e {
+                deltalake::DeltaTableError::InvalidVersion(_)
+                | deltalake::DeltaTableError::NotATable(_) => StorageError::NotFound {
+                    what: format!("a version of table {} as of {at}", self.name),
+                },
+                other => self.load_error(other).await,
+            });
+        }
         let state = table
             .snapshot()
             .map_err(|e| StorageError::from_delta(&self.name, e))?
             .clone();
-        Ok(Arc::new(TableSnapshot::from_state(&self.name, state)?))
+        let snapshot = TableSnapshot::from_state(&self.name, state)?;
+        // A time before the table's first commit finds no version.
+        if snapshot.version == 0
+            && snapshot
+                .committed_at
+                .is_some_and(|created| created > at.timestamp_millis())
+        {
+            return Err(StorageError::NotFound {
+                what: format!("a version of table {} as of {at} (it was created later)", self.name),
+            });
+        }
+        Ok(Arc::new(snapshot))
     }
 
     /// The commits of the table, newest first (at most `limit`).
@@ -331,9 +353,43 @@ impl StoredTable {
             .collect())
     }
 
-    /// A load failure, as a damaged log when the log cannot be read as one.
-    fn load_error(&self, e: deltalake::DeltaTableError) -> StorageError {
-        StorageError::from_delta(&self.name, e)
+    /// A load failure, as a damaged log (naming the entry that does not parse) when the log
+    /// cannot be read as one.
+    async fn load_error(&self, e: deltalake::DeltaTableError) -> StorageError {
+        match StorageError::from_delta(&self.name, e) {
+            StorageError::Corrupt { table, detail } => StorageError::Corrupt {
+                table,
+                detail: self.damaged_entry().await.unwrap_or(detail),
+            },
+            other => other,
+        }
+    }
+
+    /// The first log entry that is not valid JSON (`_delta_log/….json, line n: …`), if one is.
+    async fn damaged_entry(&self) -> Option<String> {
+        use futures::TryStreamExt;
+        let store = self.object_store();
+        let mut entries: Vec<Path> = store
+            .list(Some(&Path::from("_delta_log")))
+            .map_ok(|m| m.location)
+            .try_collect()
+            .await
+            .ok()?;
+        entries.retain(|p| p.as_ref().ends_with(".json"));
+        entries.sort();
+        for entry in entries {
+            let bytes = store.get(&entry).await.ok()?.bytes().await.ok()?;
+            let text = String::from_utf8_lossy(&bytes);
+            for (n, line) in text.lines().enumerate() {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                if let Err(e) = serde_json::from_str::<serde_json::Value>(line) {
+                    return Some(format!("log entry {entry}, line {}: {e}", n + 1));
+                }
+            }
+        }
+        None
     }
 
     /// The object-store path of a data file of this table (its `add` path is relative to the

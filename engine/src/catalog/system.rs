@@ -302,6 +302,7 @@ pub(crate) fn register(
         who,
         &[SYSTEM_SCHEMA, "accelsql", "information_schema"],
     )?;
+    super::stored_views::register(ctx, &engine.state, who)?;
 
     ctx.register_table(
         "sys.exa_metadata",

@@ -55,6 +55,8 @@ pub(crate) struct SystemTable {
     schema: SchemaRef,
     engine: SystemContext,
     produce: Box<Producer>,
+    /// Read the newest snapshot of every stored table before producing (views of tables).
+    refresh_tables: std::sync::atomic::AtomicBool,
 }
 
 impl SystemTable {
@@ -64,7 +66,16 @@ impl SystemTable {
             schema,
             engine,
             produce,
+            refresh_tables: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// This table, reading the newest snapshot of every stored table before each scan (so
+    /// that its producer finds them without waiting).
+    pub(crate) fn refreshing_tables(self: Arc<Self>) -> Arc<Self> {
+        self.refresh_tables
+            .store(true, std::sync::atomic::Ordering::Release);
+        self
     }
 }
 
@@ -97,6 +108,13 @@ impl TableProvider for SystemTable {
             dialect: SqlDialect::of(state.config_options()),
             ..self.engine.clone()
         };
+        if self
+            .refresh_tables
+            .load(std::sync::atomic::Ordering::Acquire)
+            && let Some(store) = engine.state.tables.store()
+        {
+            store.snapshots().await;
+        }
         let columns = (self.produce)(&engine)?;
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
         let exec: Arc<dyn ExecutionPlan> = MemorySourceConfig::try_new_exec(

@@ -1,6 +1,7 @@
-//! Exasol's views of a session's tables and their columns, in schema `sys`: `EXA_ALL_TABLES`,
-//! `EXA_USER_TABLES`, `EXA_ALL_COLUMNS`, `EXA_USER_COLUMNS` (a session's tables are its own, so
-//! the `ALL` and `USER` views show the same rows). Names are shown as Exasol names them (upper
+//! Exasol's views of the engine's tables and their columns, in schema `sys`: `EXA_ALL_TABLES`
+//! and `EXA_ALL_COLUMNS` (the tables the session may read: its own, those granted to it, every
+//! one with `SELECT ANY TABLE`), `EXA_USER_TABLES` and `EXA_USER_COLUMNS` (those its user
+//! owns), with each table's owner. Names are shown as Exasol names them (upper
 //! case for what SQL wrote unquoted; in the Exasol dialect, its name for each engine name), types
 //! with Exasol's names (`DECIMAL(19,0)`, `VARCHAR(2000000) UTF8`).
 
@@ -14,10 +15,16 @@ use datafusion::prelude::SessionContext;
 use futures::FutureExt;
 
 use super::columns::strings;
-use super::system_table::{Producer, TableMaker};
+use super::system_table::{Producer, SystemContext, SystemTable, TableMaker};
 use crate::core::names::{ExasolType, exasol_field_type, exasol_name, swap_case};
 use crate::core::options::SqlDialect;
 use crate::core::owners::SessionIdentity;
+use crate::core::privileges::{ObjectPrivilege, SYS_USER};
+
+/// `table`, reading the newest snapshot of every stored table before each scan.
+fn with_tables(table: Arc<SystemTable>) -> Arc<SystemTable> {
+    table.refreshing_tables()
+}
 
 /// The views' names (lower case), reachable unqualified from any schema.
 pub(crate) const TABLE_VIEWS: [&str; 4] = [
@@ -37,9 +44,25 @@ struct ColumnRow {
     position: u64,
 }
 
-/// The columns of every table of the session's default catalog, outside the engine's schemas
-/// (`hidden`), with names as the session's dialect shows them.
-fn session_columns(state: &SessionState, hidden: &[&str]) -> Vec<ColumnRow> {
+/// One table as the views show it: its columns and owner.
+struct TableRow {
+    schema: String,
+    table: String,
+    owner: String,
+    columns: Vec<ColumnRow>,
+}
+
+/// The tables of the session's default catalog that the session may read, outside the
+/// engine's schemas (`hidden`), with names as the session's dialect shows them; `own`: only
+/// those its user owns. Stored tables are read from their newest snapshot (which the view's
+/// scan has just refreshed), memory and temporary tables from their providers.
+fn session_tables(
+    state: &SessionState,
+    engine: &SystemContext,
+    who: &SessionIdentity,
+    hidden: &[&str],
+    own: bool,
+) -> Vec<TableRow> {
     let options = state.config_options();
     let exasol = SqlDialect::of(options) == SqlDialect::Exasol;
     let shown = |name: &str| {
@@ -55,6 +78,8 @@ fn session_columns(state: &SessionState, hidden: &[&str]) -> Vec<ColumnRow> {
     else {
         return Vec::new();
     };
+    let grants = who.grants();
+    let tables = &engine.state.tables;
     let mut schemas = catalog.schema_names();
     schemas.sort();
     let mut rows = Vec::new();
@@ -65,24 +90,57 @@ fn session_columns(state: &SessionState, hidden: &[&str]) -> Vec<ColumnRow> {
         let Some(schema) = catalog.schema(&schema_name) else {
             continue;
         };
-        let mut tables = schema.table_names();
-        tables.sort();
-        for table_name in tables {
-            // Tables in memory and over files answer at once; one that would wait is left out
-            // rather than block the scan.
-            let Some(Ok(Some(table))) = schema.table(&table_name).now_or_never() else {
-                continue;
+        let mut names = schema.table_names();
+        names.sort();
+        for table_name in names {
+            let key = format!("{schema_name}.{table_name}");
+            let stored = tables
+                .store()
+                .and_then(|s| s.cached_snapshot(&schema_name, &table_name));
+            let (fields, owner) = match stored {
+                Some(snapshot) => (
+                    std::sync::Arc::clone(&snapshot.schema.logical),
+                    snapshot.owner.clone(),
+                ),
+                None => {
+                    // Tables in memory and over files answer at once; one that would wait is
+                    // left out rather than block the scan.
+                    let Some(Ok(Some(table))) = schema.table(&table_name).now_or_never() else {
+                        continue;
+                    };
+                    (table.schema(), tables.memory_owner(&key))
+                }
             };
-            for (i, field) in table.schema().fields().iter().enumerate() {
-                rows.push(ColumnRow {
+            let owner = owner.unwrap_or_else(|| SYS_USER.to_string());
+            if own && !owner.eq_ignore_ascii_case(&grants.user) {
+                continue;
+            }
+            if !own
+                && grants
+                    .may_use_table(&key, Some(&owner), Some(ObjectPrivilege::Select))
+                    .is_err()
+            {
+                continue;
+            }
+            let columns = fields
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(i, field)| ColumnRow {
                     schema: shown(&schema_name),
                     table: shown(&table_name),
                     name: shown(field.name()),
                     sql_type: exasol_field_type(field),
                     nullable: field.is_nullable(),
                     position: i as u64 + 1,
-                });
-            }
+                })
+                .collect();
+            rows.push(TableRow {
+                schema: shown(&schema_name),
+                table: shown(&table_name),
+                owner: exasol_name(&owner),
+                columns,
+            });
         }
     }
     rows
@@ -98,30 +156,22 @@ pub(crate) fn register(
 ) -> DfResult<()> {
     use DataType::{Boolean, UInt64, Utf8};
     let state = Arc::downgrade(&ctx.state_ref());
-    let tables = || -> Box<Producer> {
+    let tables = |own: bool| -> Box<Producer> {
         let state = state.clone();
         let who = Arc::clone(who);
-        Box::new(move |_| {
-            let mut seen: Vec<(String, String, u64)> = Vec::new();
+        Box::new(move |engine| {
             let rows = state
                 .upgrade()
-                .map(|s| session_columns(&s.read(), hidden))
+                .map(|s| session_tables(&s.read(), engine, &who, hidden, own))
                 .unwrap_or_default();
-            for row in rows {
-                match seen.last_mut() {
-                    Some((s, t, n)) if *s == row.schema && *t == row.table => *n += 1,
-                    _ => seen.push((row.schema, row.table, 1)),
-                }
-            }
-            let owner = exasol_name(&who.grants().user);
             Ok(vec![
-                strings(seen.iter().map(|(s, _, _)| Some(s.clone()))),
-                strings(seen.iter().map(|(_, t, _)| Some(t.clone()))),
-                strings(seen.iter().map(|_| Some(owner.clone()))),
+                strings(rows.iter().map(|t| Some(t.schema.clone()))),
+                strings(rows.iter().map(|t| Some(t.table.clone()))),
+                strings(rows.iter().map(|t| Some(t.owner.clone()))),
                 Arc::new(UInt64Array::from_iter_values(
-                    seen.iter().map(|(_, _, n)| *n),
+                    rows.iter().map(|t| t.columns.len() as u64),
                 )) as ArrayRef,
-                strings(seen.iter().map(|_| None)),
+                strings(rows.iter().map(|_| None)),
             ])
         })
     };
@@ -132,18 +182,28 @@ pub(crate) fn register(
         ("table_column_count", UInt64),
         ("table_comment", Utf8),
     ];
-    ctx.register_table("sys.exa_all_tables", table(&table_columns, tables()))?;
-    ctx.register_table("sys.exa_user_tables", table(&table_columns, tables()))?;
+    ctx.register_table(
+        "sys.exa_all_tables",
+        with_tables(table(&table_columns, tables(false))),
+    )?;
+    ctx.register_table(
+        "sys.exa_user_tables",
+        with_tables(table(&table_columns, tables(true))),
+    )?;
 
-    let columns = || -> Box<Producer> {
+    let columns = |own: bool| -> Box<Producer> {
         let state = state.clone();
         let who = Arc::clone(who);
-        Box::new(move |_| {
-            let rows = state
+        Box::new(move |engine| {
+            let tables = state
                 .upgrade()
-                .map(|s| session_columns(&s.read(), hidden))
+                .map(|s| session_tables(&s.read(), engine, &who, hidden, own))
                 .unwrap_or_default();
-            let owner = exasol_name(&who.grants().user);
+            let owners: Vec<String> = tables
+                .iter()
+                .flat_map(|t| t.columns.iter().map(|_| t.owner.clone()))
+                .collect();
+            let rows: Vec<ColumnRow> = tables.into_iter().flat_map(|t| t.columns).collect();
             let text = |f: &dyn Fn(&ColumnRow) -> Option<String>| strings(rows.iter().map(f));
             let number = |f: &dyn Fn(&ColumnRow) -> Option<u64>| -> ArrayRef {
                 Arc::new(rows.iter().map(f).collect::<UInt64Array>())
@@ -164,7 +224,7 @@ pub(crate) fn register(
                         .collect::<BooleanArray>(),
                 ) as ArrayRef,
                 text(&|_| None),
-                text(&|_| Some(owner.clone())),
+                strings(owners.into_iter().map(Some)),
                 text(&|_| None),
             ])
         })
@@ -184,7 +244,13 @@ pub(crate) fn register(
         ("column_owner", Utf8),
         ("column_comment", Utf8),
     ];
-    ctx.register_table("sys.exa_all_columns", table(&column_columns, columns()))?;
-    ctx.register_table("sys.exa_user_columns", table(&column_columns, columns()))?;
+    ctx.register_table(
+        "sys.exa_all_columns",
+        with_tables(table(&column_columns, columns(false))),
+    )?;
+    ctx.register_table(
+        "sys.exa_user_columns",
+        with_tables(table(&column_columns, columns(true))),
+    )?;
     Ok(())
 }

@@ -540,6 +540,20 @@ impl From<DataFusionError> for EngineError {
                     None => Self::Sql(DataFusionError::Shared(shared)),
                 },
             },
+            // A table's reader names its damaged files (a storage error inside Parquet's).
+            DataFusionError::ParquetError(inner) => match *inner {
+                datafusion::parquet::errors::ParquetError::External(boxed)
+                    if boxed.is::<accelsql_storage::StorageError>() =>
+                {
+                    match boxed.downcast::<accelsql_storage::StorageError>() {
+                        Ok(storage) => Self::Storage(*storage),
+                        Err(other) => Self::Sql(DataFusionError::ParquetError(Box::new(
+                            datafusion::parquet::errors::ParquetError::External(other),
+                        ))),
+                    }
+                }
+                inner => Self::Sql(DataFusionError::ParquetError(Box::new(inner))),
+            },
             other => Self::Sql(other),
         }
     }

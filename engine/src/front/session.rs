@@ -766,6 +766,7 @@ impl Session {
             grants,
             rounds: self.engine.state().password_rounds,
             current_schema: self.current_schema(),
+            tables: &self.engine.state().tables,
         };
         let outcome = privileges::run::run(&cx, statement).await?;
         if let Some(user) = outcome.impersonate {

@@ -16,4 +16,5 @@ mod restricted;
 mod scripts;
 mod set_udfs;
 mod statement_timeout;
+mod tables;
 mod visibility;

@@ -26,6 +26,8 @@ pub(crate) struct SecurityContext<'a> {
     pub(crate) rounds: u32,
     /// The session's current schema (unqualified script names).
     pub(crate) current_schema: String,
+    /// The engine's tables (a table's owner).
+    pub(crate) tables: &'a crate::core::tables::Tables,
 }
 
 /// What a statement did that the session must act on.
@@ -288,8 +290,8 @@ pub(crate) async fn run(cx: &SecurityContext<'_>, statement: SecurityStatement) 
                 ..Outcome::default()
             });
         }
-        SecurityStatement::Grant(spec) => grant(cx, spec, true)?,
-        SecurityStatement::Revoke(spec) => grant(cx, spec, false)?,
+        SecurityStatement::Grant(spec) => grant(cx, spec, true).await?,
+        SecurityStatement::Revoke(spec) => grant(cx, spec, false).await?,
         SecurityStatement::CreateGroup { name, attributes } => {
             require(
                 grants,
@@ -392,7 +394,7 @@ enum Change {
 }
 
 /// `GRANT` (`give`) or `REVOKE` (`!give`).
-fn grant(cx: &SecurityContext<'_>, spec: GrantSpec, give: bool) -> Result<()> {
+async fn grant(cx: &SecurityContext<'_>, spec: GrantSpec, give: bool) -> Result<()> {
     let grants = cx.grants;
     let security = cx.catalog.security();
     let verb = if give { "GRANT" } else { "REVOKE" };
@@ -457,9 +459,9 @@ fn grant(cx: &SecurityContext<'_>, spec: GrantSpec, give: bool) -> Result<()> {
                 object,
                 for_script,
             } => {
-                let (kind, object, owner) = resolve_object(cx, kind, &privileges, &object)?;
+                let (kind, object, owner) = resolve_object(cx, kind, &privileges, &object).await?;
                 let for_script = match for_script {
-                    Some(s) => Some(resolve_object(cx, Some(ObjectKind::Script), &[], &s)?.1),
+                    Some(s) => Some(resolve_object(cx, Some(ObjectKind::Script), &[], &s).await?.1),
                     None => None,
                 };
                 let owned = grants.owns(owner.as_deref());
@@ -576,7 +578,7 @@ fn check_system_admin(
 }
 
 /// The kind, catalog name and owner of the object a grant names.
-fn resolve_object(
+async fn resolve_object(
     cx: &SecurityContext<'_>,
     kind: Option<ObjectKind>,
     privileges: &[ObjectPrivilege],
@@ -611,7 +613,25 @@ fn resolve_object(
                 .ok_or_else(|| missing(format!("connection {folded}")))?;
             Ok((kind, connection.name, connection.owner))
         }
-        ObjectKind::Schema | ObjectKind::Table => Ok((kind, name.to_ascii_lowercase(), None)),
+        ObjectKind::Schema => Ok((kind, name.to_ascii_lowercase(), None)),
+        // A table by `schema.table` (unqualified: in the current schema), as the tables'
+        // privilege checks name it.
+        ObjectKind::Table => {
+            let reference = datafusion::common::TableReference::parse_str(name);
+            let schema = reference
+                .schema()
+                .map(str::to_string)
+                .unwrap_or_else(|| cx.current_schema.clone());
+            let key = format!("{schema}.{}", reference.table());
+            let owner = match cx.tables.store() {
+                Some(store) => match store.table(&schema, reference.table())? {
+                    Some(table) => table.latest().await?.owner.clone(),
+                    None => return Err(missing(format!("table {key}"))),
+                },
+                None => cx.tables.memory_owner(&key),
+            };
+            Ok((kind, key, owner))
+        }
     }
 }
 
