@@ -223,6 +223,7 @@ impl ClusterAuth {
     /// from every peer. `None` without authentication.
     pub fn server_tls(&self) -> Option<ServerTlsConfig> {
         let tls = self.tls.as_ref()?;
+        ensure_crypto_provider();
         Some(
             ServerTlsConfig::new()
                 .identity(Identity::from_pem(&tls.cert_pem, &tls.key_pem))
@@ -233,6 +234,7 @@ impl ClusterAuth {
     /// TLS for a client of this process: the authority it trusts and its own certificate.
     fn client_tls(&self) -> Option<ClientTlsConfig> {
         let tls = self.tls.as_ref()?;
+        ensure_crypto_provider();
         let config = ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(&tls.ca_pem))
             .identity(Identity::from_pem(&tls.cert_pem, &tls.key_pem));
@@ -349,6 +351,13 @@ pub(crate) fn private_dir(prefix: &str) -> Result<PathBuf> {
         message: format!("cannot create {}: {e}", dir.display()),
     })?;
     Ok(dir)
+}
+
+/// Makes ring rustls's process-wide provider (tonic's TLS takes that one), unless the process
+/// has one already: delta-rs's HTTP client also turns on rustls's aws-lc-rs, and with two
+/// providers built in rustls cannot pick one itself.
+pub(crate) fn ensure_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 #[cfg(test)]

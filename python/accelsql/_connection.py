@@ -52,9 +52,11 @@ class Connection:
         user: Optional[str] = None,
         password: Optional[str] = None,
         dialect: Optional[str] = None,
+        autocommit: bool = True,
         **settings: Any,
     ) -> None:
         """See :func:`connect`."""
+        self._autocommit = True
         self._native: Any
         default_python = script_python == CURRENT_INTERPRETER
         if is_remote(simulated_gpus):
@@ -94,10 +96,12 @@ class Connection:
             self.set(name, value)
         if schema:
             name = schema if _NAME.match(schema) else _quoted_identifier(schema)
-            # A connection's tables are its own (scripts and connections are the engine's), so
-            # the schema is made here when it is new; CREATE SCHEMA opens it, as in Exasol.
+            # The schema is made when it is new (in Exasol it must exist); CREATE SCHEMA opens
+            # it, as in Exasol.
             self.execute(f"CREATE SCHEMA IF NOT EXISTS {name}")
             self.execute(f"OPEN SCHEMA {name}")
+        if not autocommit:
+            self.set_autocommit(False)
         if restricted:
             # Last: the set-up above is the host program's, what follows is the untrusted SQL's.
             self._native.restrict()
@@ -145,16 +149,38 @@ class Connection:
         return Cursor(self)
 
     def commit(self) -> None:
-        """Nothing to do: the engine has no transactions, every statement takes effect when it
-        ends (autocommit). Present for PEP 249."""
+        """``COMMIT``: the writes this connection made since its transaction began become
+        every session's (with autocommit on, each statement has committed already and this
+        does nothing). Raises :class:`OperationalError` 40001 when another session's commit
+        conflicts with them; nothing of the transaction is then kept."""
         if self.closed:
             raise interface_error("the connection is closed", "08003")
+        self.execute("COMMIT")
 
     def rollback(self) -> None:
-        """Nothing to undo: the engine has no transactions (autocommit), so this does nothing.
-        Present for PEP 249."""
+        """``ROLLBACK``: forgets the writes this connection made since its transaction began
+        (with autocommit on there are none)."""
         if self.closed:
             raise interface_error("the connection is closed", "08003")
+        self.execute("ROLLBACK")
+
+    @property
+    def autocommit(self) -> bool:
+        """Whether each statement commits when it ends (the default, as in pyexasol); set it to
+        False to make writes wait for :meth:`commit` (``SET AUTOCOMMIT OFF``)."""
+        return self._autocommit
+
+    @autocommit.setter
+    def autocommit(self, value: bool) -> None:
+        self.set_autocommit(value)
+
+    def set_autocommit(self, value: bool) -> None:
+        """pyexasol's ``set_autocommit``: True commits what waits and makes each statement
+        commit when it ends; False makes writes wait for :meth:`commit` or :meth:`rollback`."""
+        if self.closed:
+            raise interface_error("the connection is closed", "08003")
+        self.execute(f"SET AUTOCOMMIT {'ON' if value else 'OFF'}")
+        self._autocommit = bool(value)
 
     def cancel(self) -> None:
         """Cancels the statement this connection is running now (call it from another thread):
@@ -315,6 +341,7 @@ def connect(
     user: Optional[str] = None,
     password: Optional[str] = None,
     dialect: Optional[str] = None,
+    autocommit: bool = True,
     **settings: Any,
 ) -> Connection:
     """Opens a connection to this process's engine, or to a server.
@@ -339,12 +366,13 @@ def connect(
     - ``simulated_gpus``: use that many simulated GPUs (leases, placement and device pinning
       behave as on real ones); None: the devices NVML finds (or ``ACCELSQL_SIMULATED_GPUS``),
       limited by ``CUDA_VISIBLE_DEVICES``.
-    - ``data_dir``: where ``CREATE SCRIPT`` definitions persist; None: in memory.
+    - ``data_dir``: where tables (Delta Lake tables under ``DATA_DIR/tables``), scripts, users
+      and connections persist; every connection to it shares them, and they are there after a
+      restart. None: in memory, shared by this process's connections without a data directory.
     - ``script_python``: the interpreter that runs PYTHON3 scripts; by default the one running
       this program (so scripts see its packages); None: ``python3`` on PATH.
     - ``schema``: the schema to open, as pyexasol's ``schema=``: unqualified tables and scripts
-      are created and found there. A connection's tables are its own, so the schema is created
-      in this connection when it is new (in Exasol it must exist).
+      are created and found there. It is created when it is new (in Exasol it must exist).
     - ``lower_ident``: as pyexasol's. False (the default): result column names come as Exasol
       folds them, unquoted names upper case (``SELECT 1 AS a`` has column ``A``; ``AS "a"``
       keeps ``a``), the ``accelsql.identifier_case = 'upper'`` setting. True: lower case, as
@@ -358,6 +386,10 @@ def connect(
       names fold to upper case (``CREATE TABLE t(a INT)`` makes ``T`` with column ``A``;
       ``"a"`` is another name), ``''`` is NULL, decimal literals are exact up to 36 digits, and
       Exasol's implicit conversions and type names apply. None: the engine's default.
+    - ``autocommit``: True (the default, as pyexasol's): each statement commits when it ends.
+      False: writes wait for :meth:`Connection.commit` and vanish at :meth:`Connection.rollback`
+      or when the connection closes; the connection reads its own uncommitted writes, others
+      do not (``SET AUTOCOMMIT OFF``).
     - ``settings``: ``SET`` for this connection, e.g. ``gpu_wait_timeout='30s'`` (an accelsql
       setting) or ``**{'datafusion.execution.batch_size': 65536}``.
 
@@ -373,6 +405,7 @@ def connect(
         user=user,
         password=password,
         dialect=dialect,
+        autocommit=autocommit,
         **settings,
     )
 

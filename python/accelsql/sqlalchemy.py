@@ -10,10 +10,13 @@
     df.to_sql("t", engine, index=False)                            # pandas
     pandas.read_sql("SELECT * FROM t", engine)
 
-The engine's tables belong to the connection (session) that made them, so an engine of this
-dialect keeps one DBAPI connection (SQLAlchemy's ``StaticPool``): every ``engine.connect()``
-sees the same tables. There are no transactions: ``commit`` and ``rollback`` do nothing, each
-statement takes effect when it ends (the isolation level is ``AUTOCOMMIT``). Result names are
+An engine of this dialect keeps one DBAPI connection (SQLAlchemy's ``StaticPool``): every
+``engine.connect()`` shares its session (an engine without a data directory keeps its tables
+in memory, shared by this process's connections). SQLAlchemy's transactions are the engine's:
+a transaction begins with ``BEGIN`` (``engine.begin()``, ``Session``), its writes are seen by
+this connection only until ``commit`` and vanish at ``rollback`` (isolation level
+``SERIALIZABLE``: snapshot reads, conflicting writes fail with 40001); with the
+``AUTOCOMMIT`` isolation level each statement commits when it ends. Result names are
 DataFusion's lower case (``lower_ident=True``), as SQLAlchemy expects of a database that folds
 unquoted names to lower case. Reflection reads ``information_schema``: schemas, tables, views
 and columns with their types; there are no primary keys, foreign keys or indexes to reflect.
@@ -220,29 +223,33 @@ class AccelsqlDialect(default.DefaultDialect):
             statement = statement[: ends[-1].end()]
         cursor.execute(statement, parameters)
 
-    # -- no transactions ---------------------------------------------------------------------
+    # -- transactions: BEGIN … COMMIT / ROLLBACK (or AUTOCOMMIT) ------------------------------
 
     def do_begin(self, dbapi_connection: Any) -> None:
-        pass
+        if not getattr(dbapi_connection, "_sqla_autocommit", False):
+            dbapi_connection.execute("BEGIN")
 
     def do_commit(self, dbapi_connection: Any) -> None:
-        pass
+        dbapi_connection.commit()
 
     def do_rollback(self, dbapi_connection: Any) -> None:
-        pass
+        dbapi_connection.rollback()
 
     def get_isolation_level(self, dbapi_connection: Any) -> str:
-        return "AUTOCOMMIT"
+        return "AUTOCOMMIT" if getattr(dbapi_connection, "_sqla_autocommit", False) else "SERIALIZABLE"
 
     def get_default_isolation_level(self, dbapi_conn: Any) -> str:
-        return "AUTOCOMMIT"
+        return "SERIALIZABLE"
 
     def get_isolation_level_values(self, dbapi_conn: Any) -> List[str]:
-        return ["AUTOCOMMIT"]
+        return ["SERIALIZABLE", "AUTOCOMMIT"]
 
     def set_isolation_level(self, dbapi_connection: Any, level: str) -> None:
-        if level != "AUTOCOMMIT":
-            raise exc.ArgumentError(f"accelsql has no transactions: isolation level {level!r} is not available")
+        if level not in ("SERIALIZABLE", "AUTOCOMMIT"):
+            raise exc.ArgumentError(
+                f"isolation level {level!r} is not available (SERIALIZABLE or AUTOCOMMIT)"
+            )
+        dbapi_connection._sqla_autocommit = level == "AUTOCOMMIT"
 
     def _get_server_version_info(self, connection: Any) -> Tuple[int, ...]:
         import accelsql

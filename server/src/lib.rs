@@ -349,6 +349,8 @@ impl Server {
             .initial_connection_window_size(Some(32 << 20))
             .max_frame_size(Some(1 << 20));
         if let Some(identity) = tls {
+            // delta-rs turns on rustls's aws-lc-rs beside tonic's ring: name the provider.
+            let _ = rustls::crypto::ring::default_provider().install_default();
             builder = builder
                 .tls_config(ServerTlsConfig::new().identity(identity))
                 .map_err(|e| ServerError::Config {

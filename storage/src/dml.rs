@@ -29,11 +29,11 @@ use crate::types::TableSchema;
 use crate::write::{FileWriter, delete_files, write_plan};
 
 /// The schema of a write's result: one row, `count`.
-fn count_schema() -> SchemaRef {
+pub(crate) fn count_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]))
 }
 
-fn count_properties(schema: &SchemaRef) -> Arc<PlanProperties> {
+pub(crate) fn count_properties(schema: &SchemaRef) -> Arc<PlanProperties> {
     Arc::new(PlanProperties::new(
         EquivalenceProperties::new(Arc::clone(schema)),
         Partitioning::UnknownPartitioning(1),
@@ -43,7 +43,7 @@ fn count_properties(schema: &SchemaRef) -> Arc<PlanProperties> {
 }
 
 /// The one-row result of a write.
-fn count_batch(schema: &SchemaRef, rows: u64) -> DfResult<RecordBatch> {
+pub(crate) fn count_batch(schema: &SchemaRef, rows: u64) -> DfResult<RecordBatch> {
     Ok(RecordBatch::try_new(
         Arc::clone(schema),
         vec![Arc::new(UInt64Array::from(vec![rows]))],

@@ -22,6 +22,7 @@ pub mod ddl;
 pub mod dml;
 pub mod error;
 pub mod maintenance;
+pub mod merge;
 pub mod names;
 pub mod provider;
 pub mod scan;

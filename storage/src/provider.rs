@@ -253,6 +253,40 @@ impl TableProvider for DeltaProvider {
         .await
     }
 
+    async fn merge_into(
+        &self,
+        state: &dyn Session,
+        source: Arc<dyn ExecutionPlan>,
+        merge_schema: datafusion::common::DFSchemaRef,
+        on: Expr,
+        clauses: Vec<datafusion::logical_expr::dml::MergeIntoClause>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        self.writable()?;
+        let txn = Self::transaction(state);
+        let view = txn
+            .view(&self.table)
+            .await
+            .map_err(StorageError::into_datafusion)?;
+        let plan = crate::merge::merge_plan(
+            state,
+            &self.table,
+            &self.schema,
+            &view,
+            source,
+            &merge_schema,
+            on,
+            &clauses,
+        )
+        .await?;
+        Ok(Arc::new(crate::merge::MergeExec::new(
+            Arc::clone(&self.table),
+            self.schema.clone(),
+            view,
+            plan,
+            txn,
+        )))
+    }
+
     async fn truncate(&self, state: &dyn Session) -> DfResult<Arc<dyn ExecutionPlan>> {
         self.rewrite(state, Vec::new(), |_| Ok(Rewrite::Truncate))
             .await

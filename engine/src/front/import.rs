@@ -1,6 +1,7 @@
-//! Loading Arrow record batches into a session's table (the Python package's
-//! `import_from_arrow`, the server's bulk ingestion): a new in-memory table when the name is
-//! free, else an insert into the existing table (columns by position, cast to its types).
+//! Loading Arrow record batches into a table (the Python package's `import_from_arrow`, the
+//! server's bulk ingestion): a new table when the name is free (stored in the data directory,
+//! in one commit, or in memory without one), else an insert into the existing table (columns
+//! by position, cast to its types).
 
 use std::sync::Arc;
 
@@ -29,7 +30,41 @@ impl Session {
         let ctx = self.context();
         let reference = TableReference::from(table);
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        let grants = self.refresh_grants();
+        self.txn.begin_statement();
         if !ctx.table_exist(reference.clone())? {
+            crate::front::privileges::require(
+                &grants,
+                crate::core::privileges::SystemPrivilege::CreateTable,
+                &format!("loading data into a new table {table}"),
+            )?;
+            let resolved = self.resolve(reference.clone());
+            if let Some(store) = self.table_store()
+                && !crate::catalog::session_tables::SESSION_SCHEMAS
+                    .contains(&resolved.schema.as_ref())
+            {
+                self.commit_before_ddl().await?;
+                let stream = Box::pin(
+                    datafusion::physical_plan::memory::MemoryStream::try_new(
+                        batches,
+                        Arc::clone(&schema),
+                        None,
+                    )?,
+                );
+                let owner = (grants.user != crate::core::privileges::SYS_USER)
+                    .then(|| grants.user.clone());
+                store
+                    .create_table(
+                        &resolved.schema,
+                        &resolved.table,
+                        &schema,
+                        owner.as_deref(),
+                        Some(accelsql_storage::InitialRows::Stream(stream)),
+                        accelsql_storage::CreateMode::New,
+                    )
+                    .await?;
+                return Ok(rows as u64);
+            }
             // Spread over the session's partitions, so that UDF calls on the table run in parallel.
             let partitions = ctx.copied_config().target_partitions().max(1);
             let mut parts = vec![Vec::new(); partitions];
@@ -37,10 +72,24 @@ impl Session {
                 parts[i % partitions].push(batch);
             }
             let memory = MemTable::try_new(schema, parts)?;
-            ctx.register_table(reference, Arc::new(memory))?;
+            ctx.register_table(reference.clone(), Arc::new(memory))?;
+            let resolved = self.resolve(reference);
+            self.engine().state().tables.set_memory_owner(
+                &format!("{}.{}", resolved.schema, resolved.table),
+                (grants.user != crate::core::privileges::SYS_USER).then_some(grants.user.as_str()),
+            );
             return Ok(rows as u64);
         }
-        let target = ctx.table_provider(reference.clone()).await?.schema();
+        let provider = ctx.table_provider(reference.clone()).await?;
+        if let Some(who) = self.table_identity(&self.resolve(reference.clone()), &provider) {
+            Self::check_table(
+                &grants,
+                &who,
+                Some(crate::core::privileges::ObjectPrivilege::Insert),
+                &format!("loading data into table {table}"),
+            )?;
+        }
+        let target = provider.schema();
         if schema.fields().len() != target.fields().len() {
             return Err(plan_error(format!(
                 "table {table} has {} columns, the data {}",

@@ -412,7 +412,7 @@ impl Session {
 
     /// Reads what the session may do from the catalog (its user's privileges now, bounded by
     /// the `RESTRICTED` role if the session is restricted), for the statement about to run.
-    fn refresh_grants(&self) -> Arc<Grants> {
+    pub(super) fn refresh_grants(&self) -> Arc<Grants> {
         let security = self.engine.scripts().security();
         let grants = Arc::new(security.grants_of(&self.identity.account(), self.is_restricted()));
         self.identity.set_grants((*grants).clone());

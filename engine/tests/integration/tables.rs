@@ -382,3 +382,35 @@ async fn two_processes_inserting_into_one_table_lose_nothing() {
     );
     let _ = (Int64Array::from(vec![0]), UInt64Array::from(vec![0u64]));
 }
+
+#[tokio::test]
+async fn merge_updates_deletes_and_inserts_in_one_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path());
+    let s = engine.session();
+    s.sql("CREATE TABLE stock (item VARCHAR, qty BIGINT)").await.unwrap();
+    s.sql("INSERT INTO stock VALUES ('a', 1), ('b', 2), ('c', 3)").await.unwrap();
+    s.sql("CREATE TABLE delivery (item VARCHAR, qty BIGINT)").await.unwrap();
+    s.sql("INSERT INTO delivery VALUES ('a', 10), ('c', -3), ('d', 4)").await.unwrap();
+    let changed = number(
+        &s,
+        "MERGE INTO stock USING delivery ON stock.item = delivery.item \
+         WHEN MATCHED AND stock.qty + delivery.qty <= 0 THEN DELETE \
+         WHEN MATCHED THEN UPDATE SET qty = stock.qty + delivery.qty \
+         WHEN NOT MATCHED THEN INSERT (item, qty) VALUES (delivery.item, delivery.qty)",
+    )
+    .await;
+    assert_eq!(changed, 3);
+    assert_eq!(
+        column(&s, "SELECT item || ':' || qty FROM stock ORDER BY item").await,
+        ["a:11", "b:2", "d:4"]
+    );
+    // COPY FROM a Parquet file the engine wrote.
+    let file = dir.path().join("stock.parquet");
+    s.sql(&format!("COPY stock TO '{}'", file.display())).await.unwrap();
+    assert_eq!(
+        number(&s, &format!("COPY stock FROM '{}'", file.display())).await,
+        3
+    );
+    assert_eq!(number(&s, "SELECT count(*) FROM stock").await, 6);
+}
