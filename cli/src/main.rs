@@ -3,6 +3,7 @@
 //! data directory's catalog).
 
 mod cluster;
+mod data_dir;
 mod error;
 mod gpu;
 mod serve;
@@ -71,6 +72,12 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("off"))
         .format_timestamp_millis()
         .init();
+    // A file-size limit (`ulimit -f`) makes writes fail with EFBIG (a coded error, the
+    // statement rolled back) instead of killing the process.
+    // SAFETY: setting a signal's disposition to SIG_IGN has no handler to race with.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let cli = Cli::parse();
     let outcome = match cli.command {
         Some(Command::Gpu(command)) => gpu::run(command),

@@ -24,9 +24,13 @@ pub(crate) struct ServeArgs {
     /// which).
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
-    /// Keep the script catalog (`CREATE … SCRIPT`) in DIR, so scripts survive a restart.
+    /// Keep tables, scripts, users and connections in DIR, so that they survive a restart
+    /// [default: $ACCELSQL_DATA_DIR, else ~/.local/share/accelsql].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Keep tables, scripts and users in memory only (gone when the server stops).
+    #[arg(long, conflicts_with = "data_dir")]
+    in_memory: bool,
     /// Users allowed in (made by `accelsql serve add-user`; the file must be owner-only;
     /// SIGHUP reloads it). Without it the server makes a random token, prints it as the second
     /// line (`token: …`) and writes it owner-only to DATA_DIR/server-token: clients pass it as
@@ -210,13 +214,14 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         Some(text) => Some(size_flag("--session-memory-limit", text)?).filter(|n| *n > 0),
         None => Some(memory_limit / 8),
     };
+    let data_dir = crate::data_dir::resolve(args.data_dir.as_deref(), args.in_memory);
     let mut scheduler = args.gpu_sharing.apply(SchedulerConfig::from_env()?)?;
     if let Some(n) = args.simulated_gpus {
         scheduler = scheduler.with_simulated_gpus(n);
     }
     let mut options = EngineOptions {
         scheduler,
-        data_dir: args.data_dir.clone(),
+        data_dir: data_dir.clone(),
         url_tables: true,
         restricted: args.restricted,
         max_lease_hold: Some(max_lease_hold),
@@ -272,7 +277,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     let server = Server::bind(engine, options)
         .await
         .map_err(|e| CliError::Server(Box::new(e)))?;
-    let token_file = match (server.token(), &args.data_dir) {
+    let token_file = match (server.token(), &data_dir) {
         (Some(token), Some(dir)) => Some(write_token(dir, token)?),
         _ => None,
     };

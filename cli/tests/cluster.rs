@@ -91,6 +91,7 @@ fn a_local_cluster_runs_queries_survives_a_lost_executor_and_stops_every_process
 
     // The shell, as a user runs it.
     let out = Command::new(BIN)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args([
             "--cluster",
             &address,
@@ -177,6 +178,7 @@ fn the_shell_refuses_an_unreachable_cluster_at_once() {
         .port();
     let start = Instant::now();
     let out = Command::new(BIN)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args([
             "--cluster",
             &format!("127.0.0.1:{port}"),
@@ -295,6 +297,7 @@ impl Drop for KillOnDrop {
 fn refused_executor(scheduler: &str, args: &[&str]) -> String {
     let start = Instant::now();
     let mut child = Command::new(BIN)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args([
             "cluster",
             "executor",
@@ -336,6 +339,7 @@ fn cluster_local_makes_a_secret_and_refuses_executors_without_it() {
     let dir = tempfile::tempdir().unwrap();
     let mine = dir.path().join("secret");
     let out = Command::new(BIN)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args(["cluster", "secret", "--out"])
         .arg(&mine)
         .output()
@@ -348,6 +352,7 @@ fn cluster_local_makes_a_secret_and_refuses_executors_without_it() {
     let mode = std::fs::metadata(&mine).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     let again = Command::new(BIN)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args(["cluster", "secret", "--out"])
         .arg(&mine)
         .output()
@@ -355,6 +360,7 @@ fn cluster_local_makes_a_secret_and_refuses_executors_without_it() {
     assert!(!again.status.success());
 
     let mut local = Command::new(BIN)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args([
             "cluster",
             "local",
@@ -384,6 +390,7 @@ fn cluster_local_makes_a_secret_and_refuses_executors_without_it() {
 
     // A client with the secret runs queries; the node count comes from the scheduler.
     let out = Command::new(BIN)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args([
             "--cluster",
             &scheduler,
@@ -403,6 +410,7 @@ fn cluster_local_makes_a_secret_and_refuses_executors_without_it() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "n\n1");
     // Without it: a coded refusal.
     let out = Command::new(BIN)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args(["--cluster", &scheduler, "-c", "SELECT 1"])
         .output()
         .unwrap();
@@ -464,6 +472,7 @@ fn an_executor_restarted_after_a_crash_takes_its_node_back() {
     // missed a heartbeat. The dead holder's port no longer answers: the newcomer takes over.
     cluster.kill_executor(1).unwrap();
     let mut replacement = Command::new(BIN)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args([
             "cluster",
             "executor",

@@ -10,6 +10,7 @@ const ACCELSQL: &str = env!("CARGO_BIN_EXE_accelsql");
 /// `accelsql gpu run --count 1 --wait -- sh -c SCRIPT` on `gpus` simulated devices.
 fn gpu_run(gpus: usize, locks: &Path, script: &str) -> Child {
     Command::new(ACCELSQL)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args([
             "gpu", "run", "--count", "1", "--wait", "--", "sh", "-c", script,
         ])
@@ -161,6 +162,7 @@ fn killing_the_holder_with_sigkill_lets_the_waiter_run_and_takes_its_command_dow
 fn the_command_sees_its_devices_and_its_exit_code_is_relayed() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(ACCELSQL)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args([
             "gpu",
             "run",
@@ -187,6 +189,7 @@ fn the_command_sees_its_devices_and_its_exit_code_is_relayed() {
 fn nothing_matching_is_explained_and_exits_125() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(ACCELSQL)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args(["gpu", "run", "--name", "H100", "--wait", "--", "true"])
         .env("ACCELSQL_SIMULATED_GPUS", "2")
         .env("ACCELSQL_DEVICE_LOCK_DIR", dir.path())
@@ -203,6 +206,7 @@ fn nothing_matching_is_explained_and_exits_125() {
 #[test]
 fn status_json_lists_simulated_devices() {
     let out = Command::new(ACCELSQL)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args(["gpu", "status", "--json"])
         .env("ACCELSQL_SIMULATED_GPUS", "2")
         .output()

@@ -11,6 +11,7 @@ const ACCELSQL: &str = env!("CARGO_BIN_EXE_accelsql");
 /// `accelsql ARGS` with `stdin` piped in, on zero simulated GPUs unless the args say otherwise.
 fn accelsql_with_stdin(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(ACCELSQL)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args(args)
         .env("ACCELSQL_SIMULATED_GPUS", "0")
         .env_remove("CUDA_VISIBLE_DEVICES")
@@ -266,6 +267,7 @@ fn a_reader_that_stops_early_ends_the_shell_quietly() {
     use std::io::Read;
 
     let mut child = Command::new(ACCELSQL)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args([
             "--format",
             "csv",
@@ -290,6 +292,7 @@ fn a_reader_that_stops_early_ends_the_shell_quietly() {
 fn ctrl_c_cancels_the_running_statement_and_stops_the_script() {
     // A statement that runs for minutes, then one that must not run.
     let child = Command::new(ACCELSQL)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args([
             "-c",
             "SELECT sum(value) FROM range(100000000000); SELECT 'not reached'",
@@ -530,6 +533,7 @@ fn markdown_and_parquet_formats() {
 /// `accelsql ARGS` under a pseudo terminal (`script` from util-linux), its terminal output.
 fn accelsql_on_a_terminal(args: &str, lock_dir: &Path) -> std::process::Child {
     Command::new("script")
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args(["-qfec", &format!("{ACCELSQL} {args}"), "/dev/null"])
         .env("ACCELSQL_DEVICE_LOCK_DIR", lock_dir)
         .env_remove("CUDA_VISIBLE_DEVICES")
@@ -578,6 +582,7 @@ fn a_long_statement_shows_its_progress_and_lease_on_a_terminal_only() {
 
     // Not on a terminal: the output is the result alone.
     let out = Command::new(ACCELSQL)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args(["--simulated-gpus", "1", "--format", "csv", "-f", &script])
         .env("ACCELSQL_DEVICE_LOCK_DIR", &locks)
         .output()
@@ -591,6 +596,7 @@ fn a_long_statement_shows_its_progress_and_lease_on_a_terminal_only() {
 fn the_interactive_prompt_takes_backslash_commands_on_a_terminal() {
     let home = tempfile::tempdir().unwrap();
     let mut child = Command::new("script")
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args([
             "-qfec",
             &format!("{ACCELSQL} --simulated-gpus 0"),

@@ -13,6 +13,7 @@ const ACCELSQL: &str = env!("CARGO_BIN_EXE_accelsql");
 /// `accelsql ARGS` with `stdin` piped in, on zero simulated GPUs.
 fn accelsql_with_stdin(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(ACCELSQL)
+        .env("ACCELSQL_DATA_DIR", ":memory:")
         .args(args)
         .env("ACCELSQL_SIMULATED_GPUS", "0")
         .env_remove("CUDA_VISIBLE_DEVICES")

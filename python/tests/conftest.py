@@ -1,10 +1,15 @@
 """Fixtures of the accelsql package tests: connections on two simulated GPUs."""
 
 import itertools
+import os
 
 import pytest
 
 import accelsql
+
+# Servers and shells the tests start keep their tables in memory unless a test names a data
+# directory (their default is the user's data folder).
+os.environ.setdefault("ACCELSQL_DATA_DIR", ":memory:")
 
 _names = itertools.count()
 
@@ -13,9 +18,16 @@ _names = itertools.count()
 def conn():
     """A connection to this process's engine with two simulated GPUs, naming result columns in
     DataFusion's lower case (``lower_ident=True``); the default, Exasol's upper case, is tested
-    in test_exasol.py."""
-    with accelsql.connect(simulated_gpus=2, lower_ident=True) as c:
+    in test_exasol.py. Each test works in a schema of its own (the engine's tables are shared by
+    all its connections), dropped with its tables afterwards."""
+    schema = f"test_{next(_names)}"
+    with accelsql.connect(simulated_gpus=2, lower_ident=True, schema=schema) as c:
         yield c
+        try:
+            c.execute("CLOSE SCHEMA")
+            c.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        except accelsql.Error:
+            pass
 
 
 @pytest.fixture

@@ -93,7 +93,6 @@ impl StoreCatalog {
 }
 
 impl CatalogProvider for StoreCatalog {
-
     fn schema_names(&self) -> Vec<String> {
         self.store.schema_names()
     }
@@ -174,7 +173,6 @@ impl StoreSchema {
 
 #[async_trait]
 impl SchemaProvider for StoreSchema {
-
     fn table_names(&self) -> Vec<String> {
         let mut names = self.store.table_names(&self.schema);
         names.extend(
@@ -258,9 +256,10 @@ impl SchemaProvider for StoreSchema {
             .drop_table(&self.schema, name)
             .map_err(StorageError::into_datafusion)?;
         // What DataFusion gets back is only checked for presence.
-        let gone: Arc<dyn TableProvider> = Arc::new(datafusion::datasource::empty::EmptyTable::new(
-            Arc::new(arrow::datatypes::Schema::empty()),
-        ));
+        let gone: Arc<dyn TableProvider> =
+            Arc::new(datafusion::datasource::empty::EmptyTable::new(Arc::new(
+                arrow::datatypes::Schema::empty(),
+            )));
         let _ = table;
         Ok(Some(gone))
     }

@@ -84,7 +84,11 @@ pub async fn add_column(table: &StoredTable, field: &Field) -> Result<u64> {
 /// # Errors
 ///
 /// 42704 for a column that does not exist; 0A000 when no column would be left.
-pub async fn drop_columns(table: &Arc<StoredTable>, state: &dyn Session, names: &[String]) -> Result<u64> {
+pub async fn drop_columns(
+    table: &Arc<StoredTable>,
+    state: &dyn Session,
+    names: &[String],
+) -> Result<u64> {
     let base = table.latest().await?;
     let logical = &base.schema.logical;
     for name in names {
@@ -130,11 +134,9 @@ pub async fn rename_column(
 ) -> Result<u64> {
     let base = table.latest().await?;
     let logical = &base.schema.logical;
-    let at = logical
-        .index_of(old)
-        .map_err(|_| StorageError::NotFound {
-            what: format!("column {old} of table {}", table.name()),
-        })?;
+    let at = logical.index_of(old).map_err(|_| StorageError::NotFound {
+        what: format!("column {old} of table {}", table.name()),
+    })?;
     if old != new && logical.field_with_name(new).is_ok() {
         return Err(StorageError::Exists {
             what: format!("column {new} of table {}", table.name()),
@@ -201,12 +203,16 @@ async fn rewrite(
                         return Err(StorageError::DataFusion(e));
                     }
                 };
-                let arrays = sources.iter().map(|&i| Arc::clone(batch.column(i))).collect();
-                let moved = RecordBatch::try_new(Arc::clone(&schema.logical), arrays).map_err(|e| {
-                    StorageError::Data {
-                        detail: format!("rewriting table {}: {e}", table.name()),
-                    }
-                })?;
+                let arrays = sources
+                    .iter()
+                    .map(|&i| Arc::clone(batch.column(i)))
+                    .collect();
+                let moved =
+                    RecordBatch::try_new(Arc::clone(&schema.logical), arrays).map_err(|e| {
+                        StorageError::Data {
+                            detail: format!("rewriting table {}: {e}", table.name()),
+                        }
+                    })?;
                 if let Err(e) = writer.write(&moved).await {
                     writer.abort().await;
                     return Err(e);

@@ -30,7 +30,11 @@ use crate::write::{FileWriter, delete_files, write_plan};
 
 /// The schema of a write's result: one row, `count`.
 pub(crate) fn count_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]))
+    Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::UInt64,
+        false,
+    )]))
 }
 
 pub(crate) fn count_properties(schema: &SchemaRef) -> Arc<PlanProperties> {
@@ -114,7 +118,6 @@ impl ExecutionPlan for WriteExec {
         "DeltaWriteExec"
     }
 
-
     fn properties(&self) -> &Arc<PlanProperties> {
         &self.properties
     }
@@ -171,14 +174,8 @@ impl ExecutionPlan for WriteExec {
         let count = Arc::clone(&self.count);
         let work = async move {
             let view = txn.view(&table).await?;
-            let (added, rows) = write_plan(
-                &table,
-                &schema,
-                Some(&view.snapshot.state),
-                input,
-                context,
-            )
-            .await?;
+            let (added, rows) =
+                write_plan(&table, &schema, Some(&view.snapshot.state), input, context).await?;
             let change = Change {
                 table: Arc::clone(&table),
                 base: Arc::clone(&view.snapshot),
@@ -301,7 +298,6 @@ impl ExecutionPlan for RewriteExec {
     fn name(&self) -> &str {
         "DeltaRewriteExec"
     }
-
 
     fn properties(&self) -> &Arc<PlanProperties> {
         &self.properties

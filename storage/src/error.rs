@@ -282,8 +282,10 @@ pub(crate) fn disk_full(e: &(dyn StdError + 'static)) -> Option<String> {
     let mut depth = 0;
     while let Some(err) = current {
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EFBIG | libc::EDQUOT))
-                || io.kind() == std::io::ErrorKind::StorageFull
+            if matches!(
+                io.raw_os_error(),
+                Some(libc::ENOSPC | libc::EFBIG | libc::EDQUOT)
+            ) || io.kind() == std::io::ErrorKind::StorageFull
                 || io.kind() == std::io::ErrorKind::FileTooLarge
                 || io.kind() == std::io::ErrorKind::QuotaExceeded
             {
@@ -321,7 +323,10 @@ mod tests {
             detail: "a concurrent transaction deleted the same data".into(),
         };
         assert_eq!(e.code(), "40001");
-        assert!(e.to_string().starts_with("[40001] serialization failure on table public.t"));
+        assert!(
+            e.to_string()
+                .starts_with("[40001] serialization failure on table public.t")
+        );
         let e = StorageError::from_delta("public.t", DeltaTableError::VersionAlreadyExists(3));
         assert_eq!(e.code(), "40001");
     }

@@ -76,7 +76,11 @@ pub async fn optimize(table: &StoredTable) -> Result<Compaction> {
 /// period reads (removed by DELETE, UPDATE, OPTIMIZE, …), and files in the table's folder that
 /// no commit ever named (writes that failed or were killed), once older than that. Time travel
 /// to versions older than the retention period stops working.
-pub async fn vacuum(table: &StoredTable, retain_hours: Option<u64>, dry_run: bool) -> Result<Vacuum> {
+pub async fn vacuum(
+    table: &StoredTable,
+    retain_hours: Option<u64>,
+    dry_run: bool,
+) -> Result<Vacuum> {
     let handle = loaded(table).await?;
     let hours = retain_hours.unwrap_or(DEFAULT_RETENTION_HOURS);
     let (_, metrics) = handle

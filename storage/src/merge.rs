@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchemaRef, JoinType, Result as DfResult, TableReference};
 use datafusion::datasource::{TableProvider, TableType, provider_as_source};
-use datafusion::logical_expr::dml::{MergeIntoAction, MergeIntoClause};
 use datafusion::logical_expr::conditional_expressions::CaseBuilder;
+use datafusion::logical_expr::dml::{MergeIntoAction, MergeIntoClause};
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit, when};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
@@ -77,7 +77,10 @@ impl TableProvider for PlanTable {
                         )
                     })
                     .collect();
-                Ok(Arc::new(ProjectionExec::try_new(exprs, Arc::clone(&self.plan))?))
+                Ok(Arc::new(ProjectionExec::try_new(
+                    exprs,
+                    Arc::clone(&self.plan),
+                )?))
             }
         }
     }
@@ -108,7 +111,15 @@ impl TableProvider for ViewTable {
         _filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        scan_files(state, &self.table, &self.schema, &self.view.files, projection, limit).await
+        scan_files(
+            state,
+            &self.table,
+            &self.schema,
+            &self.view.files,
+            projection,
+            limit,
+        )
+        .await
     }
 }
 
@@ -152,7 +163,12 @@ pub(crate) async fn merge_plan(
         .logical
         .fields()
         .iter()
-        .map(|f| Expr::Column(datafusion::common::Column::new(Some(target_name.clone()), f.name())))
+        .map(|f| {
+            Expr::Column(datafusion::common::Column::new(
+                Some(target_name.clone()),
+                f.name(),
+            ))
+        })
         .collect();
     target_exprs.push(lit(true).alias(TARGET_MARK));
     let target = LogicalPlanBuilder::scan(
@@ -166,7 +182,12 @@ pub(crate) async fn merge_plan(
     let mut source_exprs: Vec<Expr> = source_schema
         .fields()
         .iter()
-        .map(|f| Expr::Column(datafusion::common::Column::new(Some(source_name.clone()), f.name())))
+        .map(|f| {
+            Expr::Column(datafusion::common::Column::new(
+                Some(source_name.clone()),
+                f.name(),
+            ))
+        })
         .collect();
     source_exprs.push(lit(true).alias(SOURCE_MARK));
     let source = LogicalPlanBuilder::scan(
@@ -200,7 +221,9 @@ pub(crate) async fn merge_plan(
         let kind = match clause.kind {
             Matched => has_target.clone().and(has_source.clone()),
             NotMatchedBySource => has_target.clone().and(source_mark.clone().is_null()),
-            NotMatched | NotMatchedByTarget => target_mark.clone().is_null().and(has_source.clone()),
+            NotMatched | NotMatchedByTarget => {
+                target_mark.clone().is_null().and(has_source.clone())
+            }
         };
         let condition = match &clause.predicate {
             Some(p) => kind.and(p.clone()),
@@ -217,12 +240,11 @@ pub(crate) async fn merge_plan(
         None => lit(0i32),
     };
     let all = joined_columns(&joined);
-    let joined = joined
-        .project(
-            all.into_iter()
-                .chain(std::iter::once(action.alias(ACTION)))
-                .collect::<Vec<_>>(),
-        )?;
+    let joined = joined.project(
+        all.into_iter()
+            .chain(std::iter::once(action.alias(ACTION)))
+            .collect::<Vec<_>>(),
+    )?;
     // Each column's new value.
     let action_col = col(ACTION);
     let mut outputs = Vec::with_capacity(columns + 1);
@@ -239,10 +261,16 @@ pub(crate) async fn merge_plan(
                     .iter()
                     .find(|(c, _)| c == field.name())
                     .map(|(_, e)| e.clone()),
-                MergeIntoAction::Insert { columns: named, values } => {
+                MergeIntoAction::Insert {
+                    columns: named,
+                    values,
+                } => {
                     if named.is_empty() {
                         let at = schema.logical.index_of(field.name()).ok();
-                        Some(at.and_then(|i| values.get(i).cloned()).unwrap_or(lit(datafusion::common::ScalarValue::Null)))
+                        Some(
+                            at.and_then(|i| values.get(i).cloned())
+                                .unwrap_or(lit(datafusion::common::ScalarValue::Null)),
+                        )
                     } else {
                         Some(
                             named
@@ -319,7 +347,10 @@ pub(crate) async fn write_merge(
                 }
             };
             let actions = batch.column(columns).as_any().downcast_ref::<Int32Array>();
-            let keep = batch.column(columns + 1).as_any().downcast_ref::<BooleanArray>();
+            let keep = batch
+                .column(columns + 1)
+                .as_any()
+                .downcast_ref::<BooleanArray>();
             let (Some(actions), Some(keep)) = (actions, keep) else {
                 writer.abort().await;
                 return Err(StorageError::Internal {

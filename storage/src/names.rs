@@ -54,7 +54,18 @@ mod tests {
 
     #[test]
     fn every_name_round_trips_and_hidden_or_relative_folders_cannot_be_made() {
-        for name in ["t", "CITIES", "a b", "..", ".", "ä€", "x/y", "~7E", "_delta_log", "-"] {
+        for name in [
+            "t",
+            "CITIES",
+            "a b",
+            "..",
+            ".",
+            "ä€",
+            "x/y",
+            "~7E",
+            "_delta_log",
+            "-",
+        ] {
             let folder = folder_name(name);
             assert!(!folder.starts_with('.'), "{folder}");
             assert!(!folder.contains('/'), "{folder}");

@@ -164,7 +164,6 @@ impl DeltaProvider {
 
 #[async_trait]
 impl TableProvider for DeltaProvider {
-
     fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema.logical)
     }
@@ -188,7 +187,15 @@ impl TableProvider for DeltaProvider {
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let view = self.view(state).await?;
-        scan_files(state, &self.table, &self.schema, &view.files, projection, limit).await
+        scan_files(
+            state,
+            &self.table,
+            &self.schema,
+            &view.files,
+            projection,
+            limit,
+        )
+        .await
     }
 
     async fn insert_into(

@@ -8,22 +8,22 @@ use std::sync::Arc;
 use datafusion::catalog::Session;
 use datafusion::common::stats::Precision;
 use datafusion::common::{Result as DfResult, Statistics, project_schema};
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::object_store::ObjectStoreUrl;
 use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
 use datafusion::datasource::physical_plan::{ParquetFileReaderFactory, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
+use datafusion::datasource::table_schema::TableSchema as DfTableSchema;
 use datafusion::parquet::arrow::arrow_reader::ArrowReaderOptions;
 use datafusion::parquet::arrow::async_reader::AsyncFileReader;
 use datafusion::parquet::errors::ParquetError;
 use datafusion::parquet::file::metadata::ParquetMetaData;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::object_store::ObjectStoreUrl;
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
-use datafusion::datasource::table_schema::TableSchema as DfTableSchema;
-use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::empty::EmptyExec;
 
 use crate::error::StorageError;
 use crate::table::{DataFile, StoredTable};
@@ -31,16 +31,15 @@ use crate::types::TableSchema;
 
 /// The object-store URL DataFusion reads `table`'s files through, registering the table's
 /// store with the session's runtime when it is not the local filesystem.
-pub(crate) fn object_store_url(state: &dyn Session, table: &StoredTable) -> DfResult<ObjectStoreUrl> {
+pub(crate) fn object_store_url(
+    state: &dyn Session,
+    table: &StoredTable,
+) -> DfResult<ObjectStoreUrl> {
     let url = table.url();
     if url.scheme() == "file" {
         return Ok(ObjectStoreUrl::local_filesystem());
     }
-    let base = format!(
-        "{}://{}",
-        url.scheme(),
-        url.host_str().unwrap_or_default()
-    );
+    let base = format!("{}://{}", url.scheme(), url.host_str().unwrap_or_default());
     let store_url = ObjectStoreUrl::parse(&base)?;
     let registry = state.runtime_env();
     if registry.object_store(&store_url).is_err() {

@@ -189,7 +189,8 @@ impl TableStore {
             self.drop_table(schema, table)?;
         }
         let aside = self.aside(&dir);
-        std::fs::rename(&dir, &aside).map_err(|e| io_error(&format!("schema {schema}"), &dir, e))?;
+        std::fs::rename(&dir, &aside)
+            .map_err(|e| io_error(&format!("schema {schema}"), &dir, e))?;
         if let Err(e) = std::fs::remove_dir_all(&aside) {
             log::warn!("dropped schema {schema}: removing {}: {e}", aside.display());
         }
@@ -204,10 +205,7 @@ impl TableStore {
             .filter_map(|(name, is_dir)| {
                 if is_dir {
                     let table = name_of_folder(&name)?;
-                    dir.join(&name)
-                        .join("_delta_log")
-                        .is_dir()
-                        .then_some(table)
+                    dir.join(&name).join("_delta_log").is_dir().then_some(table)
                 } else {
                     let stem = name.strip_suffix(&format!(".{LINK_EXTENSION}"))?;
                     name_of_folder(stem)
@@ -308,9 +306,11 @@ impl TableStore {
         if self.is_attached(schema, table) {
             return match mode {
                 CreateMode::IfNotExists => Ok(Created {
-                    table: self.table(schema, table)?.ok_or_else(|| StorageError::NotFound {
-                        what: format!("table {name}"),
-                    })?,
+                    table: self
+                        .table(schema, table)?
+                        .ok_or_else(|| StorageError::NotFound {
+                            what: format!("table {name}"),
+                        })?,
                     created: false,
                     rows: 0,
                 }),
@@ -391,7 +391,12 @@ impl TableStore {
 
     /// Attaches the Delta table at `location` as `schema.table` (its files stay where they
     /// are; dropping it forgets the link, not the files).
-    pub async fn attach(&self, schema: &str, table: &str, location: Url) -> Result<Arc<StoredTable>> {
+    pub async fn attach(
+        &self,
+        schema: &str,
+        table: &str,
+        location: Url,
+    ) -> Result<Arc<StoredTable>> {
         let name = format!("{schema}.{table}");
         if !self.schema_exists(schema) {
             return Err(StorageError::NotFound {
@@ -432,7 +437,8 @@ impl TableStore {
             if let Ok(Some(url)) = self.table_location(schema, table) {
                 self.forget(&url);
             }
-            std::fs::remove_file(&link).map_err(|e| io_error(&format!("table {name}"), &link, e))?;
+            std::fs::remove_file(&link)
+                .map_err(|e| io_error(&format!("table {name}"), &link, e))?;
             return Ok(true);
         }
         let dir = self.table_dir(schema, table);

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Utc};
+use datafusion::object_store::ObjectStoreExt;
 use deltalake::kernel::Add;
 use deltalake::logstore::LogStoreRef;
 use deltalake::table::state::DeltaTableState;
-use datafusion::object_store::ObjectStoreExt;
 use deltalake::{DeltaTable, DeltaTableBuilder, ObjectStore, Path};
 use url::Url;
 
@@ -78,10 +78,7 @@ impl TableSnapshot {
                 #[allow(deprecated)]
                 let add = view.add_action();
                 let rows = view.num_records().map(|n| n as u64);
-                DataFile {
-                    add,
-                    rows,
-                }
+                DataFile { add, rows }
             })
             .collect();
         if let Some(feature) = unsupported_reader_feature(&state) {
@@ -312,7 +309,10 @@ impl StoredTable {
                 .is_some_and(|created| created > at.timestamp_millis())
         {
             return Err(StorageError::NotFound {
-                what: format!("a version of table {} as of {at} (it was created later)", self.name),
+                what: format!(
+                    "a version of table {} as of {at} (it was created later)",
+                    self.name
+                ),
             });
         }
         Ok(Arc::new(snapshot))
@@ -395,13 +395,10 @@ impl StoredTable {
     /// The object-store path of a data file of this table (its `add` path is relative to the
     /// table's folder and URL-encoded), as the scan of the root object store reads it.
     pub fn file_path(&self, add_path: &str) -> Result<Path> {
-        let url = self
-            .url
-            .join(add_path)
-            .map_err(|e| StorageError::Corrupt {
-                table: self.name.clone(),
-                detail: format!("data file path {add_path:?} in the log: {e}"),
-            })?;
+        let url = self.url.join(add_path).map_err(|e| StorageError::Corrupt {
+            table: self.name.clone(),
+            detail: format!("data file path {add_path:?} in the log: {e}"),
+        })?;
         Path::from_url_path(url.path()).map_err(|e| StorageError::Corrupt {
             table: self.name.clone(),
             detail: format!("data file path {add_path:?} in the log: {e}"),

@@ -23,7 +23,11 @@ fn session(store: &Arc<TableStore>) -> (SessionContext, Arc<Transaction>) {
     (ctx, txn)
 }
 
-async fn run(ctx: &SessionContext, txn: &Transaction, sql: &str) -> datafusion::common::Result<Vec<RecordBatch>> {
+async fn run(
+    ctx: &SessionContext,
+    txn: &Transaction,
+    sql: &str,
+) -> datafusion::common::Result<Vec<RecordBatch>> {
     txn.begin_statement();
     ctx.sql(sql).await?.collect().await
 }
@@ -33,7 +37,11 @@ async fn number(ctx: &SessionContext, txn: &Transaction, sql: &str) -> i64 {
     let batches = run(ctx, txn, sql).await.unwrap();
     let column = batches[0].column(0);
     match column.data_type() {
-        DataType::Int64 => column.as_any().downcast_ref::<Int64Array>().unwrap().value(0),
+        DataType::Int64 => column
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .value(0),
         DataType::UInt64 => column
             .as_any()
             .downcast_ref::<arrow::array::UInt64Array>()
@@ -82,9 +90,13 @@ async fn tables_are_shared_durable_and_changed_by_dml() {
     let store = store_with_table(dir.path()).await;
     let (a, ta) = session(&store);
     let (b, tb) = session(&store);
-    run(&a, &ta, "INSERT INTO t VALUES (1, 'one'), (2, 'two'), (3, 'three')")
-        .await
-        .unwrap();
+    run(
+        &a,
+        &ta,
+        "INSERT INTO t VALUES (1, 'one'), (2, 'two'), (3, 'three')",
+    )
+    .await
+    .unwrap();
     assert_eq!(number(&b, &tb, "SELECT count(*) FROM t").await, 3);
     assert_eq!(
         number(&b, &tb, "UPDATE t SET name = 'TWO' WHERE id = 2").await,
@@ -120,7 +132,13 @@ async fn tables_are_shared_durable_and_changed_by_dml() {
     assert_eq!(code(&e), "0A000", "{e}");
     assert_eq!(number(&c, &tc, "TRUNCATE TABLE t").await, 2);
     assert_eq!(number(&c, &tc, "SELECT count(*) FROM t").await, 0);
-    let snapshot = store.table("public", "t").unwrap().unwrap().latest().await.unwrap();
+    let snapshot = store
+        .table("public", "t")
+        .unwrap()
+        .unwrap()
+        .latest()
+        .await
+        .unwrap();
     assert_eq!(snapshot.owner.as_deref(), Some("ANN"));
     assert_eq!(snapshot.version, 4);
 }
@@ -130,9 +148,13 @@ async fn a_failed_statement_leaves_the_table_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let store = store_with_table(dir.path()).await;
     let (a, ta) = session(&store);
-    run(&a, &ta, "INSERT INTO t VALUES (1, 'one')").await.unwrap();
+    run(&a, &ta, "INSERT INTO t VALUES (1, 'one')")
+        .await
+        .unwrap();
     // Rows in one-row batches: the statement fails after the first rows were written.
-    run(&a, &ta, "SET datafusion.execution.batch_size = 1").await.unwrap();
+    run(&a, &ta, "SET datafusion.execution.batch_size = 1")
+        .await
+        .unwrap();
     let e = run(
         &a,
         &ta,
@@ -154,7 +176,9 @@ async fn a_failed_statement_leaves_the_table_as_it_was() {
         "{e}"
     );
     assert_eq!(number(&a, &ta, "SELECT count(*) FROM t").await, 1);
-    let e = run(&a, &ta, "UPDATE t SET id = 1 / (id - 1)").await.unwrap_err();
+    let e = run(&a, &ta, "UPDATE t SET id = 1 / (id - 1)")
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("Divide by zero"), "{e}");
     assert_eq!(number(&a, &ta, "SELECT sum(id) FROM t").await, 1);
     // Only committed files remain in the folder.
@@ -173,15 +197,25 @@ async fn an_explicit_transaction_is_seen_by_its_session_only_until_commit() {
     let (a, ta) = session(&store);
     let (b, tb) = session(&store);
     ta.set_explicit(true).await.unwrap();
-    run(&a, &ta, "INSERT INTO t VALUES (1, 'one'), (2, 'two')").await.unwrap();
+    run(&a, &ta, "INSERT INTO t VALUES (1, 'one'), (2, 'two')")
+        .await
+        .unwrap();
     run(&a, &ta, "DELETE FROM t WHERE id = 1").await.unwrap();
     run(&a, &ta, "UPDATE t SET name = 'zwei'").await.unwrap();
-    assert_eq!(number(&a, &ta, "SELECT count(*) FROM t WHERE name = 'zwei'").await, 1);
+    assert_eq!(
+        number(&a, &ta, "SELECT count(*) FROM t WHERE name = 'zwei'").await,
+        1
+    );
     assert_eq!(number(&b, &tb, "SELECT count(*) FROM t").await, 0);
     ta.commit().await.unwrap();
-    assert_eq!(number(&b, &tb, "SELECT count(*) FROM t WHERE name = 'zwei'").await, 1);
+    assert_eq!(
+        number(&b, &tb, "SELECT count(*) FROM t WHERE name = 'zwei'").await,
+        1
+    );
     // A rollback leaves nothing, files included.
-    run(&a, &ta, "INSERT INTO t VALUES (7, 'seven')").await.unwrap();
+    run(&a, &ta, "INSERT INTO t VALUES (7, 'seven')")
+        .await
+        .unwrap();
     ta.rollback().await;
     assert_eq!(number(&a, &ta, "SELECT count(*) FROM t").await, 1);
     let parquet = std::fs::read_dir(dir.path().join("public").join("t"))
@@ -200,10 +234,14 @@ async fn conflicting_rewrites_give_one_40001_and_appends_both_land() {
     let store = store_with_table(dir.path()).await;
     let (a, ta) = session(&store);
     let (b, tb) = session(&store);
-    run(&a, &ta, "INSERT INTO t VALUES (1, 'one'), (2, 'two')").await.unwrap();
+    run(&a, &ta, "INSERT INTO t VALUES (1, 'one'), (2, 'two')")
+        .await
+        .unwrap();
     ta.set_explicit(true).await.unwrap();
     tb.set_explicit(true).await.unwrap();
-    run(&a, &ta, "UPDATE t SET name = 'a' WHERE id = 1").await.unwrap();
+    run(&a, &ta, "UPDATE t SET name = 'a' WHERE id = 1")
+        .await
+        .unwrap();
     run(&b, &tb, "DELETE FROM t WHERE id = 2").await.unwrap();
     ta.commit().await.unwrap();
     let e = tb.commit().await.unwrap_err();
@@ -214,7 +252,10 @@ async fn conflicting_rewrites_give_one_40001_and_appends_both_land() {
     ta.commit().await.unwrap();
     tb.commit().await.unwrap();
     assert_eq!(number(&a, &ta, "SELECT sum(id) FROM t").await, 10);
-    assert_eq!(number(&a, &ta, "SELECT count(*) FROM t WHERE name = 'a'").await, 1);
+    assert_eq!(
+        number(&a, &ta, "SELECT count(*) FROM t WHERE name = 'a'").await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -222,7 +263,9 @@ async fn create_or_replace_and_rename_and_drop() {
     let dir = tempfile::tempdir().unwrap();
     let store = store_with_table(dir.path()).await;
     let (a, ta) = session(&store);
-    run(&a, &ta, "INSERT INTO t VALUES (1, 'one')").await.unwrap();
+    run(&a, &ta, "INSERT INTO t VALUES (1, 'one')")
+        .await
+        .unwrap();
     let columns = Schema::new(vec![Field::new("x", DataType::Float64, true)]);
     let e = store
         .create_table("public", "t", &columns, None, None, CreateMode::New)
@@ -238,11 +281,12 @@ async fn create_or_replace_and_rename_and_drop() {
     let frame = a.sql("SELECT * FROM t").await.unwrap();
     assert_eq!(frame.schema().field(0).name(), "x");
     assert_eq!(frame.count().await.unwrap(), 0);
-    store.rename_table(("public", "t"), ("public", "u")).unwrap();
+    store
+        .rename_table(("public", "t"), ("public", "u"))
+        .unwrap();
     assert!(!store.table_exists("public", "t"));
     run(&a, &ta, "INSERT INTO u VALUES (2.5)").await.unwrap();
     assert!(store.drop_table("public", "u").unwrap());
     assert!(run(&a, &ta, "SELECT * FROM u").await.is_err());
     assert!(store.table_names("public").is_empty());
 }
-

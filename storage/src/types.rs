@@ -42,15 +42,14 @@ impl TableSchema {
     pub fn from_logical(logical: &Schema) -> Result<Self> {
         let mut storage_fields = Vec::with_capacity(logical.fields().len());
         for field in logical.fields() {
-            let stored = storage_type(field.data_type()).ok_or_else(|| {
-                StorageError::Unsupported {
+            let stored =
+                storage_type(field.data_type()).ok_or_else(|| StorageError::Unsupported {
                     what: format!(
                         "column {} of type {} cannot be kept in a table",
                         field.name(),
                         field.data_type()
                     ),
-                }
-            })?;
+                })?;
             let mut metadata: HashMap<String, String> = field
                 .metadata()
                 .iter()
@@ -96,12 +95,16 @@ impl TableSchema {
                 })
                 .collect();
             let logical_type = match metadata.remove(ARROW_TYPE_KEY) {
-                Some(text) => DataType::from_str(&text).unwrap_or_else(|_| field.data_type().clone()),
+                Some(text) => {
+                    DataType::from_str(&text).unwrap_or_else(|_| field.data_type().clone())
+                }
                 None => field.data_type().clone(),
             };
-            storage_fields.push(Arc::new(
-                Field::new(field.name(), field.data_type().clone(), field.is_nullable()),
-            ));
+            storage_fields.push(Arc::new(Field::new(
+                field.name(),
+                field.data_type().clone(),
+                field.is_nullable(),
+            )));
             logical_fields.push(Arc::new(
                 Field::new(field.name(), logical_type, field.is_nullable()).with_metadata(metadata),
             ));
@@ -202,7 +205,10 @@ pub fn storage_type(logical: &DataType) -> Option<DataType> {
         Timestamp(_, None) => Timestamp(TimeUnit::Microsecond, None),
         Timestamp(_, Some(_)) => Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
         Time32(_) | Time64(_) | Duration(_) => Int64,
-        List(item) | LargeList(item) | ListView(item) | LargeListView(item)
+        List(item)
+        | LargeList(item)
+        | ListView(item)
+        | LargeListView(item)
         | FixedSizeList(item, _) => List(Arc::new(Field::new(
             "element",
             storage_type(item.data_type())?,
@@ -232,7 +238,11 @@ pub fn storage_type(logical: &DataType) -> Option<DataType> {
                     "key_value",
                     Struct(Fields::from(vec![
                         Field::new("key", storage_type(key.data_type())?, false),
-                        Field::new("value", storage_type(value.data_type())?, value.is_nullable()),
+                        Field::new(
+                            "value",
+                            storage_type(value.data_type())?,
+                            value.is_nullable(),
+                        ),
                     ])),
                     false,
                 )),
@@ -321,12 +331,9 @@ mod tests {
         // NOT NULL column is refused by the table.
         assert!(bad.is_err());
         let nullable = Schema::new(vec![Field::new("id", DataType::Int64, true)]);
-        let strict = TableSchema::from_logical(&Schema::new(vec![Field::new(
-            "id",
-            DataType::Int64,
-            false,
-        )]))
-        .unwrap();
+        let strict =
+            TableSchema::from_logical(&Schema::new(vec![Field::new("id", DataType::Int64, false)]))
+                .unwrap();
         let batch = RecordBatch::try_new(
             Arc::new(nullable),
             vec![Arc::new(Int64Array::from(vec![None, Some(1)]))],

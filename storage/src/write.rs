@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use datafusion::common::runtime::SpawnedTask;
-use datafusion::object_store::ObjectStoreExt;
 use datafusion::execution::TaskContext;
+use datafusion::object_store::ObjectStoreExt;
 use datafusion::physical_plan::ExecutionPlan;
 use deltalake::kernel::Add;
 use deltalake::operations::get_num_idx_cols_and_stats_columns;

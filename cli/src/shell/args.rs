@@ -36,9 +36,15 @@ pub(crate) struct ShellArgs {
     #[arg(long, value_name = "N")]
     pub(crate) simulated_gpus: Option<usize>,
 
-    /// Keep the script catalog (`CREATE … SCRIPT`) in DIR, so scripts survive a restart
+    /// Keep tables, scripts, users and connections in DIR, shared with every process that
+    /// opens it and there after a restart [default: $ACCELSQL_DATA_DIR, else
+    /// ~/.local/share/accelsql]
     #[arg(long, value_name = "DIR")]
     pub(crate) data_dir: Option<std::path::PathBuf>,
+
+    /// Keep tables, scripts and users in memory only (gone when the shell ends)
+    #[arg(long, conflicts_with = "data_dir")]
+    pub(crate) in_memory: bool,
 
     /// Run the SQL as an untrusted user's: no script DDL, no SCRIPT_LANGUAGES change, no
     /// CREATE/DROP CONNECTION, no file access (files as tables, CREATE EXTERNAL TABLE, COPY … TO)

@@ -73,7 +73,7 @@ impl Shell {
             }
             let options = EngineOptions {
                 scheduler,
-                data_dir: args.data_dir.clone(),
+                data_dir: crate::data_dir::resolve(args.data_dir.as_deref(), args.in_memory),
                 // Files as tables (`SELECT * FROM 'x.parquet'`), as in datafusion-cli.
                 url_tables: true,
                 restricted: args.restricted,

@@ -102,12 +102,7 @@ impl CatalogProvider for SessionCatalog {
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
-        if let Some(own) = self
-            .own
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-        {
+        if let Some(own) = self.own.read().unwrap_or_else(|e| e.into_inner()).get(name) {
             return Some(Arc::clone(own));
         }
         let shared = self.shared.schema(name)?;

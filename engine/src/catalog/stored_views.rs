@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMillisecondArray, UInt64Array};
+use datafusion::arrow::array::{
+    ArrayRef, RecordBatch, StringArray, TimestampMillisecondArray, UInt64Array,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{Session as CatalogSession, TableProvider};
 use datafusion::datasource::TableType;
@@ -79,7 +81,11 @@ impl StoredView {
                 let mut error = Vec::new();
                 for (s, t, snapshot) in snapshots {
                     let key = format!("{s}.{t}");
-                    let place = store.table_location(&s, &t).ok().flatten().map(|u| u.to_string());
+                    let place = store
+                        .table_location(&s, &t)
+                        .ok()
+                        .flatten()
+                        .map(|u| u.to_string());
                     match snapshot {
                         Ok(snap) => {
                             if !self.visible(&key, snap.owner.as_deref()) {
@@ -90,7 +96,9 @@ impl StoredView {
                             files.push(Some(snap.files.len() as u64));
                             rows.push(snap.rows());
                             bytes.push(Some(snap.bytes()));
-                            small.push(Some(accelsql_storage::maintenance::small_files(&snap) as u64));
+                            small.push(Some(
+                                accelsql_storage::maintenance::small_files(&snap) as u64
+                            ));
                             committed.push(snap.committed_at);
                             error.push(None);
                         }
@@ -151,7 +159,8 @@ impl StoredView {
                     for c in commits {
                         let info: serde_json::Value =
                             serde_json::from_str(&c.info).unwrap_or_default();
-                        let field = |k: &str| info.get(k).and_then(|v| v.as_str()).map(str::to_string);
+                        let field =
+                            |k: &str| info.get(k).and_then(|v| v.as_str()).map(str::to_string);
                         schema.push(Some(s.clone()));
                         table.push(Some(t.clone()));
                         version.push(Some(c.version));
@@ -159,8 +168,11 @@ impl StoredView {
                         operation.push(c.operation.clone());
                         statement.push(field("accelsql.statement"));
                         user.push(field("userName"));
-                        let mut p: Vec<String> =
-                            c.parameters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                        let mut p: Vec<String> = c
+                            .parameters
+                            .iter()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect();
                         p.sort();
                         parameters.push(Some(p.join(", ")));
                     }

@@ -443,7 +443,8 @@ impl Grants {
                     g.privilege == p
                         && g.for_script.is_none()
                         && ((g.kind == ObjectKind::Table && g.name.eq_ignore_ascii_case(key))
-                            || (g.kind == ObjectKind::Schema && g.name.eq_ignore_ascii_case(schema)))
+                            || (g.kind == ObjectKind::Schema
+                                && g.name.eq_ignore_ascii_case(schema)))
                 })
             })
         };

@@ -44,15 +44,13 @@ impl Session {
                     .contains(&resolved.schema.as_ref())
             {
                 self.commit_before_ddl().await?;
-                let stream = Box::pin(
-                    datafusion::physical_plan::memory::MemoryStream::try_new(
-                        batches,
-                        Arc::clone(&schema),
-                        None,
-                    )?,
-                );
-                let owner = (grants.user != crate::core::privileges::SYS_USER)
-                    .then(|| grants.user.clone());
+                let stream = Box::pin(datafusion::physical_plan::memory::MemoryStream::try_new(
+                    batches,
+                    Arc::clone(&schema),
+                    None,
+                )?);
+                let owner =
+                    (grants.user != crate::core::privileges::SYS_USER).then(|| grants.user.clone());
                 store
                     .create_table(
                         &resolved.schema,

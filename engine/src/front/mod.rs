@@ -21,7 +21,7 @@ pub(crate) mod privileges;
 pub(crate) mod results;
 pub(crate) mod scripts;
 pub(crate) mod session;
-pub(crate) mod stored;
 pub mod splitter;
+pub(crate) mod stored;
 pub(crate) mod tables;
 pub(crate) mod writes;

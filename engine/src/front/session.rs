@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::ResolvedTableReference;
 use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::source_as_provider;
@@ -19,7 +20,6 @@ use datafusion::execution::{FunctionRegistry, RecordBatchStream};
 use datafusion::logical_expr::{
     AggregateUDF, CreateMemoryTable, DdlStatement, DmlStatement, LogicalPlan, ScalarUDF, WriteOp,
 };
-use datafusion::common::ResolvedTableReference;
 use datafusion::physical_plan::execute_stream;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -264,7 +264,12 @@ impl Session {
             .build();
         let mut ctx = SessionContext::new_with_state(state);
         let temporary = Arc::new(crate::catalog::session_tables::TemporaryTables::default());
-        let catalog_name = ctx.copied_config().options().catalog.default_catalog.clone();
+        let catalog_name = ctx
+            .copied_config()
+            .options()
+            .catalog
+            .default_catalog
+            .clone();
         ctx.register_catalog(
             catalog_name,
             Arc::new(crate::catalog::session_tables::SessionCatalog::new(
@@ -1027,7 +1032,8 @@ impl Session {
         exasol: bool,
     ) -> Result<Option<datafusion::arrow::datatypes::Field>> {
         use datafusion::sql::sqlparser::ast::AlterTableOperation;
-        let [AlterTableOperation::AddColumn { column_def, .. }] = alter.operations.as_slice() else {
+        let [AlterTableOperation::AddColumn { column_def, .. }] = alter.operations.as_slice()
+        else {
             return Ok(None);
         };
         let text = format!("CREATE TABLE accelsql_added_column ({column_def})");
@@ -1044,7 +1050,11 @@ impl Session {
         let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) = plan else {
             return Ok(None);
         };
-        Ok(c.input.schema().fields().first().map(|f| f.as_ref().clone()))
+        Ok(c.input
+            .schema()
+            .fields()
+            .first()
+            .map(|f| f.as_ref().clone()))
     }
 
     /// Parses `text` in the session's current SQL dialect.
@@ -1238,6 +1248,12 @@ impl Session {
         if is_table_ddl(&plan) {
             self.commit_before_ddl().await?;
         }
+        if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan
+            && c.file_type.eq_ignore_ascii_case("delta")
+        {
+            self.attach_delta(c).await?;
+            return Ok((empty_stream()?, ResultShape::SINGLE));
+        }
         // CREATE TABLE in the engine's store, or a temporary one: made here, from the rows of
         // its query (run as this statement's query).
         let temporary = self.next_temporary.swap(false, Ordering::AcqRel);
@@ -1253,7 +1269,8 @@ impl Session {
                     let columns = Arc::new(c.input.schema().as_arrow().clone());
                     match &target {
                         Some(target) => {
-                            self.create_stored(c, target, columns, None, &grants).await?
+                            self.create_stored(c, target, columns, None, &grants)
+                                .await?
                         }
                         None => self.create_temporary(c, columns, Vec::new())?,
                     }
@@ -1384,11 +1401,7 @@ impl Session {
         }
         if let Some((create, target)) = made_here {
             let stream: SendableRecordBatchStream = Box::pin(stream);
-            let stream = if exasol {
-                exasol_rows(stream)
-            } else {
-                stream
-            };
+            let stream = if exasol { exasol_rows(stream) } else { stream };
             let columns = stream.schema();
             match target {
                 Some(target) => {

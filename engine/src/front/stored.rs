@@ -9,13 +9,13 @@ use std::sync::atomic::Ordering;
 use accelsql_storage::{CreateMode, DeltaProvider, InitialRows, TableStore, maintenance};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Field, SchemaRef};
+use datafusion::common::ResolvedTableReference;
 use datafusion::common::TableReference;
 use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::datasource::{MemTable, TableProvider};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, LogicalPlan};
 use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions};
-use datafusion::common::ResolvedTableReference;
 use datafusion::sql::sqlparser::ast::{AlterTable, AlterTableOperation, RenameTableNameKind};
 use futures::TryStreamExt;
 
@@ -126,7 +126,10 @@ impl Session {
     }
 
     /// The identity of table `name` for a statement on it; 42704 when it does not exist.
-    async fn named_table(&self, name: &str) -> Result<(ResolvedTableReference, Arc<dyn TableProvider>)> {
+    async fn named_table(
+        &self,
+        name: &str,
+    ) -> Result<(ResolvedTableReference, Arc<dyn TableProvider>)> {
         let reference = self.resolve(table_reference(name));
         let provider = self
             .context()
@@ -157,7 +160,10 @@ impl Session {
                 if let Some(who) = self.table_identity(&source, &provider) {
                     Self::check_table(grants, &who, Some(ObjectPrivilege::Alter), &what)?;
                 }
-                match (&self.table_store(), provider.downcast_ref::<DeltaProvider>()) {
+                match (
+                    &self.table_store(),
+                    provider.downcast_ref::<DeltaProvider>(),
+                ) {
                     (Some(store), Some(_)) => store.rename_table(
                         (&source.schema, &source.table),
                         (&target.schema, &target.table),
@@ -187,7 +193,12 @@ impl Session {
                 let (reference, provider) = self.named_table(&name).await?;
                 let store = self.stored_only(&provider, "OPTIMIZE")?;
                 if let Some(who) = self.table_identity(&reference, &provider) {
-                    Self::check_table(grants, &who, Some(ObjectPrivilege::Alter), &format!("OPTIMIZE {name}"))?;
+                    Self::check_table(
+                        grants,
+                        &who,
+                        Some(ObjectPrivilege::Alter),
+                        &format!("OPTIMIZE {name}"),
+                    )?;
                 }
                 let table = stored_table(&store, &reference)?;
                 let done = maintenance::optimize(&table).await?;
@@ -205,20 +216,23 @@ impl Session {
                 let (reference, provider) = self.named_table(&name).await?;
                 let store = self.stored_only(&provider, "VACUUM")?;
                 if let Some(who) = self.table_identity(&reference, &provider) {
-                    Self::check_table(grants, &who, Some(ObjectPrivilege::Alter), &format!("VACUUM {name}"))?;
+                    Self::check_table(
+                        grants,
+                        &who,
+                        Some(ObjectPrivilege::Alter),
+                        &format!("VACUUM {name}"),
+                    )?;
                 }
                 let table = stored_table(&store, &reference)?;
                 let done = maintenance::vacuum(&table, retain_hours, dry_run).await?;
-                return report(vec![
-                    (
-                        if dry_run {
-                            "files_to_delete"
-                        } else {
-                            "files_deleted"
-                        },
-                        ReportValue::Count(done.files_deleted.len() as u64),
-                    ),
-                ]);
+                return report(vec![(
+                    if dry_run {
+                        "files_to_delete"
+                    } else {
+                        "files_deleted"
+                    },
+                    ReportValue::Count(done.files_deleted.len() as u64),
+                )]);
             }
             TableStatement::CopyFrom {
                 table,
@@ -232,7 +246,12 @@ impl Session {
                 )?;
                 let (reference, provider) = self.named_table(&table).await?;
                 if let Some(who) = self.table_identity(&reference, &provider) {
-                    Self::check_table(grants, &who, Some(ObjectPrivilege::Insert), &format!("COPY {table} FROM"))?;
+                    Self::check_table(
+                        grants,
+                        &who,
+                        Some(ObjectPrivilege::Insert),
+                        &format!("COPY {table} FROM"),
+                    )?;
                 }
                 let format = format.unwrap_or_else(|| {
                     let lower = path.to_ascii_lowercase();
@@ -246,18 +265,29 @@ impl Session {
                 });
                 let ctx = self.context();
                 let frame = match format.as_str() {
-                    "parquet" => ctx.read_parquet(path.as_str(), ParquetReadOptions::default()).await?,
+                    "parquet" => {
+                        ctx.read_parquet(path.as_str(), ParquetReadOptions::default())
+                            .await?
+                    }
                     "csv" => ctx.read_csv(path.as_str(), CsvReadOptions::new()).await?,
-                    "json" | "ndjson" => ctx.read_json(path.as_str(), JsonReadOptions::default()).await?,
+                    "json" | "ndjson" => {
+                        ctx.read_json(path.as_str(), JsonReadOptions::default())
+                            .await?
+                    }
                     other => {
                         return Err(EngineError::UnknownFileFormat {
                             path: path.clone(),
-                            message: format!("STORED AS {other}: COPY … FROM reads PARQUET, CSV or JSON"),
+                            message: format!(
+                                "STORED AS {other}: COPY … FROM reads PARQUET, CSV or JSON"
+                            ),
                         });
                     }
                 };
                 let written = frame
-                    .write_table(&TableReference::from(reference).to_string(), DataFrameWriteOptions::new())
+                    .write_table(
+                        &TableReference::from(reference).to_string(),
+                        DataFrameWriteOptions::new(),
+                    )
                     .await?;
                 let rows = written
                     .iter()
@@ -275,20 +305,87 @@ impl Session {
     }
 
     /// The store, when `provider` is one of its tables; 0A000 for `what` on another table.
-    fn stored_only(&self, provider: &Arc<dyn TableProvider>, what: &str) -> Result<Arc<TableStore>> {
+    fn stored_only(
+        &self,
+        provider: &Arc<dyn TableProvider>,
+        what: &str,
+    ) -> Result<Arc<TableStore>> {
         match (self.table_store(), provider.downcast_ref::<DeltaProvider>()) {
             (Some(store), Some(_)) => Ok(store),
-            _ => Err(EngineError::Sql(datafusion::error::DataFusionError::NotImplemented(
-                format!(
+            _ => Err(EngineError::Sql(
+                datafusion::error::DataFusionError::NotImplemented(format!(
                     "{what} works on tables stored in the data directory (an engine without one \
                      keeps its tables in memory)"
-                ),
-            ))),
+                )),
+            )),
         }
     }
 
+    /// `CREATE EXTERNAL TABLE t STORED AS DELTA LOCATION '…'`: attaches the Delta table there
+    /// (kept in the store as a link; in an engine without a data directory, until the process
+    /// ends). Its files stay where they are; `DROP TABLE` forgets the link.
+    pub(super) async fn attach_delta(
+        &self,
+        create: &datafusion::logical_expr::CreateExternalTable,
+    ) -> Result<()> {
+        let [location] = create.locations.as_slice() else {
+            return Err(unsupported(
+                "CREATE EXTERNAL TABLE … STORED AS DELTA with several locations",
+            ));
+        };
+        let url = match url::Url::parse(location) {
+            Ok(url) if url.scheme().len() > 1 => url,
+            _ => {
+                let path = std::path::Path::new(location);
+                let path = path.canonicalize().map_err(|e| EngineError::FileNotFound {
+                    path: location.clone(),
+                    message: e.to_string(),
+                })?;
+                url::Url::from_directory_path(&path).map_err(|()| EngineError::FileNotFound {
+                    path: location.clone(),
+                    message: "not a folder".into(),
+                })?
+            }
+        };
+        let reference = self.resolve(create.name.clone());
+        let exists = self
+            .context()
+            .table_exist(TableReference::from(reference.clone()))?;
+        if exists && create.if_not_exists {
+            return Ok(());
+        }
+        if exists {
+            return Err(EngineError::AlreadyExists {
+                what: format!("table {}.{}", reference.schema, reference.table),
+            });
+        }
+        match self.table_store() {
+            Some(store) if self.in_engine_catalog(&reference) => {
+                store
+                    .attach(&reference.schema, &reference.table, url)
+                    .await?;
+            }
+            _ => {
+                let name = format!("{}.{}", reference.schema, reference.table);
+                let table = Arc::new(accelsql_storage::StoredTable::open(&name, url)?);
+                if !table.exists().await? {
+                    return Err(EngineError::DoesNotExist {
+                        what: format!("a Delta table at {location}"),
+                    });
+                }
+                let provider = DeltaProvider::latest(table).await?;
+                self.context()
+                    .register_table(TableReference::from(reference), Arc::new(provider))?;
+            }
+        }
+        Ok(())
+    }
+
     /// The CREATE TABLE `create` resolves to the engine's store: its schema and name there.
-    pub(super) fn stored_target(&self, create: &CreateMemoryTable) -> Option<ResolvedTableReference> {
+    pub(super) fn stored_target(
+        &self,
+        create: &CreateMemoryTable,
+    ) -> Option<ResolvedTableReference> {
         let reference = self.resolve(create.name.clone());
         (self.table_store().is_some()
             && !self.next_temporary.load(Ordering::Acquire)
@@ -310,8 +407,8 @@ impl Session {
             return Ok(());
         };
         if !create.column_defaults.is_empty() {
-            return Err(EngineError::Sql(datafusion::error::DataFusionError::NotImplemented(
-                format!(
+            return Err(EngineError::Sql(
+                datafusion::error::DataFusionError::NotImplemented(format!(
                     "DEFAULT values of columns ({}) are not kept by stored tables yet; create \
                      the table without them and give the values in INSERT",
                     create
@@ -320,14 +417,22 @@ impl Session {
                         .map(|(c, _)| c.as_str())
                         .collect::<Vec<_>>()
                         .join(", ")
-                ),
-            )));
+                )),
+            ));
         }
         if create.or_replace && store.table_exists(&target.schema, &target.table) {
             let reference = self.resolve(create.name.clone());
-            if let Ok((_, provider)) = self.named_table(&TableReference::from(reference.clone()).to_string()).await {
+            if let Ok((_, provider)) = self
+                .named_table(&TableReference::from(reference.clone()).to_string())
+                .await
+            {
                 if let Some(who) = self.table_identity(&reference, &provider) {
-                    Self::check_table(grants, &who, None, &format!("CREATE OR REPLACE TABLE {}", create.name))?;
+                    Self::check_table(
+                        grants,
+                        &who,
+                        None,
+                        &format!("CREATE OR REPLACE TABLE {}", create.name),
+                    )?;
                 }
             }
         }
@@ -359,7 +464,10 @@ impl Session {
         rows: Vec<RecordBatch>,
     ) -> Result<()> {
         let reference = self.resolve(create.name.clone());
-        let exists = self.temporary.get(&reference.schema, &reference.table).is_some();
+        let exists = self
+            .temporary
+            .get(&reference.schema, &reference.table)
+            .is_some();
         if exists && create.if_not_exists && !create.or_replace {
             return Ok(());
         }
@@ -402,11 +510,18 @@ impl Session {
         };
         let store = self.stored_only(&provider, "ALTER TABLE")?;
         if let Some(who) = self.table_identity(&reference, &provider) {
-            Self::check_table(grants, &who, Some(ObjectPrivilege::Alter), &format!("ALTER TABLE {name}"))?;
+            Self::check_table(
+                grants,
+                &who,
+                Some(ObjectPrivilege::Alter),
+                &format!("ALTER TABLE {name}"),
+            )?;
         }
         let table = stored_table(&store, &reference)?;
         let [operation] = alter.operations.as_slice() else {
-            return Err(unsupported("ALTER TABLE with several changes at once; one per statement"));
+            return Err(unsupported(
+                "ALTER TABLE with several changes at once; one per statement",
+            ));
         };
         let state = self.context().state();
         match operation {
@@ -542,12 +657,20 @@ pub(super) fn exasol_rows(stream: SendableRecordBatchStream) -> SendableRecordBa
 impl Session {
     /// Refuses `plan` unless the session may read the tables it scans, write the table it
     /// writes and drop the table it drops.
-    pub(super) async fn check_table_access(&self, plan: &LogicalPlan, grants: &Grants) -> Result<()> {
+    pub(super) async fn check_table_access(
+        &self,
+        plan: &LogicalPlan,
+        grants: &Grants,
+    ) -> Result<()> {
         use datafusion::common::tree_node::TreeNodeRecursion;
         use datafusion::datasource::source_as_provider;
         use datafusion::logical_expr::{DmlStatement, WriteOp};
-        let mut checks: Vec<(ResolvedTableReference, Arc<dyn TableProvider>, Option<ObjectPrivilege>, String)> =
-            Vec::new();
+        let mut checks: Vec<(
+            ResolvedTableReference,
+            Arc<dyn TableProvider>,
+            Option<ObjectPrivilege>,
+            String,
+        )> = Vec::new();
         // The target of an UPDATE or DELETE is scanned by its own statement: its privilege is
         // the statement's, not SELECT.
         let mut written: Option<ResolvedTableReference> = None;
@@ -567,10 +690,18 @@ impl Session {
                     };
                     if let Ok(provider) = source_as_provider(target) {
                         let reference = self.resolve(table_name.clone());
-                        if matches!(op, WriteOp::Update | WriteOp::Delete | WriteOp::MergeInto(_)) {
+                        if matches!(
+                            op,
+                            WriteOp::Update | WriteOp::Delete | WriteOp::MergeInto(_)
+                        ) {
                             written = Some(reference.clone());
                         }
-                        checks.push((reference, provider, Some(privilege), format!("{op} on {table_name}")));
+                        checks.push((
+                            reference,
+                            provider,
+                            Some(privilege),
+                            format!("{op} on {table_name}"),
+                        ));
                     }
                 }
                 LogicalPlan::TableScan(scan) => {

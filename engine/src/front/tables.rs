@@ -286,7 +286,9 @@ fn take_temporary(toks: &mut [Token]) -> bool {
     }
     let scope = kw(i, Keyword::LOCAL) || kw(i, Keyword::GLOBAL);
     let temp_at = if scope { i + 1 } else { i };
-    if !(kw(temp_at, Keyword::TEMPORARY) || kw(temp_at, Keyword::TEMP)) || !kw(temp_at + 1, Keyword::TABLE) {
+    if !(kw(temp_at, Keyword::TEMPORARY) || kw(temp_at, Keyword::TEMP))
+        || !kw(temp_at + 1, Keyword::TABLE)
+    {
         return false;
     }
     for k in i..=temp_at {
@@ -313,7 +315,9 @@ fn rewrite_like(toks: &mut Vec<Token>) -> bool {
     let mut end = like_at + 1;
     while end < at.len() {
         match &toks[at[end]] {
-            Token::Word(w) if w.keyword == Keyword::INCLUDING || w.keyword == Keyword::EXCLUDING => {
+            Token::Word(w)
+                if w.keyword == Keyword::INCLUDING || w.keyword == Keyword::EXCLUDING =>
+            {
                 if w.quote_style.is_none() {
                     break;
                 }
@@ -328,7 +332,8 @@ fn rewrite_like(toks: &mut Vec<Token>) -> bool {
     }
     // Only options may follow (INCLUDING/EXCLUDING DEFAULTS|IDENTITY|COMMENTS).
     if at[end..].iter().any(|&j| {
-        !matches!(&toks[j], Token::Word(w) if w.quote_style.is_none()) && !matches!(toks[j], Token::SemiColon)
+        !matches!(&toks[j], Token::Word(w) if w.quote_style.is_none())
+            && !matches!(toks[j], Token::SemiColon)
     }) {
         return false;
     }
@@ -384,7 +389,10 @@ fn rewrite_time_travel(toks: &mut Vec<Token>) -> Result<bool> {
         // The name before: words separated by periods, ending at `found - 1`.
         let last = found - 1;
         let mut first = last;
-        while first >= 2 && matches!(toks[at[first - 1]], Token::Period) && matches!(toks[at[first - 2]], Token::Word(_)) {
+        while first >= 2
+            && matches!(toks[at[first - 1]], Token::Period)
+            && matches!(toks[at[first - 2]], Token::Word(_))
+        {
             first -= 2;
         }
         let Token::Word(table) = toks[at[last]].clone() else {
@@ -413,10 +421,7 @@ fn rewrite_time_travel(toks: &mut Vec<Token>) -> Result<bool> {
                 datafusion::sql::sqlparser::tokenizer::Whitespace::Space,
             ));
             replacement.push(Token::make_word(
-                &format!(
-                    "AS \"{}\"",
-                    table_name.replace('"', "\"\"")
-                ),
+                &format!("AS \"{}\"", table_name.replace('"', "\"\"")),
                 None,
             ));
         }
@@ -432,7 +437,11 @@ fn parse_timestamp(text: &str) -> Result<DateTime<Utc>> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.with_timezone(&Utc));
     }
-    for format in ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M"] {
+    for format in [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+    ] {
         if let Ok(t) = NaiveDateTime::parse_from_str(text, format) {
             return Ok(t.and_utc());
         }
@@ -499,8 +508,14 @@ mod tests {
         assert_eq!(p("commit"), Some(TableStatement::Commit));
         assert_eq!(p("ROLLBACK WORK"), Some(TableStatement::Rollback));
         assert_eq!(p("start transaction"), Some(TableStatement::Begin));
-        assert_eq!(p("SET AUTOCOMMIT OFF"), Some(TableStatement::Autocommit(false)));
-        assert_eq!(p("set autocommit = on"), Some(TableStatement::Autocommit(true)));
+        assert_eq!(
+            p("SET AUTOCOMMIT OFF"),
+            Some(TableStatement::Autocommit(false))
+        );
+        assert_eq!(
+            p("set autocommit = on"),
+            Some(TableStatement::Autocommit(true))
+        );
         assert_eq!(
             p("RENAME TABLE s.a TO s.\"B\""),
             Some(TableStatement::Rename {
@@ -552,7 +567,10 @@ mod tests {
         assert_eq!(like.text, "CREATE TABLE u AS SELECT * FROM s.t LIMIT 0");
         let temp = r("create local temporary table x (a int)");
         assert!(temp.temporary);
-        assert_eq!(temp.text.split_whitespace().collect::<Vec<_>>().join(" "), "create table x (a int)");
+        assert_eq!(
+            temp.text.split_whitespace().collect::<Vec<_>>().join(" "),
+            "create table x (a int)"
+        );
         // A column named version is left alone.
         let plain = r("SELECT version FROM t");
         assert_eq!(plain.text, "SELECT version FROM t");

@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use accelsql_engine::datafusion::arrow::array::{Array, Int64Array, RecordBatch, StringArray, UInt64Array};
+use accelsql_engine::datafusion::arrow::array::{
+    Array, Int64Array, RecordBatch, StringArray, UInt64Array,
+};
 use accelsql_engine::datafusion::arrow::compute::cast;
 use accelsql_engine::datafusion::arrow::datatypes::DataType;
 use accelsql_engine::{Engine, EngineOptions, SchedulerConfig, Session};
@@ -46,7 +48,9 @@ async fn column(session: &Session, sql: &str) -> Vec<String> {
 async fn number(session: &Session, sql: &str) -> i64 {
     let values = column(session, sql).await;
     assert_eq!(values.len(), 1, "{sql}: {values:?}");
-    values[0].parse().unwrap_or_else(|_| panic!("{sql}: {values:?}"))
+    values[0]
+        .parse()
+        .unwrap_or_else(|_| panic!("{sql}: {values:?}"))
 }
 
 /// The code of `sql`'s error.
@@ -115,19 +119,33 @@ async fn writes_change_the_table_and_a_failed_statement_changes_nothing() {
     s.sql("INSERT INTO t SELECT value, 'n' || value FROM generate_series(1, 1000)")
         .await
         .unwrap();
-    assert_eq!(number(&s, "UPDATE t SET name = 'even' WHERE id % 2 = 0").await, 500);
-    assert_eq!(number(&s, "DELETE FROM t WHERE id > 900").await, 100);
-    assert_eq!(number(&s, "SELECT count(*) FROM t WHERE name = 'even'").await, 450);
-    // Failing half-way (batches of 10 rows: the error comes after rows were written).
-    s.sql("SET datafusion.execution.batch_size = 10").await.unwrap();
     assert_eq!(
-        code(&s, "INSERT INTO t SELECT 1000 / (500 - value), 'x' FROM generate_series(1, 1000)").await,
+        number(&s, "UPDATE t SET name = 'even' WHERE id % 2 = 0").await,
+        500
+    );
+    assert_eq!(number(&s, "DELETE FROM t WHERE id > 900").await, 100);
+    assert_eq!(
+        number(&s, "SELECT count(*) FROM t WHERE name = 'even'").await,
+        450
+    );
+    // Failing half-way (batches of 10 rows: the error comes after rows were written).
+    s.sql("SET datafusion.execution.batch_size = 10")
+        .await
+        .unwrap();
+    assert_eq!(
+        code(
+            &s,
+            "INSERT INTO t SELECT 1000 / (500 - value), 'x' FROM generate_series(1, 1000)"
+        )
+        .await,
         "22000"
     );
     assert_eq!(code(&s, "UPDATE t SET id = id / (id - 450)").await, "22000");
     assert_eq!(number(&s, "SELECT count(*) FROM t").await, 900);
     assert_eq!(number(&s, "SELECT sum(id) FROM t").await, 405_450);
-    s.sql("RESET datafusion.execution.batch_size").await.unwrap();
+    s.sql("RESET datafusion.execution.batch_size")
+        .await
+        .unwrap();
     // A NULL for a NOT NULL column fails the statement.
     assert_eq!(
         code(&s, "INSERT INTO t SELECT CASE WHEN value = 5 THEN NULL ELSE value END, 'x' FROM generate_series(1, 9)").await.len(),
@@ -137,28 +155,44 @@ async fn writes_change_the_table_and_a_failed_statement_changes_nothing() {
     assert_eq!(number(&s, "TRUNCATE TABLE t").await, 900);
     assert_eq!(number(&s, "SELECT count(*) FROM t").await, 0);
     // CREATE OR REPLACE, LIKE, RENAME, ALTER.
-    s.sql("INSERT INTO t VALUES (1, 'a'), (2, 'b')").await.unwrap();
+    s.sql("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
+        .await
+        .unwrap();
     s.sql("CREATE TABLE u LIKE t").await.unwrap();
     assert_eq!(number(&s, "SELECT count(*) FROM u").await, 0);
     assert_eq!(code(&s, "INSERT INTO u VALUES (NULL, 'x')").await.len(), 5);
     s.sql("CREATE OR REPLACE TABLE u AS SELECT id * 10 AS id FROM t")
         .await
         .unwrap();
-    assert_eq!(column(&s, "SELECT id FROM u ORDER BY id").await, ["10", "20"]);
+    assert_eq!(
+        column(&s, "SELECT id FROM u ORDER BY id").await,
+        ["10", "20"]
+    );
     assert_eq!(code(&s, "CREATE TABLE u (x INT)").await, "42710");
     s.sql("RENAME TABLE u TO v").await.unwrap();
     assert_eq!(number(&s, "SELECT sum(id) FROM v").await, 30);
-    s.sql("ALTER TABLE v ADD COLUMN note VARCHAR(10)").await.unwrap();
+    s.sql("ALTER TABLE v ADD COLUMN note VARCHAR(10)")
+        .await
+        .unwrap();
     s.sql("INSERT INTO v VALUES (30, 'new')").await.unwrap();
     assert_eq!(
         column(&s, "SELECT coalesce(note, '-') FROM v ORDER BY id").await,
         ["-", "-", "new"]
     );
-    s.sql("ALTER TABLE v RENAME COLUMN note TO remark").await.unwrap();
-    assert_eq!(column(&s, "SELECT remark FROM v WHERE id = 30").await, ["new"]);
+    s.sql("ALTER TABLE v RENAME COLUMN note TO remark")
+        .await
+        .unwrap();
+    assert_eq!(
+        column(&s, "SELECT remark FROM v WHERE id = 30").await,
+        ["new"]
+    );
     s.sql("ALTER TABLE v DROP COLUMN remark").await.unwrap();
     assert_eq!(
-        column(&s, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'v'").await,
+        column(
+            &s,
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'v'"
+        )
+        .await,
         ["1"]
     );
     s.sql("DROP TABLE v").await.unwrap();
@@ -171,14 +205,24 @@ async fn a_transaction_is_its_sessions_until_commit_and_gone_at_rollback() {
     let engine = engine(dir.path());
     let a = engine.session();
     let b = engine.session();
-    a.sql("CREATE TABLE t (id BIGINT, v VARCHAR)").await.unwrap();
+    a.sql("CREATE TABLE t (id BIGINT, v VARCHAR)")
+        .await
+        .unwrap();
     a.sql("SET AUTOCOMMIT OFF").await.unwrap();
-    a.sql("INSERT INTO t VALUES (1, 'one'), (2, 'two')").await.unwrap();
+    a.sql("INSERT INTO t VALUES (1, 'one'), (2, 'two')")
+        .await
+        .unwrap();
     a.sql("UPDATE t SET v = 'TWO' WHERE id = 2").await.unwrap();
-    assert_eq!(column(&a, "SELECT v FROM t ORDER BY id").await, ["one", "TWO"]);
+    assert_eq!(
+        column(&a, "SELECT v FROM t ORDER BY id").await,
+        ["one", "TWO"]
+    );
     assert_eq!(number(&b, "SELECT count(*) FROM t").await, 0);
     a.sql("COMMIT").await.unwrap();
-    assert_eq!(column(&b, "SELECT v FROM t ORDER BY id").await, ["one", "TWO"]);
+    assert_eq!(
+        column(&b, "SELECT v FROM t ORDER BY id").await,
+        ["one", "TWO"]
+    );
     a.sql("DELETE FROM t").await.unwrap();
     assert_eq!(number(&a, "SELECT count(*) FROM t").await, 0);
     a.sql("ROLLBACK").await.unwrap();
@@ -219,17 +263,41 @@ async fn versions_are_readable_and_kept_small() {
         s.sql(&format!("INSERT INTO t VALUES ({i})")).await.unwrap();
     }
     s.sql("DELETE FROM t WHERE id < 40").await.unwrap();
-    assert_eq!(number(&s, "SELECT count(*) FROM t VERSION AS OF 10").await, 10);
-    assert_eq!(number(&s, "SELECT count(*) FROM t VERSION AS OF 0").await, 0);
+    assert_eq!(
+        number(&s, "SELECT count(*) FROM t VERSION AS OF 10").await,
+        10
+    );
+    assert_eq!(
+        number(&s, "SELECT count(*) FROM t VERSION AS OF 0").await,
+        0
+    );
     assert_eq!(number(&s, "SELECT count(*) FROM t").await, 40);
     let far = "SELECT count(*) FROM t TIMESTAMP AS OF '2000-01-01 00:00:00'";
     assert_eq!(code(&s, far).await, "42704");
-    assert_eq!(code(&s, "SELECT * FROM t VERSION AS OF 100000").await, "42704");
-    assert_eq!(code(&s, "INSERT INTO t VERSION AS OF 3 VALUES (1)").await.len(), 5);
+    assert_eq!(
+        code(&s, "SELECT * FROM t VERSION AS OF 100000").await,
+        "42704"
+    );
+    assert_eq!(
+        code(&s, "INSERT INTO t VERSION AS OF 3 VALUES (1)")
+            .await
+            .len(),
+        5
+    );
     // Many small inserts were compacted (in the background) or are, by OPTIMIZE.
     s.sql("OPTIMIZE t").await.unwrap();
-    assert_eq!(number(&s, "SELECT files FROM accelsql.tables WHERE \"table\" = 't'").await, 1);
-    assert_eq!(number(&s, "SELECT rows FROM accelsql.tables WHERE \"table\" = 't'").await, 40);
+    assert_eq!(
+        number(
+            &s,
+            "SELECT files FROM accelsql.tables WHERE \"table\" = 't'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        number(&s, "SELECT rows FROM accelsql.tables WHERE \"table\" = 't'").await,
+        40
+    );
     let ops = column(
         &s,
         "SELECT DISTINCT operation FROM accelsql.table_versions WHERE \"table\" = 't' ORDER BY 1",
@@ -237,11 +305,17 @@ async fn versions_are_readable_and_kept_small() {
     .await;
     assert!(ops.contains(&"DELETE".to_string()), "{ops:?}");
     assert!(ops.contains(&"OPTIMIZE".to_string()), "{ops:?}");
-    assert_eq!(number(&s, "SELECT sum(id) FROM t").await, (40..80).sum::<i64>());
+    assert_eq!(
+        number(&s, "SELECT sum(id) FROM t").await,
+        (40..80).sum::<i64>()
+    );
     // VACUUM with no retention deletes what no version newer than now reads.
     let deleted = number(&s, "VACUUM t RETAIN 0 HOURS").await;
     assert!(deleted >= 80, "{deleted}");
-    assert_eq!(number(&s, "SELECT sum(id) FROM t").await, (40..80).sum::<i64>());
+    assert_eq!(
+        number(&s, "SELECT sum(id) FROM t").await,
+        (40..80).sum::<i64>()
+    );
 }
 
 #[tokio::test]
@@ -267,15 +341,27 @@ async fn table_privileges_are_enforced() {
     assert_eq!(number(&bob, "SELECT count(*) FROM notes").await, 1);
     assert_eq!(code(&bob, "DELETE FROM notes").await, "42501");
     assert_eq!(code(&bob, "DROP TABLE notes").await, "42501");
-    assert_eq!(code(&bob, "ALTER TABLE notes ADD COLUMN x INT").await, "42501");
+    assert_eq!(
+        code(&bob, "ALTER TABLE notes ADD COLUMN x INT").await,
+        "42501"
+    );
     sys.sql("GRANT DELETE ANY TABLE TO bob").await.unwrap();
     assert_eq!(number(&bob, "DELETE FROM notes").await, 1);
     // The owner shows in the views; bob sees ann's table as granted.
     assert_eq!(
-        column(&bob, "SELECT table_owner FROM exa_all_tables WHERE table_name = 'NOTES'").await,
+        column(
+            &bob,
+            "SELECT table_owner FROM exa_all_tables WHERE table_name = 'NOTES'"
+        )
+        .await,
         ["ANN"]
     );
-    assert_eq!(column(&bob, "SELECT table_name FROM exa_user_tables").await.len(), 0);
+    assert_eq!(
+        column(&bob, "SELECT table_name FROM exa_user_tables")
+            .await
+            .len(),
+        0
+    );
     ann.sql("DROP TABLE notes").await.unwrap();
 }
 
@@ -285,10 +371,18 @@ async fn temporary_tables_are_the_sessions_own() {
     let engine = engine(dir.path());
     let a = engine.session();
     let b = engine.session();
-    a.sql("CREATE TEMPORARY TABLE scratch AS SELECT 1 AS x").await.unwrap();
+    a.sql("CREATE TEMPORARY TABLE scratch AS SELECT 1 AS x")
+        .await
+        .unwrap();
     assert_eq!(number(&a, "SELECT x FROM scratch").await, 1);
     assert_eq!(code(&b, "SELECT x FROM scratch").await, "42000");
-    assert!(!dir.path().join("tables").join("public").join("scratch").exists());
+    assert!(
+        !dir.path()
+            .join("tables")
+            .join("public")
+            .join("scratch")
+            .exists()
+    );
 }
 
 #[tokio::test]
@@ -299,7 +393,9 @@ async fn a_damaged_log_names_the_table_and_leaves_others_alone() {
     s.sql("CREATE TABLE good AS SELECT 1 AS x").await.unwrap();
     s.sql("CREATE TABLE bad AS SELECT 1 AS x").await.unwrap();
     s.sql("INSERT INTO bad VALUES (2)").await.unwrap();
-    let log = dir.path().join("tables/public/bad/_delta_log/00000000000000000001.json");
+    let log = dir
+        .path()
+        .join("tables/public/bad/_delta_log/00000000000000000001.json");
     std::fs::write(&log, b"{\"add\": {\"path\": ").unwrap();
     let fresh = self::engine(dir.path()).session();
     let e = fresh.sql("SELECT * FROM bad").await.unwrap_err();
@@ -375,7 +471,10 @@ async fn two_processes_inserting_into_one_table_lose_nothing() {
         assert!(child.wait().unwrap().success());
     }
     let s = engine(dir.path()).session();
-    assert_eq!(number(&s, "SELECT count(*) FROM shared").await, 2 * ROWS_PER_CHILD);
+    assert_eq!(
+        number(&s, "SELECT count(*) FROM shared").await,
+        2 * ROWS_PER_CHILD
+    );
     assert_eq!(
         number(&s, "SELECT count(DISTINCT id) FROM shared").await,
         2 * ROWS_PER_CHILD
@@ -388,10 +487,18 @@ async fn merge_updates_deletes_and_inserts_in_one_statement() {
     let dir = tempfile::tempdir().unwrap();
     let engine = engine(dir.path());
     let s = engine.session();
-    s.sql("CREATE TABLE stock (item VARCHAR, qty BIGINT)").await.unwrap();
-    s.sql("INSERT INTO stock VALUES ('a', 1), ('b', 2), ('c', 3)").await.unwrap();
-    s.sql("CREATE TABLE delivery (item VARCHAR, qty BIGINT)").await.unwrap();
-    s.sql("INSERT INTO delivery VALUES ('a', 10), ('c', -3), ('d', 4)").await.unwrap();
+    s.sql("CREATE TABLE stock (item VARCHAR, qty BIGINT)")
+        .await
+        .unwrap();
+    s.sql("INSERT INTO stock VALUES ('a', 1), ('b', 2), ('c', 3)")
+        .await
+        .unwrap();
+    s.sql("CREATE TABLE delivery (item VARCHAR, qty BIGINT)")
+        .await
+        .unwrap();
+    s.sql("INSERT INTO delivery VALUES ('a', 10), ('c', -3), ('d', 4)")
+        .await
+        .unwrap();
     let changed = number(
         &s,
         "MERGE INTO stock USING delivery ON stock.item = delivery.item \
@@ -407,7 +514,9 @@ async fn merge_updates_deletes_and_inserts_in_one_statement() {
     );
     // COPY FROM a Parquet file the engine wrote.
     let file = dir.path().join("stock.parquet");
-    s.sql(&format!("COPY stock TO '{}'", file.display())).await.unwrap();
+    s.sql(&format!("COPY stock TO '{}'", file.display()))
+        .await
+        .unwrap();
     assert_eq!(
         number(&s, &format!("COPY stock FROM '{}'", file.display())).await,
         3

@@ -461,7 +461,11 @@ async fn grant(cx: &SecurityContext<'_>, spec: GrantSpec, give: bool) -> Result<
             } => {
                 let (kind, object, owner) = resolve_object(cx, kind, &privileges, &object).await?;
                 let for_script = match for_script {
-                    Some(s) => Some(resolve_object(cx, Some(ObjectKind::Script), &[], &s).await?.1),
+                    Some(s) => Some(
+                        resolve_object(cx, Some(ObjectKind::Script), &[], &s)
+                            .await?
+                            .1,
+                    ),
                     None => None,
                 };
                 let owned = grants.owns(owner.as_deref());
