@@ -10,7 +10,8 @@ The spec is one JSON object:
      "cases": [{"name": "geo@1000", "sql": "SELECT ..."}, ...],
      "warmup": 1, "runs": 5, "max_rows": 20}
 
-The setup statements run once, untimed (loading Parquet into DuckDB tables, so the timed
+An optional "database" names a DuckDB database file to run in (else in memory). The setup
+statements run once, untimed (loading Parquet into DuckDB tables, so the timed
 queries run on memory as the in-process engines' do). Each case then runs `warmup` untimed and
 `runs` timed times (`execute` + `fetchall`, timed with perf_counter). One line `tick` goes to
 stderr per run (the harness's progress). Stdout gets one JSON object: versions, threads, and per
@@ -39,7 +40,7 @@ def main():
     spec = json.load(sys.stdin)
     import duckdb
 
-    con = duckdb.connect()
+    con = duckdb.connect(spec.get("database") or ":memory:")
     out = {
         "duckdb": duckdb.__version__,
         "python": platform.python_version(),

@@ -160,9 +160,16 @@ fn statements_of_every_kind_run_over_the_wire() {
             .await
             .unwrap();
         assert_eq!(scripts.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
-        // Another connection is another session: its own tables.
+        // Another connection is another session: the engine's tables, its own temporary ones.
         let mut other = client(&server).await;
-        let e = query(&mut other, "SELECT * FROM t").await.unwrap_err();
+        let rows = query(&mut other, "SELECT * FROM t").await.unwrap();
+        assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 5);
+        query(&mut c, "CREATE TEMPORARY TABLE scratch AS SELECT 1 AS x")
+            .await
+            .unwrap();
+        let e = query(&mut other, "SELECT * FROM scratch")
+            .await
+            .unwrap_err();
         assert_eq!(code(&e), "42000", "{e}");
         // ...the engine's scripts.
         let batches = query(&mut other, "SELECT halve(3) AS h").await.unwrap();

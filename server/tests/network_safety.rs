@@ -194,7 +194,7 @@ fn a_session_belongs_to_its_token_and_ends_with_its_connections() {
         })
         .await;
         let mut a = login(&server, "ann").await.unwrap();
-        query(&mut a, "CREATE TABLE mine AS SELECT 1 AS x")
+        query(&mut a, "CREATE TEMPORARY TABLE mine AS SELECT 1 AS x")
             .await
             .unwrap();
         let token = a.token().unwrap().clone();
@@ -228,7 +228,7 @@ fn without_authentication_each_connection_is_its_own_session() {
         .await;
         assert!(server.token().is_none());
         let mut a = FlightSqlServiceClient::new(channel(&server).await);
-        query(&mut a, "CREATE TABLE mine AS SELECT 1 AS x")
+        query(&mut a, "CREATE TEMPORARY TABLE mine AS SELECT 1 AS x")
             .await
             .unwrap();
         assert_eq!(one(&mut a, "SELECT x FROM mine").await, 1);

@@ -96,10 +96,24 @@ pub async fn vacuum(
     })
 }
 
+/// Whether `ACCELSQL_AUTO_COMPACT=off` (or `0`, `false`) turns the background compaction off
+/// (benchmarks that measure many small files do).
+pub fn auto_compaction_off() -> bool {
+    std::env::var("ACCELSQL_AUTO_COMPACT").is_ok_and(|v| {
+        matches!(
+            v.to_ascii_lowercase().as_str(),
+            "off" | "0" | "false" | "no"
+        )
+    })
+}
+
 /// After a committed write: compacts `table` in the background when it has gathered
 /// [`COMPACT_MIN_SMALL_FILES`] small files (one compaction per table at a time; a failure is
 /// logged, the next write tries again).
 pub fn compact_in_background(table: &Arc<StoredTable>) {
+    if auto_compaction_off() {
+        return;
+    }
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };

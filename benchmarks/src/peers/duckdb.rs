@@ -34,6 +34,9 @@ pub struct DuckDbSpec {
     pub runs: usize,
     /// Result rows sent back per case (for the answer checks).
     pub max_rows: usize,
+    /// A DuckDB database file to run in (`None`: in memory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
 }
 
 impl DuckDbSpec {
@@ -45,6 +48,7 @@ impl DuckDbSpec {
             warmup: plan.warmup,
             runs: plan.runs,
             max_rows: 100,
+            database: None,
         }
     }
 

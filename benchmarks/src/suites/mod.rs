@@ -10,6 +10,7 @@ pub mod python_udf;
 pub mod scheduler;
 pub mod server;
 mod sql;
+pub mod tables;
 pub mod udf_overhead;
 pub mod vectors;
 
@@ -49,11 +50,13 @@ pub enum Suite {
     Server,
     /// accelsql on a Ballista cluster of 1, 2 and 3 executors vs one process.
     Cluster,
+    /// Stored tables (Delta Lake): bulk loads vs DuckDB, scans vs memory tables, small writes.
+    Tables,
 }
 
 impl Suite {
     /// Every suite, in the order `all` runs them.
-    pub const ALL: [Suite; 10] = [
+    pub const ALL: [Suite; 11] = [
         Self::Scheduler,
         Self::UdfOverhead,
         Self::PythonUdf,
@@ -64,6 +67,7 @@ impl Suite {
         Self::Concurrency,
         Self::Server,
         Self::Cluster,
+        Self::Tables,
     ];
 
     /// Its CLI name.
@@ -79,6 +83,7 @@ impl Suite {
             Self::Concurrency => "concurrency",
             Self::Server => "server",
             Self::Cluster => "cluster",
+            Self::Tables => "tables",
         }
     }
 
@@ -92,6 +97,7 @@ impl Suite {
                 | Self::Geo
                 | Self::Options
                 | Self::Server
+                | Self::Tables
         )
     }
 
@@ -113,6 +119,7 @@ impl Suite {
             Self::Concurrency => concurrency::run(ctx, &mut result).await,
             Self::Server => server::run(ctx, &mut result).await,
             Self::Cluster => cluster::run(ctx, &mut result).await,
+            Self::Tables => tables::run(ctx, &mut result).await,
         };
         if let Err(e) = outcome {
             result.error = Some(e.to_string());

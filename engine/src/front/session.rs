@@ -45,8 +45,7 @@ use super::results::{empty_stream, with_schema};
 use super::scripts::ddl::is_script_ddl;
 use super::scripts::languages::SessionScripts;
 use super::splitter::split_statements;
-use super::stored::{exasol_rows, is_table_ddl};
-use super::tables::{parse_table_statement, rewrite_table_text};
+use super::tables::{exasol_rows, is_table_ddl, parse_table_statement, rewrite_table_text};
 use super::writes::{
     ctas_query, ctas_with_rows, insert_with_table_fields, truncate_as_delete, with_declared_types,
 };

@@ -620,40 +620,6 @@ fn unsupported(what: &str) -> EngineError {
     )))
 }
 
-/// Whether `plan` is DDL that changes tables (and so commits an open transaction first).
-pub(super) fn is_table_ddl(plan: &LogicalPlan) -> bool {
-    matches!(
-        plan,
-        LogicalPlan::Ddl(
-            DdlStatement::CreateMemoryTable(_)
-                | DdlStatement::DropTable(_)
-                | DdlStatement::CreateView(_)
-                | DdlStatement::DropView(_)
-                | DdlStatement::CreateCatalogSchema(_)
-                | DdlStatement::DropCatalogSchema(_)
-                | DdlStatement::CreateExternalTable(_)
-        )
-    )
-}
-
-/// A CTAS's rows in the Exasol dialect: empty strings are NULL (as Exasol stores them), in
-/// columns that may hold NULL.
-pub(super) fn exasol_rows(stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
-    use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-    use futures::StreamExt;
-    let schema = crate::plan::empty_strings::nullable_strings(&stream.schema());
-    let out = Arc::clone(&schema);
-    Box::pin(RecordBatchStreamAdapter::new(
-        schema,
-        stream.map(move |batch| {
-            batch.and_then(|b| {
-                crate::plan::empty_strings::empty_strings_as_null(&b, &out)
-                    .map_err(datafusion::error::DataFusionError::from)
-            })
-        }),
-    ))
-}
-
 impl Session {
     /// Refuses `plan` unless the session may read the tables it scans, write the table it
     /// writes and drop the table it drops.

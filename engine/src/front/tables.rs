@@ -18,6 +18,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::TableReference;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -186,10 +187,11 @@ pub(crate) fn parse_table_statement(text: &str) -> Result<Option<TableStatement>
         }));
     }
     if word(0, "COPY") {
+        // `COPY name FROM …`: a name, then FROM (a query in parentheses is COPY … TO).
         let Some(from_at) = toks.iter().position(|t| t.is("FROM")) else {
             return Ok(None);
         };
-        if toks.iter().any(|t| t.is("TO")) {
+        if from_at < 2 || name_text(&toks[1..from_at]).is_none() {
             return Ok(None);
         }
         let Some(table) = name_text(&toks[1..from_at]) else {
@@ -496,6 +498,40 @@ pub(crate) fn stored_table(
 /// `name` (SQL text) as a table reference, its unquoted parts folded as DataFusion folds them.
 pub(crate) fn table_reference(name: &str) -> TableReference {
     TableReference::parse_str(name)
+}
+
+/// Whether `plan` is DDL that changes tables (and so commits an open transaction first).
+pub(crate) fn is_table_ddl(plan: &LogicalPlan) -> bool {
+    matches!(
+        plan,
+        LogicalPlan::Ddl(
+            DdlStatement::CreateMemoryTable(_)
+                | DdlStatement::DropTable(_)
+                | DdlStatement::CreateView(_)
+                | DdlStatement::DropView(_)
+                | DdlStatement::CreateCatalogSchema(_)
+                | DdlStatement::DropCatalogSchema(_)
+                | DdlStatement::CreateExternalTable(_)
+        )
+    )
+}
+
+/// A CTAS's rows in the Exasol dialect: empty strings are NULL (as Exasol stores them), in
+/// columns that may hold NULL.
+pub(crate) fn exasol_rows(stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
+    use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+    use futures::StreamExt;
+    let schema = crate::plan::empty_strings::nullable_strings(&stream.schema());
+    let out = Arc::clone(&schema);
+    Box::pin(RecordBatchStreamAdapter::new(
+        schema,
+        stream.map(move |batch| {
+            batch.and_then(|b| {
+                crate::plan::empty_strings::empty_strings_as_null(&b, &out)
+                    .map_err(datafusion::error::DataFusionError::from)
+            })
+        }),
+    ))
 }
 
 #[cfg(test)]

@@ -3,9 +3,10 @@
 
 use super::mutate::Rng;
 
-/// The table every generated statement reads (see [`SETUP`]).
+/// The table every generated statement reads (see [`SETUP`]): the engine's sessions share it,
+/// the first session's SETUP makes it.
 pub const SETUP: &[&str] = &[
-    "CREATE TABLE t AS SELECT value AS id, CAST(value AS DOUBLE) / 7 AS x, \
+    "CREATE TABLE IF NOT EXISTS t AS SELECT value AS id, CAST(value AS DOUBLE) / 7 AS x, \
      CASE WHEN value % 5 = 0 THEN NULL ELSE 'v' || CAST(value AS VARCHAR) END AS s, value % 4 AS g \
      FROM generate_series(1, 300)",
 ];
