@@ -64,6 +64,8 @@ enum Target {
     Server,
     /// accelsql on a Ballista cluster of 1, 2 and 3 executors vs one process.
     Cluster,
+    /// Stored tables (Delta Lake): bulk loads vs DuckDB, scans vs memory tables, small writes.
+    Tables,
 }
 
 impl Target {
@@ -80,6 +82,7 @@ impl Target {
             Self::Concurrency => Suite::Concurrency,
             Self::Server => Suite::Server,
             Self::Cluster => Suite::Cluster,
+            Self::Tables => Suite::Tables,
         })
     }
 }

@@ -47,7 +47,8 @@ use super::scripts::languages::SessionScripts;
 use super::splitter::split_statements;
 use super::tables::{exasol_rows, is_table_ddl, parse_table_statement, rewrite_table_text};
 use super::writes::{
-    ctas_query, ctas_with_rows, insert_with_table_fields, truncate_as_delete, with_declared_types,
+    count_stream, ctas_query, ctas_with_rows, dml_never_matches, dml_without_subqueries,
+    insert_with_table_fields, truncate_as_delete, with_declared_types,
 };
 use crate::catalog::files::enable_url_tables;
 use crate::core::error::{EngineError, Result};
@@ -1236,7 +1237,7 @@ impl Session {
         // The Exasol dialect keeps declared types (`VARCHAR(10)`) as field metadata; the
         // default dialect's plans stay DataFusion's (whose EXPLAIN and recursive queries show
         // and compare field metadata).
-        let mut plan = if exasol {
+        let plan = if exasol {
             with_declared_types(plan, &declared_types)?
         } else {
             plan
@@ -1246,6 +1247,10 @@ impl Session {
         }
         if is_table_ddl(&plan) {
             self.commit_before_ddl().await?;
+        }
+        let mut plan = dml_without_subqueries(plan, &state).await?;
+        if dml_never_matches(&plan)? {
+            return Ok((count_stream(0)?, ResultShape::SINGLE));
         }
         if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan
             && c.file_type.eq_ignore_ascii_case("delta")

@@ -312,3 +312,196 @@ mod tests {
         ));
     }
 }
+
+/// The `DELETE` or `UPDATE` of `plan` with its uncorrelated subqueries replaced by what they
+/// answer (`id IN (SELECT …)` by the list of values, `(SELECT max(…))` by the value, `EXISTS
+/// (…)` by true or false), evaluated first in `state`; other plans unchanged.
+///
+/// DataFusion hands a table's `delete_from`/`update` only the conditions on the table itself:
+/// one a subquery became (a semi join) would be lost, and the statement would change every row.
+///
+/// # Errors
+///
+/// 0A000 for a correlated subquery (`EXISTS (… WHERE u.id = t.id)`: write it as `MERGE INTO t
+/// USING u ON … WHEN MATCHED THEN DELETE|UPDATE`) or one of more than 100,000 values; 21000
+/// for a scalar subquery of more than one row.
+pub(crate) async fn dml_without_subqueries(
+    plan: LogicalPlan,
+    state: &datafusion::execution::session_state::SessionState,
+) -> Result<LogicalPlan> {
+    use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Subquery, expr::InList};
+    let LogicalPlan::Dml(dml) = &plan else {
+        return Ok(plan);
+    };
+    if !matches!(dml.op, WriteOp::Delete | WriteOp::Update) {
+        return Ok(plan);
+    }
+    // The subqueries, in the order the rewrite below meets them.
+    let mut found: Vec<Subquery> = Vec::new();
+    dml.input.apply(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                match e {
+                    Expr::InSubquery(s) => found.push(s.subquery.clone()),
+                    Expr::Exists(s) => found.push(s.subquery.clone()),
+                    Expr::ScalarSubquery(s) => found.push(s.clone()),
+                    _ => return Ok(TreeNodeRecursion::Continue),
+                }
+                Ok(TreeNodeRecursion::Jump)
+            })
+        })
+    })?;
+    if found.is_empty() {
+        return Ok(plan);
+    }
+    let unsupported = |what: &str| {
+        crate::core::error::EngineError::Sql(datafusion::error::DataFusionError::NotImplemented(
+            format!(
+                "{} with {what}: write it as MERGE INTO t USING (…) s ON … WHEN MATCHED THEN \
+                 {}",
+                if dml.op == WriteOp::Delete {
+                    "DELETE"
+                } else {
+                    "UPDATE"
+                },
+                if dml.op == WriteOp::Delete {
+                    "DELETE"
+                } else {
+                    "UPDATE SET …"
+                }
+            ),
+        ))
+    };
+    let mut answers: Vec<Vec<datafusion::common::ScalarValue>> = Vec::with_capacity(found.len());
+    for subquery in &found {
+        if !subquery.outer_ref_columns.is_empty() {
+            return Err(unsupported("a correlated subquery"));
+        }
+        let frame = datafusion::dataframe::DataFrame::new(
+            state.clone(),
+            subquery.subquery.as_ref().clone(),
+        );
+        let batches = frame.collect().await?;
+        let mut values = Vec::new();
+        for batch in &batches {
+            for row in 0..batch.num_rows() {
+                values.push(datafusion::common::ScalarValue::try_from_array(
+                    batch.column(0),
+                    row,
+                )?);
+            }
+            if values.len() > 100_000 {
+                return Err(unsupported("a subquery of more than 100,000 values"));
+            }
+        }
+        answers.push(values);
+    }
+    let mut next = 0usize;
+    let mut take = || {
+        let values = answers.get(next).cloned().unwrap_or_default();
+        next += 1;
+        values
+    };
+    let input = Arc::unwrap_or_clone(Arc::clone(&dml.input))
+        .transform_down(|node| {
+            node.map_expressions(|e| {
+                e.transform_down(|e| {
+                    let replaced = match e {
+                        Expr::InSubquery(s) => Expr::InList(InList::new(
+                            s.expr,
+                            take().into_iter().map(|v| Expr::Literal(v, None)).collect(),
+                            s.negated,
+                        )),
+                        Expr::Exists(s) => Expr::Literal(
+                            datafusion::common::ScalarValue::Boolean(Some(
+                                take().is_empty() == s.negated,
+                            )),
+                            None,
+                        ),
+                        Expr::ScalarSubquery(s) => {
+                            let values = take();
+                            if values.len() > 1 {
+                                return Err(datafusion::error::DataFusionError::Execution(
+                                    "[21000] a subquery used as a value returned more than one \
+                                     row"
+                                    .into(),
+                                ));
+                            }
+                            let value = match values.into_iter().next() {
+                                Some(v) => v,
+                                None => datafusion::common::ScalarValue::try_from(
+                                    s.subquery.schema().field(0).data_type(),
+                                )?,
+                            };
+                            Expr::Literal(value, None)
+                        }
+                        other => return Ok(Transformed::no(other)),
+                    };
+                    Ok(Transformed::new(replaced, true, TreeNodeRecursion::Jump))
+                })
+            })
+        })?
+        .data;
+    Ok(LogicalPlan::Dml(DmlStatement {
+        input: Arc::new(input),
+        ..dml.clone()
+    }))
+}
+
+/// Whether the `DELETE` or `UPDATE` of `plan` has a condition that no row can meet (`WHERE 1 =
+/// 0`, `WHERE NOT EXISTS (…)` of a non-empty query): DataFusion's optimizer turns such a
+/// condition into an empty relation, and the table's `delete_from`/`update` would then be
+/// handed no condition at all — every row. The session answers 0 rows instead.
+pub(crate) fn dml_never_matches(plan: &LogicalPlan) -> Result<bool> {
+    use datafusion::common::ScalarValue;
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::simplify::SimplifyContext;
+    use datafusion::optimizer::simplify_expressions::ExprSimplifier;
+    let LogicalPlan::Dml(dml) = plan else {
+        return Ok(false);
+    };
+    if !matches!(dml.op, WriteOp::Delete | WriteOp::Update) {
+        return Ok(false);
+    }
+    let mut never = false;
+    dml.input.apply(|node| {
+        if let LogicalPlan::Filter(filter) = node {
+            let context = SimplifyContext::builder()
+                .with_schema(Arc::clone(filter.input.schema()))
+                .build();
+            let simplified = ExprSimplifier::new(context).simplify(filter.predicate.clone())?;
+            if matches!(
+                simplified,
+                Expr::Literal(
+                    ScalarValue::Boolean(Some(false)) | ScalarValue::Boolean(None),
+                    _
+                ) | Expr::Literal(ScalarValue::Null, _)
+            ) {
+                never = true;
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(never)
+}
+
+/// A DML statement's one-row result: `count` rows affected.
+pub(crate) fn count_stream(rows: u64) -> Result<datafusion::execution::SendableRecordBatchStream> {
+    use datafusion::arrow::array::UInt64Array;
+    use datafusion::arrow::datatypes::{DataType, Schema};
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::UInt64,
+        false,
+    )]));
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![Arc::new(UInt64Array::from(vec![rows]))],
+    )
+    .map_err(|e| crate::core::error::EngineError::Sql(e.into()))?;
+    Ok(Box::pin(
+        datafusion::physical_plan::memory::MemoryStream::try_new(vec![batch], schema, None)?,
+    ))
+}

@@ -523,3 +523,63 @@ async fn merge_updates_deletes_and_inserts_in_one_statement() {
     );
     assert_eq!(number(&s, "SELECT count(*) FROM stock").await, 6);
 }
+
+#[tokio::test]
+async fn delete_and_update_with_subqueries_touch_only_the_rows_they_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path());
+    let s = engine.session();
+    s.sql("CREATE TABLE t AS SELECT value AS id FROM generate_series(1, 10)")
+        .await
+        .unwrap();
+    s.sql("CREATE TABLE gone AS SELECT value AS id FROM generate_series(1, 3)")
+        .await
+        .unwrap();
+    assert_eq!(
+        number(&s, "DELETE FROM t WHERE id IN (SELECT id FROM gone)").await,
+        3
+    );
+    assert_eq!(number(&s, "SELECT count(*) FROM t").await, 7);
+    // A correlated subquery is refused (nothing deleted), and MERGE says the same.
+    assert_eq!(
+        code(
+            &s,
+            "DELETE FROM t WHERE EXISTS (SELECT 1 FROM gone WHERE gone.id + 3 = t.id)"
+        )
+        .await,
+        "0A000"
+    );
+    assert_eq!(number(&s, "SELECT count(*) FROM t").await, 7);
+    assert_eq!(
+        number(
+            &s,
+            "MERGE INTO t USING (SELECT id + 3 AS id FROM gone) g ON t.id = g.id \
+             WHEN MATCHED THEN DELETE"
+        )
+        .await,
+        3
+    );
+    assert_eq!(number(&s, "SELECT count(*) FROM t").await, 4);
+    assert_eq!(
+        number(&s, "DELETE FROM t WHERE NOT EXISTS (SELECT 1 FROM gone)").await,
+        0
+    );
+    assert_eq!(number(&s, "DELETE FROM t WHERE 1 = 0").await, 0);
+    assert_eq!(
+        number(&s, "UPDATE t SET id = 0 WHERE id IS NULL AND id > 1").await,
+        0
+    );
+    assert_eq!(number(&s, "SELECT count(*) FROM t").await, 4);
+    assert_eq!(
+        number(
+            &s,
+            "UPDATE t SET id = id * 100 WHERE id = (SELECT max(id) FROM gone) + 4"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        column(&s, "SELECT id FROM t ORDER BY id").await,
+        ["8", "9", "10", "700"]
+    );
+}
