@@ -6,8 +6,10 @@
 -- Each statement's result is printed in turn; the first failing statement stops the script and
 -- is reported as `ERROR at examples/quickstart.sql:LINE (statement N): [CODE] message`.
 
--- 1. A small in-memory table: five cities with their coordinates in degrees.
-CREATE TABLE cities (name VARCHAR, country VARCHAR, lat DOUBLE, lon DOUBLE);
+-- 1. A small table: five cities with their coordinates in degrees. It is kept in the data
+--    directory (a Delta Lake table under ~/.local/share/accelsql/tables/public/cities, or
+--    --data-dir DIR; --in-memory keeps it in memory), so running the script again replaces it.
+CREATE OR REPLACE TABLE cities (name VARCHAR, country VARCHAR, lat DOUBLE, lon DOUBLE);
 INSERT INTO cities VALUES
     ('Berlin',    'DE', 52.5200,  13.4050),
     ('Paris',     'FR', 48.8566,   2.3522),

@@ -80,7 +80,7 @@ def test_close_and_context_manager():
     c.close()  # twice is fine
 
 
-def test_connections_share_the_engine_not_their_tables(unique):
+def test_connections_share_the_engine_and_its_tables(unique):
     name = unique("shared_script")
     a = accelsql.connect(simulated_gpus=2)
     b = accelsql.connect(simulated_gpus=2)
@@ -89,7 +89,12 @@ def test_connections_share_the_engine_not_their_tables(unique):
         "def run(ctx):\n    return ctx.x + 1\n/"
     )
     assert b.execute(f"SELECT {name}(41)").fetchval() == 42
-    a.execute("CREATE TABLE only_a(x INT) AS VALUES (1)")
+    # The engine's tables are every connection's; a temporary table is its own.
+    table = unique("shared_table")
+    a.execute(f"CREATE TABLE {table}(x INT) AS VALUES (1)")
+    assert b.execute(f"SELECT x FROM {table}").fetchval() == 1
+    a.execute(f"DROP TABLE {table}")
+    a.execute("CREATE TEMPORARY TABLE only_a(x INT) AS VALUES (1)")
     with pytest.raises(accelsql.AccelsqlError):
         b.execute("SELECT * FROM only_a")
     # Another device configuration is another engine: the script is not there.

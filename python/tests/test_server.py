@@ -204,10 +204,13 @@ def test_accelsql_connect_speaks_to_the_server(server):
         with pytest.raises(accelsql.AccelsqlError) as info:
             conn.register_udf(lambda x: x, name="f", inputs=["DOUBLE"], returns="DOUBLE")
         assert info.value.code == "0A000"
-        # A connection is its own session: another one does not see its tables.
-        with accelsql.connect(server.url, user=USER, password=PASSWORD) as other:
+        # A connection is its own session: it sees the server's tables, not another's
+        # temporary ones.
+        conn.execute("CREATE TEMPORARY TABLE mine AS SELECT 1 AS x")
+        with accelsql.connect(server.url, user=USER, password=PASSWORD, lower_ident=True) as other:
+            assert other.execute("SELECT count(*) FROM nums").fetchval() == 4
             with pytest.raises(accelsql.AccelsqlError):
-                other.execute("SELECT * FROM nums")
+                other.execute("SELECT * FROM mine")
     with pytest.raises(accelsql.AccelsqlError) as info:
         accelsql.connect(server.url, user=USER, password="bad").execute("SELECT 1")
     assert info.value.code == "28000"

@@ -11,8 +11,9 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, 
 
 
 @pytest.fixture
-def engine():
-    e = create_engine("accelsql://?simulated_gpus=2&gpu_wait_timeout=30s")
+def engine(tmp_path):
+    # A data directory of its own: an engine (and tables) no other test shares.
+    e = create_engine(f"accelsql://?simulated_gpus=2&gpu_wait_timeout=30s&data_dir={tmp_path}")
     yield e
     e.dispose()
 

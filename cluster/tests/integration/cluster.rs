@@ -855,3 +855,77 @@ fn a_client_outlives_the_runtime_its_connections_were_made_on() {
     let _inside = cluster_runtime.enter();
     drop(cluster);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stored_tables_are_read_by_the_nodes_and_written_through_one_log() {
+    let cluster = start_cluster().await;
+    let data = tempfile::tempdir().unwrap();
+    let client = ClusterClient::connect(
+        &cluster.scheduler.address().to_string(),
+        cluster.auth(),
+        None,
+    )
+    .await
+    .unwrap();
+    let engine = Engine::with_options(client.engine_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+        data_dir: Some(data.path().to_path_buf()),
+        ..EngineOptions::default()
+    }))
+    .unwrap();
+    let s = engine.session();
+    s.sql("CREATE TABLE st (x BIGINT)").await.unwrap();
+    // Three commits, three files.
+    for i in 0..3 {
+        s.sql(&format!(
+            "INSERT INTO st SELECT value FROM generate_series({}, {})",
+            i * 100 + 1,
+            (i + 1) * 100
+        ))
+        .await
+        .unwrap();
+    }
+    // The nodes read the table's files: every node a file, the rows once.
+    let by_node = rows(
+        &s.sql("SELECT iproc() AS node, count(*) FROM st GROUP BY iproc() ORDER BY node")
+            .await
+            .unwrap(),
+    );
+    let nodes: Vec<&str> = by_node.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(nodes, ["0", "1", "2"], "{by_node:?}");
+    assert_eq!(
+        rows(&s.sql("SELECT sum(x), count(*) FROM st").await.unwrap()),
+        [["45150", "300"]]
+    );
+    // Writes commit through the client's log; the nodes then read the new version.
+    s.sql("UPDATE st SET x = -x WHERE x <= 10").await.unwrap();
+    assert_eq!(
+        rows(&s.sql("SELECT count(*) FROM st WHERE x < 0").await.unwrap()),
+        [["10"]]
+    );
+    assert_eq!(
+        rows(
+            &s.sql("SELECT count(*) FROM st VERSION AS OF 1")
+                .await
+                .unwrap()
+        ),
+        [["100"]]
+    );
+    // Another client engine on the same data directory sees the same table.
+    let other = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+        data_dir: Some(data.path().to_path_buf()),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    assert_eq!(
+        rows(
+            &other
+                .session()
+                .sql("SELECT count(*) FROM st WHERE x < 0")
+                .await
+                .unwrap()
+        ),
+        [["10"]]
+    );
+}

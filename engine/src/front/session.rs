@@ -1359,6 +1359,10 @@ impl Session {
             ]);
         }
         let is_analyze = matches!(plan, LogicalPlan::Analyze(_));
+        // A write runs to its end before the statement returns: its effect must not depend on
+        // the client reading the count (a client that moves on to its next statement drops an
+        // unread result).
+        let is_write = matches!(plan, LogicalPlan::Dml(_));
         let described = match &plan {
             LogicalPlan::DescribeTable(d) => Some(Arc::clone(&d.schema)),
             _ => None,
@@ -1449,6 +1453,13 @@ impl Session {
         let stream: SendableRecordBatchStream = match &insert_target {
             Some(table) => compact_after(Box::pin(stream), table, batch_size),
             None => Box::pin(stream),
+        };
+        let stream: SendableRecordBatchStream = if is_write {
+            let schema = stream.schema();
+            let batches: Vec<RecordBatch> = stream.try_collect().await?;
+            Box::pin(MemoryStream::try_new(batches, schema, None)?)
+        } else {
+            stream
         };
         let stream: SendableRecordBatchStream = match rewritten
             .output
