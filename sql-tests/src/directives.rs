@@ -17,6 +17,9 @@ pub struct Directives {
     /// `gpu_sharing = memory`: the file's engine shares its GPUs by memory (see
     /// `SchedulerConfig::gpu_sharing`).
     pub gpu_sharing: Option<accelsql_engine::gpu_scheduler::GpuSharing>,
+    /// `data_dir = true`: the file's engine keeps its tables (Delta Lake tables), scripts and
+    /// users in a fresh data directory of its own, removed after the file.
+    pub data_dir: bool,
 }
 
 /// The prefix of a directive line.
@@ -77,10 +80,16 @@ impl Directives {
                             .map_err(|e| format!("line {at}: {e}"))?,
                     );
                 }
+                "data_dir" => {
+                    let value = value.trim();
+                    directives.data_dir = value.parse::<bool>().map_err(|_| {
+                        format!("line {at}: data_dir = {value:?} is not true or false")
+                    })?;
+                }
                 other => {
                     return Err(format!(
                         "line {at}: unknown directive {other:?} (known: simulated_gpus, \
-                         url_tables, single_node, gpu_sharing)"
+                         url_tables, single_node, gpu_sharing, data_dir)"
                     ));
                 }
             }

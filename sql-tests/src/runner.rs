@@ -155,6 +155,7 @@ fn engine_for(
     flavor: Flavor,
     directives: &Directives,
     hook: Option<&EngineHook>,
+    data_dir: Option<&Path>,
 ) -> Result<Engine, String> {
     let config = match flavor {
         // Parity files need no devices; do not probe NVML for each of them.
@@ -177,6 +178,7 @@ fn engine_for(
         // CREATE USER's hashes: the default's 600,000 PBKDF2 rounds take seconds in a debug
         // build; what the suites check does not depend on the count.
         password_rounds: 10_000,
+        data_dir: data_dir.map(Path::to_path_buf),
         ..EngineOptions::default()
     };
     if let Some(hook) = hook {
@@ -187,6 +189,28 @@ fn engine_for(
         testing::register_fixtures(&engine).map_err(|e| e.to_string())?;
     }
     Ok(engine)
+}
+
+/// A file's own data directory (`# accelsql: data_dir = true`), removed when dropped.
+struct FileDataDir(std::path::PathBuf);
+
+impl FileDataDir {
+    /// A new folder under the system's temporary folder, named after the file and this process.
+    fn new(file: &Path) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let stem = file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(std::env::temp_dir().join(format!("accelsql-slt-{stem}-{}-{n}", std::process::id())))
+    }
+}
+
+impl Drop for FileDataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Whether a `skipif LABEL` skips the record (an `onlyif` for another label does not: the
@@ -254,7 +278,15 @@ async fn run_file_tracked(
             elapsed: start.elapsed(),
         };
     }
-    let engine = match engine_for(path, flavor, &directives, options.engine_hook.as_ref()) {
+    // `data_dir = true`: a fresh data directory, removed when the file ends.
+    let data_dir = directives.data_dir.then(|| FileDataDir::new(path));
+    let engine = match engine_for(
+        path,
+        flavor,
+        &directives,
+        options.engine_hook.as_ref(),
+        data_dir.as_ref().map(|d| d.0.as_path()),
+    ) {
         Ok(engine) => engine,
         Err(e) => return FileReport::failed(path, flavor, format!("no engine: {e}"), start),
     };

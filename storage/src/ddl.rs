@@ -20,7 +20,7 @@ use crate::scan::scan_files;
 use crate::table::{StoredTable, TableSnapshot};
 use crate::txn::remove_of;
 use crate::types::TableSchema;
-use crate::write::{FileWriter, delete_files};
+use crate::write::{FileWriter, delete_files, write_stream};
 
 /// Commits `actions` against `base` as `statement` (the log's `accelsql.statement`).
 async fn commit(
@@ -44,25 +44,33 @@ async fn commit(
     Ok(done.version())
 }
 
+/// `base`'s metadata with the columns of `schema`.
+fn metadata_with(
+    table: &StoredTable,
+    base: &TableSnapshot,
+    schema: &TableSchema,
+) -> Result<deltalake::kernel::Metadata> {
+    base.state
+        .metadata()
+        .clone()
+        .with_schema(&schema.delta)
+        .map_err(|e| StorageError::from_delta(table.name(), e.into()))
+}
+
 /// `ALTER TABLE t ADD COLUMN field`: the new version.
 ///
 /// # Errors
 ///
 /// 42710 when the column exists.
 pub async fn add_column(table: &StoredTable, field: &Field) -> Result<u64> {
-    let base = table.latest().await?;
+    let base = table.latest_read().await?;
     if base.schema.logical.field_with_name(field.name()).is_ok() {
         return Err(StorageError::Exists {
             what: format!("column {} of table {}", field.name(), table.name()),
         });
     }
     let schema = base.schema.with_column(field)?;
-    let metadata = base
-        .state
-        .metadata()
-        .clone()
-        .with_schema(&schema.delta)
-        .map_err(|e| StorageError::from_delta(table.name(), e.into()))?;
+    let metadata = metadata_with(table, base.as_ref(), &schema)?;
     let added: Vec<_> = schema
         .delta
         .fields()
@@ -89,7 +97,7 @@ pub async fn drop_columns(
     state: &dyn Session,
     names: &[String],
 ) -> Result<u64> {
-    let base = table.latest().await?;
+    let base = table.latest_read().await?;
     let logical = &base.schema.logical;
     for name in names {
         logical
@@ -132,7 +140,7 @@ pub async fn rename_column(
     old: &str,
     new: &str,
 ) -> Result<u64> {
-    let base = table.latest().await?;
+    let base = table.latest_read().await?;
     let logical = &base.schema.logical;
     let at = logical.index_of(old).map_err(|_| StorageError::NotFound {
         what: format!("column {old} of table {}", table.name()),
@@ -191,34 +199,32 @@ async fn rewrite(
             )
             .await
             .map_err(StorageError::DataFusion)?;
-            let mut stream = plan
+            let stream = plan
                 .execute(0, Arc::clone(&context))
                 .map_err(StorageError::DataFusion)?;
-            let mut writer = FileWriter::new(table, &schema, Some(&base.state));
-            while let Some(batch) = stream.next().await {
-                let batch = match batch {
-                    Ok(b) => b,
-                    Err(e) => {
-                        writer.abort().await;
-                        return Err(StorageError::DataFusion(e));
-                    }
-                };
+            let columns = Arc::clone(&schema.logical);
+            let name = table.name().to_string();
+            let sources = sources.to_vec();
+            let moved = stream.map(move |batch| {
+                let batch = batch?;
                 let arrays = sources
                     .iter()
                     .map(|&i| Arc::clone(batch.column(i)))
                     .collect();
-                let moved =
-                    RecordBatch::try_new(Arc::clone(&schema.logical), arrays).map_err(|e| {
-                        StorageError::Data {
-                            detail: format!("rewriting table {}: {e}", table.name()),
-                        }
-                    })?;
-                if let Err(e) = writer.write(&moved).await {
-                    writer.abort().await;
-                    return Err(e);
-                }
-            }
-            let (adds, _) = writer.finish().await?;
+                RecordBatch::try_new(Arc::clone(&columns), arrays).map_err(|e| {
+                    datafusion::error::DataFusionError::Execution(format!(
+                        "rewriting table {name}: {e}"
+                    ))
+                })
+            });
+            let moved = Box::pin(
+                datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                    Arc::clone(&schema.logical),
+                    moved,
+                ),
+            );
+            let writer = FileWriter::new(table, &schema, Some(&base.state));
+            let (adds, _) = write_stream(writer, moved).await?;
             added.extend(adds);
         }
         Ok(())
@@ -228,12 +234,7 @@ async fn rewrite(
         delete_files(table, &added).await;
         return Err(e);
     }
-    let metadata = base
-        .state
-        .metadata()
-        .clone()
-        .with_schema(&schema.delta)
-        .map_err(|e| StorageError::from_delta(table.name(), e.into()))?;
+    let metadata = metadata_with(table, base, &schema)?;
     let mut actions = vec![Action::Metadata(metadata)];
     actions.extend(base.files.iter().map(|f| Action::Remove(remove_of(&f.add))));
     actions.extend(added.iter().cloned().map(Action::Add));

@@ -54,6 +54,33 @@ pub(crate) fn count_batch(schema: &SchemaRef, rows: u64) -> DfResult<RecordBatch
     )?)
 }
 
+/// The stream of a write plan's one partition: runs `work` when first polled and yields its one
+/// row, the rows affected. Another partition than 0 is an internal error.
+pub(crate) fn count_stream<F>(
+    plan: &str,
+    partition: usize,
+    count: &SchemaRef,
+    work: F,
+) -> DfResult<SendableRecordBatchStream>
+where
+    F: std::future::Future<Output = Result<u64>> + Send + 'static,
+{
+    if partition != 0 {
+        return Err(DataFusionError::Internal(format!(
+            "{plan} has one partition, not {partition}"
+        )));
+    }
+    let schema = Arc::clone(count);
+    let stream = futures::stream::once(async move {
+        let rows = work.await.map_err(StorageError::into_datafusion)?;
+        count_batch(&schema, rows)
+    });
+    Ok(Box::pin(RecordBatchStreamAdapter::new(
+        Arc::clone(count),
+        stream,
+    )))
+}
+
 /// `INSERT INTO t …` (`overwrite`: `INSERT OVERWRITE`): its input's rows into new files of the
 /// table, handed to the session's transaction.
 pub struct WriteExec {
@@ -161,17 +188,11 @@ impl ExecutionPlan for WriteExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "DeltaWriteExec has one partition, not {partition}"
-            )));
-        }
         let table = Arc::clone(&self.table);
         let schema = self.schema.clone();
         let input = Arc::clone(&self.input);
         let overwrite = self.overwrite;
         let txn = Arc::clone(&self.txn);
-        let count = Arc::clone(&self.count);
         let work = async move {
             let view = txn.view(&table).await?;
             let (added, rows) =
@@ -195,16 +216,9 @@ impl ExecutionPlan for WriteExec {
             if committed.is_some() {
                 crate::maintenance::compact_in_background(&table);
             }
-            Ok::<u64, StorageError>(rows)
+            Ok(rows)
         };
-        let stream = futures::stream::once(async move {
-            let rows = work.await.map_err(StorageError::into_datafusion)?;
-            count_batch(&count, rows)
-        });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.count),
-            stream,
-        )))
+        count_stream("DeltaWriteExec", partition, &self.count, work)
     }
 }
 
@@ -340,11 +354,6 @@ impl ExecutionPlan for RewriteExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "DeltaRewriteExec has one partition, not {partition}"
-            )));
-        }
         let job = Job {
             table: Arc::clone(&self.table),
             schema: self.schema.clone(),
@@ -355,7 +364,6 @@ impl ExecutionPlan for RewriteExec {
         let files = self.files.clone();
         let view = self.view.clone();
         let txn = Arc::clone(&self.txn);
-        let count = Arc::clone(&self.count);
         let work = async move {
             let (added, removed, rows) = job.run(&view, files).await?;
             let kind = match job.rewrite {
@@ -371,16 +379,9 @@ impl ExecutionPlan for RewriteExec {
                 kind,
             };
             txn.apply(change).await?;
-            Ok::<u64, StorageError>(rows)
+            Ok(rows)
         };
-        let stream = futures::stream::once(async move {
-            let rows = work.await.map_err(StorageError::into_datafusion)?;
-            count_batch(&count, rows)
-        });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.count),
-            stream,
-        )))
+        count_stream("DeltaRewriteExec", partition, &self.count, work)
     }
 }
 

@@ -164,6 +164,50 @@ impl StorageError {
         }
     }
 
+    /// The same error again (for each of several statements a failed group commit held): the
+    /// same code and message.
+    pub fn duplicate(&self) -> Self {
+        match self {
+            Self::Conflict { table, detail } => Self::Conflict {
+                table: table.clone(),
+                detail: detail.clone(),
+            },
+            Self::DiskFull { table, detail } => Self::DiskFull {
+                table: table.clone(),
+                detail: detail.clone(),
+            },
+            Self::Corrupt { table, detail } => Self::Corrupt {
+                table: table.clone(),
+                detail: detail.clone(),
+            },
+            Self::Io { table, detail } => Self::Io {
+                table: table.clone(),
+                detail: detail.clone(),
+            },
+            Self::NotFound { what } => Self::NotFound { what: what.clone() },
+            Self::Exists { what } => Self::Exists { what: what.clone() },
+            Self::Unsupported { what } => Self::Unsupported { what: what.clone() },
+            Self::Data { detail } => Self::Data {
+                detail: detail.clone(),
+            },
+            Self::NotNull { table, column } => Self::NotNull {
+                table: table.clone(),
+                column: column.clone(),
+            },
+            Self::TransactionState { detail } => Self::TransactionState {
+                detail: detail.clone(),
+            },
+            Self::DataFusion(e) => Self::Internal {
+                table: String::new(),
+                detail: e.to_string(),
+            },
+            Self::Internal { table, detail } => Self::Internal {
+                table: table.clone(),
+                detail: detail.clone(),
+            },
+        }
+    }
+
     /// This error for DataFusion, which hands it back unchanged to whoever downcasts it.
     pub fn into_datafusion(self) -> DataFusionError {
         match self {

@@ -13,10 +13,12 @@
 //!   commits with delta-rs's conflict checks (40001).
 //! - [`maintenance`]: `OPTIMIZE` (and automatic compaction of many small files), `VACUUM`.
 //! - [`types::TableSchema`]: a table's columns as the engine sees them and as Delta holds them.
+//! - [`cache::FileCache`]: decoded data files kept in memory (the buffer cache).
 //!
 //! Nothing here writes a storage format of its own: the files are Parquet, the log is Delta's,
 //! and both are written by delta-rs, so DuckDB, Polars, pandas and Spark read the tables.
 
+pub mod cache;
 pub mod catalog;
 pub mod ddl;
 pub mod dml;
@@ -32,6 +34,7 @@ pub mod txn;
 pub mod types;
 pub mod write;
 
+pub use crate::cache::FileCache;
 pub use crate::catalog::{AsOf, StoreCatalog};
 pub use crate::error::{Result, StorageError};
 pub use crate::provider::DeltaProvider;

@@ -56,16 +56,26 @@ async fn loaded(table: &StoredTable) -> Result<DeltaTable> {
     Ok(handle)
 }
 
+/// Deletes the log entries older than the table's log retention (`delta.logRetentionDuration`,
+/// 30 days by default) that a checkpoint covers: commits do not (each cleanup lists the whole
+/// log), compaction and vacuum do. A failure is logged.
+async fn clean_log(table: &StoredTable, handle: &DeltaTable) {
+    if let Err(e) = deltalake::checkpoints::cleanup_metadata(handle, None).await {
+        log::info!("table {}: cleaning up old log entries: {e}", table.name());
+    }
+}
+
 /// `OPTIMIZE t`: joins the table's small files into files of about [`TARGET_FILE_SIZE`], in
 /// one commit that changes no row (a concurrent statement that rewrote one of those files
 /// wins; the compaction then fails with 40001 and changes nothing).
 pub async fn optimize(table: &StoredTable) -> Result<Compaction> {
     let handle = loaded(table).await?;
-    let (_, metrics) = handle
+    let (handle, metrics) = handle
         .optimize()
         .with_target_size(NonZeroU64::new(TARGET_FILE_SIZE).unwrap_or(NonZeroU64::MIN))
         .await
         .map_err(|e| StorageError::from_delta(table.name(), e))?;
+    clean_log(table, &handle).await;
     Ok(Compaction {
         files_added: metrics.num_files_added,
         files_removed: metrics.num_files_removed,
@@ -83,7 +93,7 @@ pub async fn vacuum(
 ) -> Result<Vacuum> {
     let handle = loaded(table).await?;
     let hours = retain_hours.unwrap_or(DEFAULT_RETENTION_HOURS);
-    let (_, metrics) = handle
+    let (handle, metrics) = handle
         .vacuum()
         .with_mode(VacuumMode::Full)
         .with_retention_period(chrono::Duration::hours(hours as i64))
@@ -91,6 +101,7 @@ pub async fn vacuum(
         .with_dry_run(dry_run)
         .await
         .map_err(|e| StorageError::from_delta(table.name(), e))?;
+    clean_log(table, &handle).await;
     Ok(Vacuum {
         files_deleted: metrics.files_deleted,
     })
@@ -117,6 +128,14 @@ pub fn compact_in_background(table: &Arc<StoredTable>) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    // Most writes leave few small files: look at the snapshot read already before starting
+    // anything.
+    if table
+        .cached()
+        .is_some_and(|s| small_files(&s) < COMPACT_MIN_SMALL_FILES)
+    {
+        return;
+    }
     if !table.start_compacting() {
         return;
     }

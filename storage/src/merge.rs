@@ -497,17 +497,11 @@ impl ExecutionPlan for MergeExec {
         partition: usize,
         context: Arc<datafusion::execution::TaskContext>,
     ) -> DfResult<datafusion::execution::SendableRecordBatchStream> {
-        if partition != 0 {
-            return Err(datafusion::common::DataFusionError::Internal(format!(
-                "DeltaMergeExec has one partition, not {partition}"
-            )));
-        }
         let table = Arc::clone(&self.table);
         let schema = self.schema.clone();
         let view = self.view.clone();
         let plan = Arc::clone(&self.plan);
         let txn = Arc::clone(&self.txn);
-        let count = Arc::clone(&self.count);
         let work = async move {
             let (added, rows) = write_merge(&table, &schema, plan, context).await?;
             let change = crate::txn::Change {
@@ -518,17 +512,8 @@ impl ExecutionPlan for MergeExec {
                 kind: crate::txn::ChangeKind::Merge,
             };
             txn.apply(change).await?;
-            Ok::<u64, StorageError>(rows)
+            Ok(rows)
         };
-        let stream = futures::stream::once(async move {
-            let rows = work.await.map_err(StorageError::into_datafusion)?;
-            crate::dml::count_batch(&count, rows)
-        });
-        Ok(Box::pin(
-            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
-                Arc::clone(&self.count),
-                stream,
-            ),
-        ))
+        crate::dml::count_stream("DeltaMergeExec", partition, &self.count, work)
     }
 }

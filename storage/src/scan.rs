@@ -5,10 +5,12 @@
 
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use datafusion::catalog::Session;
 use datafusion::common::stats::Precision;
 use datafusion::common::{Result as DfResult, Statistics, project_schema};
 use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::object_store::ObjectStoreUrl;
 use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
@@ -22,9 +24,11 @@ use datafusion::parquet::file::metadata::ParquetMetaData;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion::physical_plan::union::UnionExec;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
+use crate::cache::FileCache;
 use crate::error::StorageError;
 use crate::table::{DataFile, StoredTable};
 use crate::types::TableSchema;
@@ -57,10 +61,11 @@ pub(crate) fn object_store_url(
 }
 
 /// A scan of `files` of `table`, with `schema`'s logical columns (projected by `projection`),
-/// at most `limit` rows when given.
+/// at most `limit` rows when given. Files the session's [`FileCache`] holds are read from
+/// memory; the others from disk (and read into the cache in the background when they fit).
 pub(crate) async fn scan_files(
     state: &dyn Session,
-    table: &StoredTable,
+    table: &Arc<StoredTable>,
     schema: &TableSchema,
     files: &[DataFile],
     projection: Option<&Vec<usize>>,
@@ -71,6 +76,100 @@ pub(crate) async fn scan_files(
         let projected = project_schema(&logical, projection)?;
         return Ok(Arc::new(EmptyExec::new(projected)));
     }
+    let Some(cache) = state.config().get_extension::<FileCache>() else {
+        return parquet_scan(state, table, schema, files, projection, limit).await;
+    };
+    let mut cached: Vec<RecordBatch> = Vec::new();
+    let mut on_disk: Vec<DataFile> = Vec::new();
+    for file in files {
+        let path = table
+            .file_path(&file.add.path)
+            .map_err(StorageError::into_datafusion)?
+            .to_string();
+        match cache.get(&path, &logical) {
+            Some(batches) => cached.extend(batches.iter().cloned()),
+            None => on_disk.push(file.clone()),
+        }
+    }
+    let mut plans: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+    if !on_disk.is_empty() {
+        plans.push(parquet_scan(state, table, schema, &on_disk, projection, limit).await?);
+        // A scan that stops early (a LIMIT) reads little of the table: not a reason to load it.
+        if limit.is_none() {
+            warm(state, &cache, table, schema, &on_disk).await?;
+        }
+    }
+    if !cached.is_empty() {
+        let partitions = state.config().target_partitions().max(1);
+        let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); partitions.min(cached.len())];
+        let count = parts.len();
+        for (i, batch) in cached.into_iter().enumerate() {
+            parts[i % count].push(batch);
+        }
+        plans.push(MemorySourceConfig::try_new_exec(
+            &parts,
+            Arc::clone(&logical),
+            projection.cloned(),
+        )?);
+    }
+    if plans.len() == 1 {
+        return Ok(plans.remove(0));
+    }
+    Ok(UnionExec::try_new(plans)?)
+}
+
+/// Reads the files of `files` the cache takes into it, each on a task of its own.
+async fn warm(
+    state: &dyn Session,
+    cache: &Arc<FileCache>,
+    table: &Arc<StoredTable>,
+    schema: &TableSchema,
+    files: &[DataFile],
+) -> DfResult<()> {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return Ok(());
+    };
+    for file in files {
+        let path = table
+            .file_path(&file.add.path)
+            .map_err(StorageError::into_datafusion)?
+            .to_string();
+        if !cache.claim(&path, file.add.size.max(0) as u64) {
+            continue;
+        }
+        let plan = match parquet_scan(state, table, schema, std::slice::from_ref(file), None, None)
+            .await
+        {
+            Ok(plan) => plan,
+            Err(_) => {
+                cache.release(&path);
+                continue;
+            }
+        };
+        let context = state.task_ctx();
+        let cache = Arc::clone(cache);
+        let logical = Arc::clone(&schema.logical);
+        runtime.spawn(async move {
+            let _turn = cache.load_permit().await;
+            match datafusion::physical_plan::collect(plan, context).await {
+                Ok(batches) => cache.insert(&path, &logical, batches),
+                Err(_) => cache.release(&path),
+            }
+        });
+    }
+    Ok(())
+}
+
+/// DataFusion's Parquet scan of `files`.
+async fn parquet_scan(
+    state: &dyn Session,
+    table: &StoredTable,
+    schema: &TableSchema,
+    files: &[DataFile],
+    projection: Option<&Vec<usize>>,
+    limit: Option<usize>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let logical = Arc::clone(&schema.logical);
     let url = object_store_url(state, table)?;
     let mut partitioned = Vec::with_capacity(files.len());
     for file in files {

@@ -30,6 +30,8 @@ use crate::write::{FileWriter, delete_files, write_plan, write_stream};
 
 /// The file in a schema's folder that keeps the schema's owner.
 const SCHEMA_FILE: &str = ".schema.json";
+/// Commits between two checkpoints of a table accelsql creates (Delta's default is 100).
+pub const CHECKPOINT_INTERVAL: u64 = 10;
 /// The extension of an attached table's link file.
 const LINK_EXTENSION: &str = "link";
 
@@ -355,7 +357,13 @@ impl TableStore {
                 SaveMode::Overwrite
             } else {
                 SaveMode::ErrorIfExists
-            });
+            })
+            // A checkpoint every CHECKPOINT_INTERVAL commits: each commit reads back the log
+            // since the last checkpoint, which row-by-row INSERTs make long.
+            .with_configuration_property(
+                deltalake::TableProperty::CheckpointInterval,
+                Some(CHECKPOINT_INTERVAL.to_string()),
+            );
         if let Some(owner) = owner {
             builder = builder
                 .with_raise_if_key_not_exists(false)

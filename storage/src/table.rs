@@ -142,6 +142,18 @@ pub struct StoredTable {
     latest: tokio::sync::Mutex<Option<(DeltaTable, Arc<TableSnapshot>)>>,
     /// A compaction of this table runs in the background (see `maintenance`).
     pub(crate) compacting: AtomicBool,
+    /// Appends of autocommit statements waiting for the next commit (group commit).
+    appends: std::sync::Mutex<Vec<QueuedAppend>>,
+    /// Held by the task committing queued appends.
+    committer: tokio::sync::Mutex<()>,
+}
+
+/// One statement's files, waiting to be committed with others'.
+#[derive(Debug)]
+struct QueuedAppend {
+    adds: Vec<Add>,
+    user: Option<String>,
+    done: tokio::sync::oneshot::Sender<Result<u64>>,
 }
 
 impl StoredTable {
@@ -156,6 +168,8 @@ impl StoredTable {
             log_store,
             latest: tokio::sync::Mutex::new(None),
             compacting: AtomicBool::new(false),
+            appends: std::sync::Mutex::new(Vec::new()),
+            committer: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -226,6 +240,38 @@ impl StoredTable {
         let snapshot = Arc::new(TableSnapshot::from_state(&self.name, state)?);
         *latest = Some((table, Arc::clone(&snapshot)));
         Ok(snapshot)
+    }
+
+    /// Takes the state a commit of this process left (delta-rs's post-commit state) as the
+    /// newest read here, when it is newer: the next statement then need not read the log
+    /// entry it just wrote.
+    pub async fn install(&self, state: DeltaTableState) {
+        let version = state.version();
+        let mut latest = self.latest.lock().await;
+        let Some((table, snapshot)) = latest.as_mut() else {
+            return;
+        };
+        if version <= snapshot.version {
+            return;
+        }
+        match TableSnapshot::from_state(&self.name, state.clone()) {
+            Ok(fresh) => {
+                table.state = Some(state);
+                *snapshot = Arc::new(fresh);
+            }
+            Err(e) => log::debug!("table {}: keeping the cached state: {e}", self.name),
+        }
+    }
+
+    /// The newest version, its delta-rs state read from the log (not advanced by this
+    /// process's own appends): for changes whose conflict checks read the whole table.
+    pub async fn latest_read(&self) -> Result<Arc<TableSnapshot>> {
+        let snapshot = self.latest().await?;
+        if snapshot.state.version() == snapshot.version {
+            return Ok(snapshot);
+        }
+        self.forget().await;
+        self.latest().await
     }
 
     /// The newest snapshot read here so far, if one was read and nobody is reading one now
@@ -321,11 +367,11 @@ impl StoredTable {
     /// The commits of the table, newest first (at most `limit`).
     pub async fn history(&self, limit: Option<usize>) -> Result<Vec<Commit>> {
         use futures::TryStreamExt;
-        let newest = self.latest().await?.version;
-        let guard = self.latest.lock().await;
-        let Some((table, _)) = guard.as_ref() else {
-            return Ok(Vec::new());
-        };
+        let mut table = DeltaTable::new(Arc::clone(&self.log_store));
+        if let Err(e) = table.load().await {
+            return Err(self.load_error(e).await);
+        }
+        let newest = table.version().unwrap_or_default();
         let infos: Vec<_> = table
             .history(limit)
             .try_collect()
@@ -403,6 +449,111 @@ impl StoredTable {
             table: self.name.clone(),
             detail: format!("data file path {add_path:?} in the log: {e}"),
         })
+    }
+
+    /// Commits `adds` (an autocommit statement's new files, nothing removed): with the appends of
+    /// other statements that arrive meanwhile, in one commit (group commit). The commit runs on
+    /// a task of its own, so a statement dropped while it waits cannot leave the others, or
+    /// the log, in between. The version that holds the files.
+    ///
+    /// # Errors
+    ///
+    /// As a commit fails (a full disk, a protocol change); the files are then deleted.
+    pub(crate) async fn append(
+        self: &Arc<Self>,
+        adds: Vec<Add>,
+        user: Option<String>,
+    ) -> Result<u64> {
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let first = {
+            let mut queue = self.appends.lock().unwrap_or_else(|e| e.into_inner());
+            queue.push(QueuedAppend { adds, user, done });
+            queue.len() == 1
+        };
+        if first {
+            let table = Arc::clone(self);
+            tokio::spawn(async move { table.commit_appends().await });
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(StorageError::Internal {
+                table: self.name.clone(),
+                detail: "the commit of this statement's rows was abandoned".into(),
+            })
+        })
+    }
+
+    /// Commits what the append queue holds, batch after batch, until it is empty.
+    async fn commit_appends(self: Arc<Self>) {
+        let _one = self.committer.lock().await;
+        loop {
+            let batch: Vec<QueuedAppend> =
+                std::mem::take(&mut *self.appends.lock().unwrap_or_else(|e| e.into_inner()));
+            if batch.is_empty() {
+                return;
+            }
+            let outcome = self.commit_batch(&batch).await;
+            for queued in batch {
+                let answer = match &outcome {
+                    Ok(version) => Ok(*version),
+                    Err(e) => Err(e.duplicate()),
+                };
+                let _ = queued.done.send(answer);
+            }
+        }
+    }
+
+    /// One commit of the files of `batch`.
+    async fn commit_batch(&self, batch: &[QueuedAppend]) -> Result<u64> {
+        use deltalake::kernel::Action;
+        use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
+        use deltalake::protocol::{DeltaOperation, SaveMode};
+        let adds: Vec<Add> = batch.iter().flat_map(|q| q.adds.iter().cloned()).collect();
+        let outcome = async {
+            let base = self.latest().await?;
+            let mut app = HashMap::new();
+            app.insert(
+                "accelsql.statement".to_string(),
+                serde_json::Value::String("INSERT".into()),
+            );
+            app.insert(
+                "accelsql.statements".to_string(),
+                serde_json::Value::from(batch.len()),
+            );
+            let mut users: Vec<&str> = batch.iter().filter_map(|q| q.user.as_deref()).collect();
+            users.sort();
+            users.dedup();
+            if !users.is_empty() {
+                app.insert(
+                    "userName".to_string(),
+                    serde_json::Value::String(users.join(", ")),
+                );
+            }
+            let properties = CommitProperties::default()
+                .with_cleanup_expired_logs(Some(false))
+                .with_max_retries(1000);
+            let done = CommitBuilder::from(properties)
+                .with_actions(adds.iter().cloned().map(Action::Add).collect())
+                .with_app_metadata(app)
+                .build(
+                    Some(&base.state),
+                    Arc::clone(&self.log_store),
+                    DeltaOperation::Write {
+                        mode: SaveMode::Append,
+                        partition_by: None,
+                        predicate: None,
+                    },
+                )
+                .await
+                .map_err(|e| StorageError::from_delta(&self.name, e))?;
+            let version = done.version();
+            self.install(done.snapshot()).await;
+            Ok(version)
+        }
+        .await;
+        if outcome.is_err() {
+            crate::write::delete_files(self, &adds).await;
+        }
+        outcome
     }
 
     /// Tries to start a background compaction: false when one runs already.

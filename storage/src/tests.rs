@@ -290,3 +290,76 @@ async fn create_or_replace_and_rename_and_drop() {
     assert!(run(&a, &ta, "SELECT * FROM u").await.is_err());
     assert!(store.table_names("public").is_empty());
 }
+
+#[tokio::test]
+async fn the_table_cache_answers_scans_as_the_files_would() {
+    use crate::cache::FileCache;
+    use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_table(dir.path()).await;
+    let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+    let cache = Arc::new(FileCache::new(&pool, 64 << 20));
+    let cached_session = || {
+        let txn = Arc::new(Transaction::new());
+        let config = SessionConfig::new()
+            .with_extension(Arc::clone(&txn))
+            .with_extension(Arc::clone(&cache))
+            .with_target_partitions(2);
+        let ctx = SessionContext::new_with_config(config);
+        ctx.register_catalog(
+            "datafusion",
+            Arc::new(StoreCatalog::new(Arc::clone(&store))),
+        );
+        (ctx, txn)
+    };
+    let (a, ta) = cached_session();
+    for i in 0..5 {
+        run(
+            &a,
+            &ta,
+            &format!("INSERT INTO t VALUES ({i}, 'n{i}'), ({}, NULL)", i + 100),
+        )
+        .await
+        .unwrap();
+    }
+    // The writes' rows are in the cache already.
+    assert!(cache.bytes() > 0);
+    let held = cache.bytes();
+    assert_eq!(number(&a, &ta, "SELECT sum(id) FROM t").await, 520);
+    assert_eq!(number(&a, &ta, "SELECT count(name) FROM t").await, 5);
+    // A file another process wrote is read from disk, then loaded in the background.
+    let (plain, tp) = session(&store);
+    run(&plain, &tp, "INSERT INTO t VALUES (1000, 'far')")
+        .await
+        .unwrap();
+    assert_eq!(number(&a, &ta, "SELECT sum(id) FROM t").await, 1520);
+    for _ in 0..100 {
+        if cache.bytes() > held {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        cache.bytes() > held,
+        "the file read from disk was not loaded"
+    );
+    assert_eq!(number(&a, &ta, "SELECT sum(id) FROM t").await, 1520);
+    // Deleted rows are gone from what the cache answers too.
+    assert_eq!(number(&a, &ta, "DELETE FROM t WHERE id >= 100").await, 6);
+    assert_eq!(number(&a, &ta, "SELECT sum(id) FROM t").await, 10);
+    // A new column: the cached files' rows are decoded anew, with it.
+    let table = store.table("public", "t").unwrap().unwrap();
+    crate::ddl::add_column(&table, &Field::new("extra", DataType::Int64, true))
+        .await
+        .unwrap();
+    assert_eq!(
+        number(&a, &ta, "SELECT count(*) FROM t WHERE extra IS NULL").await,
+        5
+    );
+    assert_eq!(number(&a, &ta, "SELECT sum(id) FROM t").await, 10);
+    // Time travel reads the old files, from the cache or the disk.
+    assert_eq!(
+        number(&a, &ta, "SELECT sum(id) FROM \"t@@version=6\"").await,
+        1520
+    );
+}

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::Mutex;
 
-use deltalake::kernel::transaction::CommitBuilder;
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{Action, Add, Remove};
 use deltalake::protocol::{DeltaOperation, SaveMode};
 
@@ -272,6 +272,14 @@ impl Transaction {
             // Autocommit: later reads of this statement see what it wrote.
             state.pinned.remove(&key);
         }
+        let user = self.user.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // An append commits with the appends of other statements arriving meanwhile.
+        if change.kind == ChangeKind::Append && change.removed.is_empty() {
+            if change.added.is_empty() {
+                return Ok(Some(change.base.version));
+            }
+            return change.table.append(change.added, user).await.map(Some);
+        }
         let pending = Pending {
             table: Arc::clone(&change.table),
             base: change.base,
@@ -280,7 +288,6 @@ impl Transaction {
             discarded: Vec::new(),
             kinds: BTreeSet::from([change.kind]),
         };
-        let user = self.user.lock().unwrap_or_else(|e| e.into_inner()).clone();
         commit_pending(pending, user.as_deref(), 1).await.map(Some)
     }
 
@@ -449,10 +456,14 @@ async fn commit_pending(p: Pending, user: Option<&str>, statements: usize) -> Re
             serde_json::Value::String(user.to_string()),
         );
     }
-    let commit = CommitBuilder::default()
+    // Log entries past their retention are cleaned up by OPTIMIZE and VACUUM, not by every
+    // commit (each cleanup lists the whole log).
+    let properties = CommitProperties::default()
+        .with_cleanup_expired_logs(Some(false))
+        .with_max_retries(1000);
+    let commit = CommitBuilder::from(properties)
         .with_actions(actions)
         .with_app_metadata(app)
-        .with_max_retries(1000)
         .build(
             Some(&p.base.state),
             Arc::clone(p.table.log_store()),
@@ -462,7 +473,9 @@ async fn commit_pending(p: Pending, user: Option<&str>, statements: usize) -> Re
     match commit {
         Ok(done) => {
             delete_files(&p.table, &p.discarded).await;
-            Ok(done.version())
+            let version = done.version();
+            p.table.install(done.snapshot()).await;
+            Ok(version)
         }
         Err(e) => {
             let e = StorageError::from_delta(p.table.name(), e);

@@ -19,6 +19,7 @@ use deltalake::operations::write::writer::{DeltaWriter, WriterConfig};
 use deltalake::table::state::DeltaTableState;
 use futures::StreamExt;
 
+use crate::cache::FileCache;
 use crate::error::{Result, StorageError};
 use crate::table::StoredTable;
 use crate::types::TableSchema;
@@ -26,12 +27,17 @@ use crate::types::TableSchema;
 /// A data file is closed at about this size (the Parquet bytes), and a new one started.
 pub const TARGET_FILE_SIZE: u64 = 128 * 1024 * 1024;
 
+/// A small write keeps its rows (up to this many bytes) for the table cache.
+const CACHED_WRITE_BYTES: usize = 8 * 1024 * 1024;
+
 /// Rows into new files of one table.
 pub struct FileWriter {
     table: Arc<StoredTable>,
     schema: TableSchema,
     writer: DeltaWriter,
     rows: u64,
+    /// The cache that takes a small write's rows, and the rows kept for it so far.
+    keep: Option<(Arc<FileCache>, Vec<RecordBatch>, usize)>,
 }
 
 impl FileWriter {
@@ -58,7 +64,14 @@ impl FileWriter {
             schema: schema.clone(),
             writer: DeltaWriter::new(table.object_store(), config),
             rows: 0,
+            keep: None,
         }
+    }
+
+    /// This writer, handing the rows of a small write (one file) to `cache` when it finishes.
+    pub(crate) fn with_cache(mut self, cache: Option<Arc<FileCache>>) -> Self {
+        self.keep = cache.map(|c| (c, Vec::new(), 0));
+        self
     }
 
     /// Writes `batch` (the logical schema's columns).
@@ -67,6 +80,18 @@ impl FileWriter {
             return Ok(());
         }
         let stored = self.schema.to_storage(self.table.name(), batch)?;
+        if let Some((_, kept, bytes)) = &mut self.keep {
+            *bytes += batch.get_array_memory_size();
+            if *bytes <= CACHED_WRITE_BYTES {
+                if let Ok(b) =
+                    RecordBatch::try_new(Arc::clone(&self.schema.logical), batch.columns().to_vec())
+                {
+                    kept.push(b);
+                }
+            } else {
+                self.keep = None;
+            }
+        }
         self.writer
             .write(&stored)
             .await
@@ -83,6 +108,11 @@ impl FileWriter {
             .close()
             .await
             .map_err(|e| StorageError::from_delta(self.table.name(), e))?;
+        if let (Some((cache, kept, _)), [add]) = (self.keep, adds.as_slice())
+            && let Ok(path) = self.table.file_path(&add.path)
+        {
+            cache.insert(&path.to_string(), &self.schema.logical, kept);
+        }
         Ok((adds, rows))
     }
 
@@ -112,7 +142,8 @@ pub(crate) async fn write_plan(
         let stream = input
             .execute(partition, Arc::clone(&context))
             .map_err(StorageError::DataFusion)?;
-        let writer = FileWriter::new(table, schema, state);
+        let cache = context.session_config().get_extension::<FileCache>();
+        let writer = FileWriter::new(table, schema, state).with_cache(cache);
         tasks.push(SpawnedTask::spawn(write_stream(writer, stream)));
     }
     let mut adds = Vec::new();

@@ -83,13 +83,15 @@ impl EngineState {
             .with_sharing(config.gpu_sharing, config.headroom_percent());
         // Under memory sharing, what other processes use of each device is not ours to reserve.
         queue.watch_other_processes(inventory.clone(), std::time::Duration::from_millis(500));
-        let runtime = super::memory::engine_runtime(
-            options
-                .memory_limit
-                .unwrap_or_else(super::memory::default_memory_limit),
+        let pool_bytes = options
+            .memory_limit
+            .unwrap_or_else(super::memory::default_memory_limit);
+        let runtime = super::memory::engine_runtime(pool_bytes, options.data_dir.as_deref())?;
+        let tables = super::tables::Tables::open(
             options.data_dir.as_deref(),
+            &runtime.memory_pool,
+            pool_bytes,
         )?;
-        let tables = super::tables::Tables::open(options.data_dir.as_deref())?;
         Ok(Self {
             tables,
             id: std::hash::BuildHasher::hash_one(

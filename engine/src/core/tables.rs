@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use accelsql_storage::{StoreCatalog, TableStore};
+use accelsql_storage::{FileCache, StoreCatalog, TableStore};
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
+use datafusion::execution::memory_pool::MemoryPool;
 
 use super::error::Result;
 
@@ -15,6 +16,17 @@ use super::error::Result;
 pub(crate) const TABLES_FOLDER: &str = "tables";
 /// The schema every engine has, where unqualified names start.
 pub(crate) const DEFAULT_SCHEMA: &str = "public";
+
+/// The table cache's size: `ACCELSQL_TABLE_CACHE` (a size such as `2GiB`; `0`: off), else a
+/// quarter of the engine's memory pool (`pool_bytes`).
+fn cache_budget(pool_bytes: usize) -> Result<usize> {
+    match std::env::var("ACCELSQL_TABLE_CACHE") {
+        Ok(text) if !text.trim().is_empty() => {
+            Ok(super::options::parse_size("ACCELSQL_TABLE_CACHE", text.trim())?.unwrap_or(0))
+        }
+        _ => Ok(pool_bytes / 4),
+    }
+}
 
 /// An engine's tables.
 #[derive(Debug, Clone)]
@@ -32,13 +44,19 @@ pub(crate) enum Tables {
         store: Arc<TableStore>,
         /// The same, as DataFusion's catalog.
         catalog: Arc<StoreCatalog>,
+        /// Decoded data files kept in memory (`None`: off).
+        cache: Option<Arc<FileCache>>,
     },
 }
 
 impl Tables {
     /// The tables of `data_dir` (its `tables` folder, made if absent, with the default schema),
     /// or memory tables without one.
-    pub(crate) fn open(data_dir: Option<&Path>) -> Result<Self> {
+    pub(crate) fn open(
+        data_dir: Option<&Path>,
+        pool: &Arc<dyn MemoryPool>,
+        pool_bytes: usize,
+    ) -> Result<Self> {
         let Some(dir) = data_dir else {
             let catalog = MemoryCatalogProvider::new();
             catalog.register_schema(DEFAULT_SCHEMA, Arc::new(MemorySchemaProvider::new()))?;
@@ -49,9 +67,11 @@ impl Tables {
         };
         let store = Arc::new(TableStore::open(&dir.join(TABLES_FOLDER))?);
         store.create_schema(DEFAULT_SCHEMA, None)?;
+        let budget = cache_budget(pool_bytes)?;
         Ok(Self::Stored {
             catalog: Arc::new(StoreCatalog::new(Arc::clone(&store))),
             store,
+            cache: (budget > 0).then(|| Arc::new(FileCache::new(pool, budget))),
         })
     }
 
@@ -83,6 +103,14 @@ impl Tables {
                 Some(o) => owners.insert(key.to_string(), o.to_string()),
                 None => owners.remove(key),
             };
+        }
+    }
+
+    /// The table cache, when the tables are stored and it is on.
+    pub(crate) fn cache(&self) -> Option<&Arc<FileCache>> {
+        match self {
+            Self::Stored { cache, .. } => cache.as_ref(),
+            Self::Memory { .. } => None,
         }
     }
 

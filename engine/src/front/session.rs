@@ -248,9 +248,13 @@ impl Session {
         ));
         shared.sessions.add(&identity);
         let txn = Arc::new(accelsql_storage::Transaction::new());
-        let config = config
+        let mut config = config
             .with_extension(Arc::clone(&identity))
             .with_extension(Arc::clone(&txn));
+        // The table cache serves scans in this process; a cluster's executors read the files.
+        if let (Some(cache), None) = (shared.tables.cache(), &shared.distributor) {
+            config = config.with_extension(Arc::clone(cache));
+        }
         let memory = Arc::new(SessionPool::new(
             Arc::clone(&shared.runtime.memory_pool),
             identity.id,
@@ -594,6 +598,17 @@ impl Session {
         text: &str,
         params: &[ScalarValue],
     ) -> Result<(SendableRecordBatchStream, ResultShape)> {
+        // Boxed: planning's future is large, and a caller's task (or a debug build's stack)
+        // should hold a pointer to it, not the whole state.
+        Box::pin(self.run_statements(text, params)).await
+    }
+
+    /// The statements of `text`, run one after another (see [`Session::sql_stream_shaped`]).
+    async fn run_statements(
+        &self,
+        text: &str,
+        params: &[ScalarValue],
+    ) -> Result<(SendableRecordBatchStream, ResultShape)> {
         if self.identity.kill.is_killed() {
             return Err(EngineError::SessionKilled {
                 session: self.identity.id,
@@ -666,7 +681,19 @@ impl Session {
             self.next_temporary
                 .store(table_text.temporary, Ordering::Release);
             let text = table_text.text;
-            let target = self.insert_target_columns(&text).await;
+            // An INSERT's target columns matter only to an EMITS call without its list.
+            let emits = text.to_ascii_uppercase().contains("EMITS")
+                || self.engine.scripts().entries().iter().any(|e| {
+                    matches!(
+                        e.output,
+                        crate::udf::script::definition::StoredOutput::DynamicEmits
+                    )
+                });
+            let target = if emits {
+                self.insert_target_columns(&text).await
+            } else {
+                None
+            };
             let (text, extra) = self
                 .scripts
                 .rewrite_dynamic(&text, self.engine.scripts(), target.as_deref(), exasol)
