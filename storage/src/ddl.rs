@@ -20,7 +20,7 @@ use crate::scan::scan_files;
 use crate::table::{StoredTable, TableSnapshot};
 use crate::txn::remove_of;
 use crate::types::TableSchema;
-use crate::write::{FileWriter, delete_files, write_stream};
+use crate::write::{FileWriter, write_stream};
 
 /// Commits `actions` against `base` as `statement` (the log's `accelsql.statement`).
 async fn commit(
@@ -231,7 +231,7 @@ async fn rewrite(
     }
     .await;
     if let Err(e) = outcome {
-        delete_files(table, &added).await;
+        table.delete_files(&added).await;
         return Err(e);
     }
     let metadata = metadata_with(table, base, &schema)?;
@@ -250,7 +250,7 @@ async fn rewrite(
     match commit(table, base, actions, operation, statement).await {
         Ok(v) => Ok(v),
         Err(e) => {
-            delete_files(table, &added).await;
+            table.delete_files(&added).await;
             Err(e)
         }
     }

@@ -26,7 +26,7 @@ use crate::error::{Result, StorageError};
 use crate::table::{DataFile, StoredTable};
 use crate::txn::{Change, ChangeKind, TableView, Transaction};
 use crate::types::TableSchema;
-use crate::write::{FileWriter, delete_files, write_plan};
+use crate::write::{FileWriter, write_plan};
 
 /// The schema of a write's result: one row, `count`.
 pub(crate) fn count_schema() -> SchemaRef {
@@ -438,7 +438,7 @@ impl Job {
             }
         }
         if let Some(e) = failure {
-            delete_files(&self.table, &added).await;
+            self.table.delete_files(&added).await;
             return Err(e);
         }
         Ok((added, removed, rows))

@@ -26,7 +26,7 @@ use crate::error::{Result, StorageError};
 use crate::names::{folder_name, name_of_folder};
 use crate::table::{OWNER_PROPERTY, StoredTable, TableSnapshot};
 use crate::types::TableSchema;
-use crate::write::{FileWriter, delete_files, write_plan, write_stream};
+use crate::write::{FileWriter, write_plan, write_stream};
 
 /// The file in a schema's folder that keeps the schema's owner.
 const SCHEMA_FILE: &str = ".schema.json";
@@ -376,7 +376,7 @@ impl TableStore {
                 rows: count,
             }),
             Err(e) => {
-                delete_files(&handle, &adds).await;
+                handle.delete_files(&adds).await;
                 Err(match e {
                     DeltaTableError::VersionAlreadyExists(_) => StorageError::Exists {
                         what: format!("table {name}"),

@@ -551,9 +551,31 @@ impl StoredTable {
         }
         .await;
         if outcome.is_err() {
-            crate::write::delete_files(self, &adds).await;
+            self.delete_files(&adds).await;
         }
         outcome
+    }
+
+    /// Deletes the data files `adds` name (written by a statement that did not commit them).
+    /// Failures are logged: `VACUUM` removes what is left.
+    pub(crate) async fn delete_files(&self, adds: &[Add]) {
+        let store = self.object_store();
+        for add in adds {
+            let path = match deltalake::Path::from_url_path(&add.path) {
+                Ok(path) => path,
+                Err(e) => {
+                    log::warn!("table {}: file {}: {e}", self.name(), add.path);
+                    continue;
+                }
+            };
+            if let Err(e) = store.delete(&path).await {
+                log::warn!(
+                    "table {}: deleting uncommitted file {}: {e}",
+                    self.name(),
+                    add.path
+                );
+            }
+        }
     }
 
     /// Tries to start a background compaction: false when one runs already.

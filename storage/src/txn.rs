@@ -28,7 +28,6 @@ use deltalake::protocol::{DeltaOperation, SaveMode};
 
 use crate::error::{Result, StorageError};
 use crate::table::{DataFile, StoredTable, TableSnapshot};
-use crate::write::delete_files;
 
 /// What kind of change a statement made to a table (the commit's operation in the log).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -400,14 +399,14 @@ pub(crate) fn remove_of(add: &Add) -> Remove {
 
 /// Deletes the files of changes that will not be committed.
 async fn discard(p: Pending) {
-    delete_files(&p.table, &p.added).await;
-    delete_files(&p.table, &p.discarded).await;
+    p.table.delete_files(&p.added).await;
+    p.table.delete_files(&p.discarded).await;
 }
 
 /// Commits one table's changes; the version made. On failure the changes' files are deleted.
 async fn commit_pending(p: Pending, user: Option<&str>, statements: usize) -> Result<u64> {
     if p.added.is_empty() && p.removed.is_empty() {
-        delete_files(&p.table, &p.discarded).await;
+        p.table.delete_files(&p.discarded).await;
         return Ok(p.base.version);
     }
     let kind = p.kinds.iter().copied().max().unwrap_or(ChangeKind::Append);
@@ -472,7 +471,7 @@ async fn commit_pending(p: Pending, user: Option<&str>, statements: usize) -> Re
         .await;
     match commit {
         Ok(done) => {
-            delete_files(&p.table, &p.discarded).await;
+            p.table.delete_files(&p.discarded).await;
             let version = done.version();
             p.table.install(done.snapshot()).await;
             Ok(version)

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::execution::TaskContext;
-use datafusion::object_store::ObjectStoreExt;
 use datafusion::physical_plan::ExecutionPlan;
 use deltalake::kernel::Add;
 use deltalake::operations::get_num_idx_cols_and_stats_columns;
@@ -167,7 +166,7 @@ pub(crate) async fn write_plan(
         }
     }
     if let Some(e) = failure {
-        delete_files(table, &adds).await;
+        table.delete_files(&adds).await;
         return Err(e);
     }
     Ok((adds, rows))
@@ -193,26 +192,4 @@ pub async fn write_stream(
         }
     }
     writer.finish().await
-}
-
-/// Deletes the data files `adds` name (written by a statement that did not commit them).
-/// Failures are logged: `VACUUM` removes what is left.
-pub(crate) async fn delete_files(table: &StoredTable, adds: &[Add]) {
-    let store = table.object_store();
-    for add in adds {
-        let path = match deltalake::Path::from_url_path(&add.path) {
-            Ok(path) => path,
-            Err(e) => {
-                log::warn!("table {}: file {}: {e}", table.name(), add.path);
-                continue;
-            }
-        };
-        if let Err(e) = store.delete(&path).await {
-            log::warn!(
-                "table {}: deleting uncommitted file {}: {e}",
-                table.name(),
-                add.path
-            );
-        }
-    }
 }
