@@ -16,12 +16,12 @@ use accelsql_engine::{Engine, InstanceContext, ScalarUdf, SchedulerConfig, Sessi
 /// Embeddings: 3000 rows of 64 FLOATs, every 13th NULL. Points and option inputs: 20000 rows
 /// (three batches, two partitions), every 11th spot and latitude NULL.
 pub(crate) const TABLES: [&str; 2] = [
-    "CREATE TABLE emb AS
+    "CREATE TEMPORARY TABLE emb AS
        SELECT id, CASE WHEN id % 13 = 0 THEN NULL ELSE emb END AS emb FROM (
          SELECT a.value AS id,
                 array_agg(CAST(sin(a.value * 0.37 + b.value * 1.3) AS FLOAT) ORDER BY b.value) AS emb
          FROM generate_series(1, 3000) a, generate_series(1, 64) b GROUP BY a.value)",
-    "CREATE TABLE pts AS
+    "CREATE TEMPORARY TABLE pts AS
        SELECT value AS id,
               CASE WHEN value % 11 = 0 THEN NULL ELSE 89 * sin(value * 0.7) END AS lat1,
               179 * cos(value * 1.1) AS lon1, 89 * cos(value * 0.3) AS lat2,
