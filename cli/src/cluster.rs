@@ -167,6 +167,8 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // Statements plan and run on these threads (see STATEMENT_STACK_BYTES).
+        .thread_stack_size(accelsql_engine::STATEMENT_STACK_BYTES)
         .build()
         .map_err(|e| CliError::Terminal(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async move {

@@ -79,6 +79,24 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
     let cli = Cli::parse();
+    // The shell runs statements on this thread (`block_on`): give it the stack a statement may
+    // need (STATEMENT_STACK_BYTES), as the runtimes' threads have.
+    let worker = std::thread::Builder::new()
+        .name("accelsql-main".into())
+        .stack_size(accelsql_engine::STATEMENT_STACK_BYTES)
+        .spawn(move || run_command(cli));
+    match worker.map(|w| w.join()) {
+        Ok(Ok(code)) => code,
+        Ok(Err(_)) => ExitCode::from(101),
+        Err(e) => {
+            eprintln!("accelsql: cannot start the main thread: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs what the command line asks, on a thread with a statement's stack.
+fn run_command(cli: Cli) -> ExitCode {
     let outcome = match cli.command {
         Some(Command::Gpu(command)) => gpu::run(command),
         Some(Command::Serve(args)) => serve::run(*args),

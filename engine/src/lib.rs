@@ -75,11 +75,12 @@ pub use crate::core::options::{
 pub use crate::core::passwords::{DEFAULT_ROUNDS, check_hash, hash_password, verify_password};
 pub use crate::core::privileges::{
     DBA_ROLE, Denial, Grants, Holding, ObjectGrant, ObjectKind, ObjectPrivilege, PUBLIC_ROLE,
-    RESTRICTED_ROLE, SYS_USER, SystemPrivilege,
+    RESTRICTED_ROLE, SYS_USER, SystemPrivilege, canonical_account,
 };
 pub use crate::exec::remote::{
     NodeLease, UdfCallParts, encode_aggregate_placement, encode_placement, udf_call_parts,
 };
+pub use crate::front::depth::{DEFAULT_MAX_STATEMENT_DEPTH, STATEMENT_STACK_BYTES};
 pub use crate::front::engine::Engine;
 pub use crate::front::session::{LeasePlace, ResultShape, Session};
 pub use crate::front::splitter;

@@ -48,6 +48,8 @@ fn with_state<T>(f: impl FnOnce(&mut PerProcess) -> PyResult<T>) -> PyResult<T> 
     if guard.is_none() {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
+            // Statements plan and run on these threads (see STATEMENT_STACK_BYTES).
+            .thread_stack_size(accelsql_engine::STATEMENT_STACK_BYTES)
             .thread_name("accelsql")
             .build()
             .map_err(|e| {

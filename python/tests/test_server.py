@@ -181,6 +181,31 @@ def test_22069_arrives_with_its_code_readable(server):
         cur.close()
 
 
+def test_deep_statements_are_answered_or_refused_and_the_server_goes_on(server):
+    # Chains of a few hundred operators overflowed a 2 MiB worker stack and aborted the
+    # process; now they are answered, and far deeper ones get 54001.
+    with server.connect() as conn:
+        cur = conn.cursor()
+        for shape in (
+            "SELECT 1" + " + 1" * 400,
+            "SELECT count(*) FROM (VALUES (1)) v(a) WHERE " + " OR ".join(["a = 2"] * 400),
+            "SELECT 1 AS x" + " UNION ALL SELECT 1" * 400,
+        ):
+            cur.execute(shape)
+            assert len(cur.fetchall()) >= 1
+        for shape in ("SELECT 1" + " + 1" * 50_000, "SELECT " + "(" * 50_000 + "1" + ")" * 50_000):
+            with pytest.raises(adbc_driver_manager.Error) as info:
+                cur.execute(shape)
+                cur.fetchall()
+            details = dict(info.value.details or [])
+            code = details.get("x-accelsql-code")
+            assert (code is not None and code.strip() in (b"54001", "54001")) or "54001" in str(info.value)
+        cur.execute("SELECT 2")
+        assert cur.fetchall() == [(2,)]
+        cur.close()
+    assert server.proc.poll() is None
+
+
 def test_accelsql_connect_speaks_to_the_server(server):
     with accelsql.connect(server.url, user=USER, password=PASSWORD, lower_ident=True) as conn:
         conn.execute("CREATE TABLE nums(x DOUBLE) AS VALUES (1.0), (2.0), (NULL)")

@@ -54,7 +54,8 @@ impl Users {
                 continue;
             }
             let (name, entry) = parse_line(line).map_err(|m| (i + 1, m))?;
-            entries.insert(name, entry);
+            // Keyed by the name's one form (`ann` and `ANN` are one user; a later line wins).
+            entries.insert(accelsql_engine::canonical_account(&name), entry);
         }
         Ok(Self { entries })
     }
@@ -71,7 +72,7 @@ impl Users {
 
     /// Whether `password` is `user`'s. Unknown users cost as much time as known ones.
     pub fn verify(&self, user: &str, password: &str) -> bool {
-        match self.entries.get(user) {
+        match self.entries.get(&accelsql_engine::canonical_account(user)) {
             Some(hash) => accelsql_engine::verify_password(hash, password),
             None => {
                 // As long as a known user's check takes.

@@ -279,7 +279,10 @@ impl Server {
             limits,
             connections,
             options.max_statements_per_user,
-            options.admin_user.clone(),
+            options
+                .admin_user
+                .as_deref()
+                .map(accelsql_engine::canonical_account),
             options.log.clone(),
         );
         Ok(Self {

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use accelsql_engine::canonical_account;
 use tokio::sync::Semaphore;
 
 use crate::auth::{Users, constant_time_eq, parse_basic};
@@ -69,6 +70,22 @@ impl Bucket {
     }
 }
 
+/// Where a login comes from, for its allowance: the IPv4 address, or an IPv6 address's /64
+/// network (one host can take any address of its /64, so a finer key would cost it nothing).
+fn source_of(peer: Option<IpAddr>) -> String {
+    match peer {
+        None => "?".into(),
+        Some(IpAddr::V4(v4)) => v4.to_string(),
+        Some(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+    }
+}
+
 /// The server's login checks.
 pub(crate) struct Login {
     gate: Gate,
@@ -127,7 +144,7 @@ impl Login {
                 // No login needed; a name given is kept for the log.
                 return Ok(header
                     .and_then(|h| parse_basic(h).ok())
-                    .map_or_else(|| "-".into(), |(user, _)| user));
+                    .map_or_else(|| "-".into(), |(user, _)| canonical_account(&user)));
             }
             Gate::Token(_) => None,
             Gate::Users { users, .. } => {
@@ -141,10 +158,14 @@ impl Login {
             ));
         };
         let (user, password) = parse_basic(header)?;
-        let keys = [
-            format!("user:{user}"),
-            format!("peer:{}", peer.map_or("?".into(), |p| p.to_string())),
-        ];
+        // One form of the name for the allowance, the caps and the session (`low`, `LOW` and
+        // `"low"` are one user).
+        let user = canonical_account(&user);
+        // Failures count against the name from this source, and against the source: someone
+        // guessing alice's password from elsewhere slows only themselves, and alice's right
+        // password from her own address still logs in.
+        let source = source_of(peer);
+        let keys = [format!("user:{user}@{source}"), format!("source:{source}")];
         self.admit(&keys, &user, peer)?;
         let catalog_user = self
             .catalog
@@ -200,10 +221,11 @@ impl Login {
                 bucket.refill();
                 let wait = bucket.wait();
                 if !wait.is_zero() {
+                    let source = source_of(peer);
                     let whose = if key.starts_with("user:") {
-                        format!("user {user:?}")
+                        format!("user {user:?} from {source}")
                     } else {
-                        format!("address {}", peer.map_or("?".into(), |p| p.to_string()))
+                        format!("address {source}")
                     };
                     return Err(ServerError::LoginRateLimited {
                         message: format!(
@@ -256,7 +278,7 @@ mod tests {
                 .check(Some(&basic("ann", "s3cret")), peer)
                 .await
                 .unwrap(),
-            "ann"
+            "ANN"
         );
         let e = login
             .check(Some(&basic("ann", "s3cre")), peer)
@@ -268,7 +290,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn failed_logins_are_rate_limited_per_user_and_per_address() {
+    async fn failed_logins_slow_their_source_and_not_the_user_elsewhere() {
         let login = Login::new(Gate::Token("t".into()));
         let a = Some(IpAddr::from([127, 0, 0, 1]));
         let b = Some(IpAddr::from([127, 0, 0, 2]));
@@ -276,24 +298,39 @@ mod tests {
             let e = login.check(Some(&basic("eve", "x")), a).await.unwrap_err();
             assert_eq!(e.code(), "28000");
         }
-        // The burst is spent: even the right password is refused without being checked.
-        let e = login.check(Some(&basic("eve", "t")), b).await.unwrap_err();
+        // The burst is spent from `a`: even the right password is refused there unchecked,
+        // for eve and for anyone else.
+        let e = login.check(Some(&basic("eve", "t")), a).await.unwrap_err();
         assert_eq!(e.code(), "28L01", "{e}");
-        assert!(e.to_string().contains("user \"eve\""), "{e}");
         let e = login.check(Some(&basic("bob", "t")), a).await.unwrap_err();
         assert_eq!(e.code(), "28L01", "{e}");
         assert!(e.to_string().contains("address 127.0.0.1"), "{e}");
-        // Another user from another address is not held up.
+        // From another address, eve's right password logs her in at once.
         assert_eq!(
-            login.check(Some(&basic("bob", "t")), b).await.unwrap(),
-            "bob"
+            login.check(Some(&basic("eve", "t")), b).await.unwrap(),
+            "EVE"
         );
+        // Spelled another way the name is the same user, and the same allowance.
+        for _ in 0..5 {
+            let _ = login.check(Some(&basic("Bob", "x")), b).await;
+        }
+        let e = login.check(Some(&basic("BOB", "t")), b).await.unwrap_err();
+        assert_eq!(e.code(), "28L01", "{e}");
         // The allowance comes back.
         tokio::time::sleep(REFILL_EVERY + Duration::from_millis(100)).await;
         assert_eq!(
-            login.check(Some(&basic("eve", "t")), b).await.unwrap(),
-            "eve"
+            login.check(Some(&basic("eve", "t")), a).await.unwrap(),
+            "EVE"
         );
+    }
+
+    #[test]
+    fn ipv6_sources_are_their_slash_64() {
+        let one: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        assert_eq!(source_of(Some(one)), source_of(Some(other)));
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert_eq!(source_of(Some(mapped)), "10.0.0.1");
     }
 
     #[tokio::test]
@@ -303,7 +340,7 @@ mod tests {
         assert_eq!(login.check(None, None).await.unwrap(), "-");
         assert_eq!(
             login.check(Some(&basic("zed", "")), None).await.unwrap(),
-            "zed"
+            "ZED"
         );
     }
 }

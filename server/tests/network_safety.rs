@@ -368,12 +368,16 @@ fn client_text_cannot_forge_log_lines() {
         assert!(!lines.is_empty());
         for line in lines.iter() {
             assert!(!line.contains('\n'), "{line:?}");
-            assert!(!line.starts_with("session=1 user=root"), "{line:?}");
+            assert!(
+                !line.to_lowercase().starts_with("session=1 user=root"),
+                "{line:?}"
+            );
         }
         assert!(
             lines
                 .iter()
-                .any(|l| l.contains(r#"user="mallory\nsession=1 user=root""#)),
+                // The name in its one (upper-case) form, quoted and escaped.
+                .any(|l| l.contains(r#"user="MALLORY\nSESSION=1 USER=ROOT""#)),
             "{lines:?}"
         );
     });
@@ -416,7 +420,7 @@ fn the_admin_sees_every_session_and_ends_one_with_kill_session() {
         let seen = query(
             &mut bob,
             "SELECT count(*) FROM accelsql.gpu_leases WHERE state = 'holding' \
-             AND \"user\" = 'ann' AND statement NOT LIKE '%secret_4242%'",
+             AND \"user\" = 'ANN' AND statement NOT LIKE '%secret_4242%'",
         )
         .await
         .unwrap();
@@ -751,6 +755,31 @@ fn soak_many_clients_with_timeouts_cancels_and_idle_connections_lose_nothing() {
         }
         let mut after = login(&server, "after").await.unwrap();
         assert_eq!(one(&mut after, "SELECT twice(4)").await, 8);
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn a_users_session_cap_counts_every_spelling_of_the_name() {
+    mt().block_on(async {
+        let server = serve(ServerOptions {
+            max_sessions_per_user: 2,
+            ..options()
+        })
+        .await;
+        let mut first = login(&server, "low").await.unwrap();
+        let mut second = login(&server, "loW").await.unwrap();
+        assert_eq!(one(&mut first, "SELECT 1").await, 1);
+        assert_eq!(one(&mut second, "SELECT 1").await, 1);
+        // A third spelling is the same user, over its cap; another user is not held up.
+        let third = match login(&server, "LOW").await {
+            Ok(mut c) => query(&mut c, "SELECT 1").await.map(drop),
+            Err(e) => Err(e),
+        };
+        let e = format!("{:?}", third.unwrap_err());
+        assert!(e.contains("53S01") && e.contains("LOW"), "{e}");
+        let mut other = login(&server, "high").await.unwrap();
+        assert_eq!(one(&mut other, "SELECT 1").await, 1);
         server.stop().await.unwrap();
     });
 }

@@ -12,7 +12,19 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(accelsql_engine::STATEMENT_STACK_BYTES)
         .build()
+        .unwrap()
+}
+
+/// Runs `work` on a thread with a statement's stack (`block_on` polls on the calling thread),
+/// as the shell and servers do.
+fn on_statement_stack<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::Builder::new()
+        .stack_size(accelsql_engine::STATEMENT_STACK_BYTES)
+        .spawn(work)
+        .unwrap()
+        .join()
         .unwrap()
 }
 
@@ -25,7 +37,7 @@ fn a_short_fuzz_run_finds_nothing() {
         duration: Some(Duration::from_secs(90)),
         ..FuzzConfig::default()
     };
-    let report = runtime().block_on(fuzz::run(&config)).unwrap();
+    let report = on_statement_stack(move || runtime().block_on(fuzz::run(&config))).unwrap();
     println!("{report}");
     assert!(report.findings.is_empty(), "{report}");
     // Every target ran, and the inputs reached errors of several kinds.
@@ -47,7 +59,7 @@ fn a_short_soak_ends_clean() {
         duration: Duration::from_secs(20),
         seed: 7,
     };
-    let report = runtime().block_on(soak::run(&config)).unwrap();
+    let report = on_statement_stack(move || runtime().block_on(soak::run(&config))).unwrap();
     println!("{report}");
     assert!(report.problems.is_empty(), "{report}");
     assert!(report.statements > 0 && report.kills > 0, "{report}");

@@ -157,6 +157,12 @@ impl SecurityState {
         seen
     }
 
+    /// The roles whose privileges bound a restricted session: `RESTRICTED`, `PUBLIC` and every
+    /// role they hold. A restricted session may not change what these hold.
+    pub(crate) fn ceiling_roles(&self) -> BTreeSet<String> {
+        self.closure(RESTRICTED_ROLE)
+    }
+
     /// What `name` (a user or a role) holds, through every role it holds.
     pub(crate) fn holding_of(&self, name: &str) -> Holding {
         if name == SYS_USER {

@@ -112,7 +112,7 @@ fn session_tables(
                 }
             };
             let owner = owner.unwrap_or_else(|| SYS_USER.to_string());
-            if own && !owner.eq_ignore_ascii_case(&grants.user) {
+            if own && owner != grants.user {
                 continue;
             }
             if !own

@@ -70,6 +70,12 @@ pub struct EngineOptions {
     /// `LOW` group's statement (precedence 100) outranks a newly arrived `HIGH` one (900) after
     /// 8 s of waiting. Zero: no aging.
     pub gpu_precedence_aging: Duration,
+    /// The deepest a statement may nest (its operator chains, set operations and brackets, as
+    /// estimated from its tokens); a deeper one is
+    /// refused with 54001 before it is parsed, so that no input can overflow a thread's stack.
+    /// Default [`DEFAULT_MAX_STATEMENT_DEPTH`](crate::DEFAULT_MAX_STATEMENT_DEPTH), which fits
+    /// threads with a stack of [`STATEMENT_STACK_BYTES`](crate::STATEMENT_STACK_BYTES).
+    pub max_statement_depth: usize,
 }
 
 /// A node's place in a cluster: its number (0-based) and the number of nodes.
@@ -120,6 +126,7 @@ impl Default for EngineOptions {
             distributor: None,
             password_rounds: crate::core::passwords::DEFAULT_ROUNDS,
             gpu_precedence_aging: Duration::from_millis(10),
+            max_statement_depth: crate::front::depth::DEFAULT_MAX_STATEMENT_DEPTH,
         }
     }
 }

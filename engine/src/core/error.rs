@@ -218,6 +218,29 @@ pub enum EngineError {
         session: u64,
     },
 
+    /// A statement nests deeper than the engine allows (see
+    /// [`EngineOptions::max_statement_depth`](crate::EngineOptions::max_statement_depth)).
+    #[error(
+        "[{}] statement too complex: it nests about {depth} levels deep (operator chains, set \
+         operations and brackets), more than the {limit} this server allows; split it (e.g. a \
+         long OR chain into IN (…), a long UNION ALL into a table)",
+        Self::STATEMENT_TOO_COMPLEX
+    )]
+    StatementTooComplex {
+        /// The statement's estimated depth.
+        depth: usize,
+        /// The engine's limit.
+        limit: usize,
+    },
+
+    /// A statement failed in a way the engine did not foresee (a panic inside it, caught): the
+    /// statement ends with this error, the session and the process go on.
+    #[error("[{}] internal error: {message}", Self::INTERNAL)]
+    Internal {
+        /// What failed.
+        message: String,
+    },
+
     /// The GPU lease, device inventory or device locks failed.
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
@@ -298,6 +321,10 @@ impl EngineError {
     /// Code of a statement that does not fit its session's memory budget or the engine's
     /// memory pool (SQLSTATE `out_of_memory`): DataFusion's "Resources exhausted".
     pub const OUT_OF_MEMORY: &'static str = "53200";
+    /// Code of [`EngineError::StatementTooComplex`] (SQLSTATE `statement_too_complex`).
+    pub const STATEMENT_TOO_COMPLEX: &'static str = "54001";
+    /// Code of [`EngineError::Internal`] (SQLSTATE `internal_error`).
+    pub const INTERNAL: &'static str = "XX000";
     /// Code of other I/O failures DataFusion reports (SQLSTATE `io_error`).
     pub const IO_ERROR: &'static str = "58030";
 
@@ -325,6 +352,8 @@ impl EngineError {
             Self::AlreadyExists { .. } => Self::ALREADY_EXISTS,
             Self::DoesNotExist { .. } => Self::DOES_NOT_EXIST,
             Self::DependentObjects { .. } => Self::DEPENDENT_OBJECTS,
+            Self::StatementTooComplex { .. } => Self::STATEMENT_TOO_COMPLEX,
+            Self::Internal { .. } => Self::INTERNAL,
             Self::Scheduler(e) => e.code(),
             Self::Runtime(e) => e.code(),
             Self::Storage(accelsql_storage::StorageError::DataFusion(e)) => sql_code(e),

@@ -10,6 +10,13 @@ use crate::core::groups::ConsumerGroup;
 
 /// The embedding program's user: every privilege.
 pub const SYS_USER: &str = "SYS";
+
+/// The one form of a user's, role's or consumer group's name: upper case, whether the name was
+/// quoted or not (`"sys"` is SYS), so that two spellings never name two accounts. Every lookup
+/// (statements, logins, ownership, per-user caps, lockouts) goes through it.
+pub fn canonical_account(name: &str) -> String {
+    name.to_uppercase()
+}
 /// The role every user holds.
 pub const PUBLIC_ROLE: &str = "PUBLIC";
 /// The role that holds every privilege.
@@ -401,7 +408,7 @@ impl Grants {
 
     /// Whether the user owns an object whose owner is `owner` (`None`: SYS's).
     pub fn owns(&self, owner: Option<&str>) -> bool {
-        owner.unwrap_or(SYS_USER).eq_ignore_ascii_case(&self.user)
+        owner.unwrap_or(SYS_USER) == self.user
     }
 
     /// Whether the session may call, import or transfer through script `key` (`schema.name`)

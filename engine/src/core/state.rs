@@ -31,6 +31,8 @@ pub(crate) struct EngineState {
     pub(crate) max_lease_hold: Option<Duration>,
     /// [`EngineOptions::statement_timeout`].
     pub(crate) statement_timeout: Option<Duration>,
+    /// [`EngineOptions::max_statement_depth`].
+    pub(crate) max_statement_depth: usize,
     /// [`EngineOptions::session_memory_limit`].
     pub(crate) session_memory_limit: Option<usize>,
     /// [`EngineOptions::sql_dialect`].
@@ -104,6 +106,7 @@ impl EngineState {
             default_wait_timeout: config.lease_wait_timeout,
             max_lease_hold: options.max_lease_hold,
             statement_timeout: options.statement_timeout,
+            max_statement_depth: options.max_statement_depth,
             session_memory_limit: options.session_memory_limit,
             sql_dialect: options.sql_dialect,
             runtime,

@@ -13,8 +13,10 @@
 //! May use: every layer below (`core`, `udf`, `plan`, `exec`, `catalog`).
 
 pub(crate) mod compact;
+pub(crate) mod depth;
 pub(crate) mod engine;
 pub(crate) mod exasol;
+pub(crate) mod guard;
 pub(crate) mod import;
 pub(crate) mod passes;
 pub(crate) mod privileges;

@@ -161,13 +161,19 @@ impl Engine {
         Ok(session)
     }
 
-    /// The catalog's name of user `user` (as written, else folded to upper case), if there is
-    /// one; `SYS` always exists.
+    /// The catalog's name of user `user` (its one form, [`canonical_account`]; a catalog from
+    /// before names had one form may hold it as written), if there is one; `SYS` always
+    /// exists.
+    ///
+    /// [`canonical_account`]: crate::canonical_account
     pub fn user_name(&self, user: &str) -> Option<String> {
         let security = self.scripts().security();
-        [user.to_string(), user.to_ascii_uppercase()]
-            .into_iter()
-            .find(|n| security.is_user(n))
+        [
+            crate::core::privileges::canonical_account(user),
+            user.to_string(),
+        ]
+        .into_iter()
+        .find(|n| security.is_user(n))
     }
 
     /// Whether `password` is catalog user `user`'s (a server's login check). Slow on purpose
@@ -194,6 +200,7 @@ impl Engine {
                 message,
             }
         })?;
+        let user = &crate::core::privileges::canonical_account(user);
         if user.is_empty() || user == SYS_USER {
             return Err(privilege_err!("a user named {user:?} cannot be imported"));
         }
@@ -600,7 +607,9 @@ impl Session {
     ) -> Result<(SendableRecordBatchStream, ResultShape)> {
         // Boxed: planning's future is large, and a caller's task (or a debug build's stack)
         // should hold a pointer to it, not the whole state.
-        Box::pin(self.run_statements(text, params)).await
+        let (stream, shape) =
+            super::guard::catch_panic(Box::pin(self.run_statements(text, params))).await?;
+        Ok((super::guard::CatchPanics::wrap(stream), shape))
     }
 
     /// The statements of `text`, run one after another (see [`Session::sql_stream_shaped`]).
@@ -613,6 +622,12 @@ impl Session {
             return Err(EngineError::SessionKilled {
                 session: self.identity.id,
             });
+        }
+        let limit = self.engine.state().max_statement_depth;
+        if let Some(depth) = super::depth::statement_depth(text)
+            && depth > limit
+        {
+            return Err(EngineError::StatementTooComplex { depth, limit });
         }
         let pieces = split_statements(text);
         if pieces.is_empty() {

@@ -5,6 +5,7 @@
 //! `cargo test -p accelsql-engine --test integration -- visibility::`.
 
 mod catalog_processes;
+mod deep_statements;
 mod exasol;
 mod files;
 mod gpu_sharing;

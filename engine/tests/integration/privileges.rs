@@ -442,3 +442,74 @@ async fn a_groups_gpu_lease_hold_limit_stops_a_statement_that_holds_the_gpu_too_
     assert_eq!(run(&ann, "SELECT gpu_probe_required()").await, ["0"]);
     assert!(engine.lease_queue().snapshot().holder.is_none());
 }
+
+#[tokio::test]
+async fn a_restricted_session_cannot_lift_its_ceiling_by_granting_to_restricted_or_public() {
+    let engine = engine_with(None, Duration::from_millis(10));
+    let sys = engine.session();
+    run(&sys, "CREATE USER ann IDENTIFIED BY \"pw-of-ann-1\"").await;
+    run(&sys, "CREATE ROLE power").await;
+    run(&sys, "GRANT CREATE SESSION TO ann").await;
+    run(&sys, "GRANT CREATE SCRIPT TO power").await;
+    run(&sys, "GRANT power TO ann WITH ADMIN OPTION").await;
+    run(&sys, "CREATE ROLE helper").await;
+    run(&sys, "GRANT helper TO restricted").await;
+    let ann = engine.session_as("ann").unwrap();
+    ann.restrict();
+    for grantee in ["RESTRICTED", "PUBLIC", "restricted", "\"public\"", "helper"] {
+        let e = ann
+            .sql(&format!("GRANT power TO {grantee}"))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), "42501", "{grantee}: {e}");
+        let e = ann
+            .sql(&format!("REVOKE power FROM {grantee}"))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), "42501", "{grantee}: {e}");
+    }
+    // The ceiling holds: still no CREATE SCRIPT in the restricted session.
+    let e = ann
+        .sql("CREATE PYTHON3 SCALAR SCRIPT s() RETURNS INT AS\ndef run(ctx):\n    return 1\n/")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "42501", "{e}");
+    let shown = run(
+        &sys,
+        "SELECT count(*) FROM exa_dba_role_privs WHERE granted_role = 'POWER'",
+    )
+    .await;
+    assert_eq!(shown, ["1"], "only ann holds POWER");
+    // Unrestricted, ann may grant her role as its admin.
+    let free = engine.session_as("ann").unwrap();
+    run(&free, "GRANT power TO public").await;
+}
+
+#[tokio::test]
+async fn user_names_have_one_form_so_none_aliases_another() {
+    let engine = engine_with(None, Duration::from_millis(10));
+    let sys = engine.session();
+    run(&sys, "CREATE USER dev IDENTIFIED BY \"pw-of-dev-1\"").await;
+    run(&sys, "CREATE USER mallory IDENTIFIED BY \"pw-of-mal-1\"").await;
+    run(&sys, "GRANT CREATE SESSION, CREATE USER TO mallory").await;
+    let mallory = engine.session_as("mallory").unwrap();
+    for name in ["\"sys\"", "\"Sys\"", "\"dev\"", "DEV", "\"Mallory\""] {
+        let e = mallory
+            .sql(&format!("CREATE USER {name} IDENTIFIED BY \"pw-12345678\""))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), "42710", "{name}: {e}");
+    }
+    // The real DEV still logs in, under any spelling of the name.
+    assert!(engine.verify_password("dev", "pw-of-dev-1"));
+    assert!(engine.verify_password("Dev", "pw-of-dev-1"));
+    assert_eq!(engine.user_name("dev").as_deref(), Some("DEV"));
+    // A quoted lower-case name is the same user as the unquoted one.
+    run(&sys, "CREATE USER \"zoe\" IDENTIFIED BY \"pw-of-zoe-1\"").await;
+    let e = sys
+        .sql("CREATE USER zoe IDENTIFIED BY \"pw-of-zoe-2\"")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "42710", "{e}");
+    assert_eq!(engine.user_name("zoe").as_deref(), Some("ZOE"));
+}

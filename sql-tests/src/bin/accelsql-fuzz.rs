@@ -51,8 +51,22 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Statements are polled on this thread (`block_on`) and on the runtime's: give both the
+    // stack a statement may need.
+    let worker = std::thread::Builder::new()
+        .stack_size(accelsql_engine::STATEMENT_STACK_BYTES)
+        .spawn(move || run(cli));
+    match worker.map(|w| w.join()) {
+        Ok(Ok(code)) => code,
+        _ => ExitCode::FAILURE,
+    }
+}
+
+/// Runs what the command line asks.
+fn run(cli: Cli) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(accelsql_engine::STATEMENT_STACK_BYTES)
         .build()
     {
         Ok(runtime) => runtime,

@@ -150,8 +150,42 @@ fn select(rng: &mut Rng, depth: usize, python: bool, plain: bool) -> String {
     }
 }
 
-/// One statement: a SELECT, sometimes under EXPLAIN.
+/// A deeply nested statement: a long operator chain, boolean chain or UNION ALL chain, nested
+/// brackets, subqueries or struct values, from a few levels to far past the engine's limit
+/// (which must refuse it with 54001, never overflow a stack).
+pub fn deep(rng: &mut Rng) -> String {
+    let n = *rng.pick(&[8usize, 60, 400, 1_500, 2_500, 20_000]);
+    let repeat = |piece: &str, n: usize| piece.repeat(n);
+    match rng.below(7) {
+        0 => format!("SELECT 1{}", repeat(" + 1", n)),
+        1 => format!(
+            "SELECT count(*) FROM t WHERE {}",
+            (0..n)
+                .map(|i| format!("id = {i}"))
+                .collect::<Vec<_>>()
+                .join(" OR ")
+        ),
+        2 => format!("SELECT 1 AS x{}", repeat(" UNION ALL SELECT 2", n)),
+        3 => format!("SELECT {}1{}", repeat("(", n), repeat(")", n)),
+        4 => format!(
+            "SELECT {} 1 {}",
+            repeat("(SELECT", n.min(400)),
+            repeat(")", n.min(400))
+        ),
+        5 => format!(
+            "SELECT {}1{}",
+            repeat("named_struct('a', ", n.min(400)),
+            repeat(")", n.min(400))
+        ),
+        _ => format!("SELECT {}", repeat("NOT ", n) + "true"),
+    }
+}
+
+/// One statement: a SELECT, sometimes under EXPLAIN, sometimes a [`deep`] one.
 pub fn statement(rng: &mut Rng, python: bool) -> String {
+    if rng.below(20) == 0 {
+        return deep(rng);
+    }
     let depth = 1 + rng.below(3);
     let query = select(rng, depth, python, false);
     match rng.below(10) {

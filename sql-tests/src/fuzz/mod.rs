@@ -216,7 +216,7 @@ fn judge_error(
     let code = e.code();
     *report.codes.entry(code.to_string()).or_default() += 1;
     let message = e.to_string();
-    if message.contains("panicked") {
+    if message.contains("panicked") || matches!(e, EngineError::Internal { .. }) {
         Some((FindingKind::Panic, message))
     } else if code == "XX000" && message.contains("bug in DataFusion's code") {
         let first_line = message.lines().next().unwrap_or_default().to_string();

@@ -406,6 +406,21 @@ async fn grant(cx: &SecurityContext<'_>, spec: GrantSpec, give: bool) -> Result<
             return Err(missing(format!("user or role {grantee}")));
         }
     }
+    // What RESTRICTED and PUBLIC hold is the ceiling of every restricted session: a restricted
+    // session changing it would lift its own bounds (and everyone's).
+    if grants.ceiling.is_some() {
+        let ceiling = security.ceiling_roles();
+        if let Some(grantee) = spec.grantees.iter().find(|g| ceiling.contains(*g)) {
+            return Err(EngineError::NotAllowedRestricted {
+                what: format!(
+                    "{verb} … {} {grantee}: what {grantee} holds bounds restricted sessions \
+                     (RESTRICTED, PUBLIC and the roles they hold), and a restricted session \
+                     cannot change it",
+                    if give { "TO" } else { "FROM" }
+                ),
+            });
+        }
+    }
     let mut changes = Vec::new();
     for item in spec.items {
         match item {

@@ -3,7 +3,7 @@
 //! `CREATE/ALTER/DROP CONSUMER GROUP`.
 
 use crate::core::error::Result;
-use crate::core::privileges::{ObjectKind, ObjectPrivilege, SystemPrivilege};
+use crate::core::privileges::{ObjectKind, ObjectPrivilege, SystemPrivilege, canonical_account};
 use crate::front::exasol::statements::{Tok, exasol_folded, qualified_name, syntax, tokens};
 
 /// A statement about users, roles, privileges or consumer groups.
@@ -115,7 +115,7 @@ pub(crate) fn parse_security_statement(text: &str) -> Result<Option<SecurityStat
     let word = |i: usize, k: &str| toks.get(i).is_some_and(|t| t.is(k));
     let name_at = |i: usize, what: &str| {
         toks.get(i)
-            .and_then(exasol_folded)
+            .and_then(account_folded)
             .ok_or_else(|| syntax(&format!("expected a {what} name"), text))
     };
     if word(0, "CREATE") && word(1, "USER") {
@@ -257,6 +257,13 @@ pub(crate) fn parse_security_statement(text: &str) -> Result<Option<SecurityStat
     Ok(None)
 }
 
+/// A user's, role's or consumer group's name in its one canonical form
+/// ([`canonical_account`]): quoted or not, `"sys"`, `Sys` and `SYS` are one name, so no name
+/// can alias or shadow another in lookups, ownership, caps or logs.
+fn account_folded(tok: &Tok) -> Option<String> {
+    exasol_folded(tok).map(|name| canonical_account(&name))
+}
+
 /// A password: `"pw"` (Exasol's form) or `'pw'`.
 fn secret(tok: &Tok) -> Option<String> {
     match tok {
@@ -312,7 +319,7 @@ fn parse_grant(toks: &[Tok], to: &str, text: &str) -> Result<GrantSpec> {
     let grantees = tail
         .split(|t| *t == Tok::Other(",".into()))
         .map(|item| match item {
-            [t] => exasol_folded(t),
+            [t] => account_folded(t),
             _ => None,
         })
         .collect::<Option<Vec<_>>>()
@@ -375,7 +382,7 @@ fn system_or_role(item: &[Tok]) -> Option<GrantItem> {
         }
     }
     match item {
-        [t] => exasol_folded(t).map(GrantItem::Role),
+        [t] => account_folded(t).map(GrantItem::Role),
         _ => None,
     }
 }
