@@ -75,6 +75,12 @@ pub(crate) struct ServeArgs {
     /// of the pool.
     #[arg(long, value_name = "SIZE")]
     session_memory_limit: Option<String>,
+    /// The most all sessions together may spill to disk under DATA_DIR/tmp (e.g. 50GiB); a
+    /// user's sessions together may spill half of it, one session a quarter, and a statement
+    /// past any of these fails with 53400. Default: half the disk's free space at start, at
+    /// most 100 GiB.
+    #[arg(long, value_name = "SIZE")]
+    spill_limit: Option<String>,
     /// Every session's SQL dialect to start with: `datafusion` (unquoted names fold to lower
     /// case) or `exasol` (unquoted names fold to upper case, '' is NULL, Exasol's literals,
     /// conversions and type names). A session may change it (SET accelsql.sql_dialect).
@@ -231,6 +237,10 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
             .filter(|t| !t.is_zero()),
         memory_limit: Some(memory_limit),
         session_memory_limit,
+        spill_limit: match &args.spill_limit {
+            Some(text) => Some(size_flag("--spill-limit", text)? as u64),
+            None => None,
+        },
         sql_dialect: accelsql_engine::SqlDialect::parse(&args.sql_dialect)
             .map_err(|e| CliError::Engine(Box::new(e)))?,
         ..EngineOptions::default()

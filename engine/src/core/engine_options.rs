@@ -76,6 +76,16 @@ pub struct EngineOptions {
     /// Default [`DEFAULT_MAX_STATEMENT_DEPTH`](crate::DEFAULT_MAX_STATEMENT_DEPTH), which fits
     /// threads with a stack of [`STATEMENT_STACK_BYTES`](crate::STATEMENT_STACK_BYTES).
     pub max_statement_depth: usize,
+    /// The most all sessions together may spill to disk (sorts, aggregations and joins that
+    /// outgrow memory), in bytes. `None` (the default): half the free space of the spill
+    /// folder's file system at start, at most 100 GiB.
+    pub spill_limit: Option<u64>,
+    /// The most all sessions of one user may spill together; `None`: half of
+    /// [`spill_limit`](Self::spill_limit).
+    pub user_spill_limit: Option<u64>,
+    /// The most one session may spill; `None`: a quarter of [`spill_limit`](Self::spill_limit).
+    /// A statement past any of the three fails with 53400.
+    pub session_spill_limit: Option<u64>,
 }
 
 /// A node's place in a cluster: its number (0-based) and the number of nodes.
@@ -127,6 +137,9 @@ impl Default for EngineOptions {
             password_rounds: crate::core::passwords::DEFAULT_ROUNDS,
             gpu_precedence_aging: Duration::from_millis(10),
             max_statement_depth: crate::front::depth::DEFAULT_MAX_STATEMENT_DEPTH,
+            spill_limit: None,
+            user_spill_limit: None,
+            session_spill_limit: None,
         }
     }
 }

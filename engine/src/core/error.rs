@@ -241,6 +241,20 @@ pub enum EngineError {
         message: String,
     },
 
+    /// A statement spilled more to disk than its session, its user or the engine may (see
+    /// [`EngineOptions::spill_limit`](crate::EngineOptions::spill_limit)); its spill files are
+    /// deleted.
+    #[error(
+        "[{}] the statement needs more spill space on disk than this session may use (its own, \
+         its user's and the server's spill quotas; a server sets them with --spill-limit); \
+         give it less data to sort, group or join at once ({message})",
+        Self::SPILL_QUOTA
+    )]
+    SpillQuota {
+        /// DataFusion's report.
+        message: String,
+    },
+
     /// The GPU lease, device inventory or device locks failed.
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
@@ -323,6 +337,8 @@ impl EngineError {
     pub const OUT_OF_MEMORY: &'static str = "53200";
     /// Code of [`EngineError::StatementTooComplex`] (SQLSTATE `statement_too_complex`).
     pub const STATEMENT_TOO_COMPLEX: &'static str = "54001";
+    /// Code of [`EngineError::SpillQuota`] (SQLSTATE `configuration_limit_exceeded`).
+    pub const SPILL_QUOTA: &'static str = "53400";
     /// Code of [`EngineError::Internal`] (SQLSTATE `internal_error`).
     pub const INTERNAL: &'static str = "XX000";
     /// Code of other I/O failures DataFusion reports (SQLSTATE `io_error`).
@@ -354,6 +370,7 @@ impl EngineError {
             Self::DependentObjects { .. } => Self::DEPENDENT_OBJECTS,
             Self::StatementTooComplex { .. } => Self::STATEMENT_TOO_COMPLEX,
             Self::Internal { .. } => Self::INTERNAL,
+            Self::SpillQuota { .. } => Self::SPILL_QUOTA,
             Self::Scheduler(e) => e.code(),
             Self::Runtime(e) => e.code(),
             Self::Storage(accelsql_storage::StorageError::DataFusion(e)) => sql_code(e),
@@ -484,6 +501,11 @@ fn intern_code(code: &str) -> &'static str {
 
 /// SQLSTATE-style class of a DataFusion error.
 fn sql_code(e: &DataFusionError) -> &'static str {
+    if e.to_string()
+        .contains(crate::core::spill::DATAFUSION_QUOTA_TEXT)
+    {
+        return EngineError::SPILL_QUOTA;
+    }
     match e {
         DataFusionError::SQL(..) | DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => {
             "42000"
@@ -583,6 +605,15 @@ impl From<DataFusionError> for EngineError {
                 }
                 inner => Self::Sql(DataFusionError::ParquetError(Box::new(inner))),
             },
+            other
+                if other
+                    .to_string()
+                    .contains(crate::core::spill::DATAFUSION_QUOTA_TEXT) =>
+            {
+                Self::SpillQuota {
+                    message: other.strip_backtrace(),
+                }
+            }
             other => Self::Sql(other),
         }
     }

@@ -84,10 +84,16 @@ pub(crate) fn engine_runtime(limit: usize, data_dir: Option<&Path>) -> Result<Ar
         .map_err(EngineError::from)
 }
 
-/// A session's runtime: the engine's, with its memory seen through the session's budget.
-pub(crate) fn session_runtime(engine: &RuntimeEnv, pool: Arc<SessionPool>) -> Arc<RuntimeEnv> {
+/// A session's runtime: the engine's, with its memory seen through the session's budget and
+/// its spill files through its own disk manager (see [`SpillQuotas`](super::spill::SpillQuotas)).
+pub(crate) fn session_runtime(
+    engine: &RuntimeEnv,
+    pool: Arc<SessionPool>,
+    disk: Arc<datafusion::execution::disk_manager::DiskManager>,
+) -> Arc<RuntimeEnv> {
     let mut runtime = engine.clone();
     runtime.memory_pool = pool;
+    runtime.disk_manager = disk;
     Arc::new(runtime)
 }
 

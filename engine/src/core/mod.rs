@@ -23,6 +23,7 @@ pub(crate) mod options;
 pub(crate) mod owners;
 pub(crate) mod passwords;
 pub(crate) mod privileges;
+pub(crate) mod spill;
 pub(crate) mod state;
 pub(crate) mod tables;
 

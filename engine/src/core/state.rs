@@ -43,6 +43,9 @@ pub(crate) struct EngineState {
     pub(crate) node: NodeIdentity,
     /// [`EngineOptions::password_rounds`].
     pub(crate) password_rounds: u32,
+    /// The spill quotas of the engine, its users and its sessions, and each session's disk
+    /// manager.
+    pub(crate) spill: super::spill::SpillQuotas,
     /// The memory budgets users' and consumer groups' sessions share.
     pub(crate) shared_budgets: super::memory::SharedBudgets,
     /// [`EngineOptions::distributor`].
@@ -94,7 +97,21 @@ impl EngineState {
             &runtime.memory_pool,
             pool_bytes,
         )?;
+        let spill_dir = options
+            .data_dir
+            .as_deref()
+            .map(|d| d.join(super::memory::SPILL_DIR));
+        let spill_limit = options
+            .spill_limit
+            .unwrap_or_else(|| super::spill::default_spill_limit(spill_dir.as_deref()));
+        let spill = super::spill::SpillQuotas::new(
+            spill_dir,
+            spill_limit,
+            options.user_spill_limit.unwrap_or(spill_limit / 2),
+            options.session_spill_limit.unwrap_or(spill_limit / 4),
+        );
         Ok(Self {
+            spill,
             tables,
             id: std::hash::BuildHasher::hash_one(
                 &std::collections::hash_map::RandomState::new(),

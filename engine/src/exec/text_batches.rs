@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, LargeStringArray, RecordBatch, StringArray,
+};
+use datafusion::arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 
@@ -65,25 +68,63 @@ pub(crate) fn batches_within(
             .map(|(i, c)| {
                 let part = c.slice(start, end - start);
                 if large.contains(&i) {
-                    // Copied value by value: a cast would look at the whole (shared) buffer.
-                    let text: StringArray = part.as_string::<i64>().iter().collect();
-                    Arc::new(text) as ArrayRef
+                    narrowed(part.as_string::<i64>()).map(|text| Arc::new(text) as ArrayRef)
                 } else {
-                    part
+                    Ok(part)
                 }
             })
-            .collect();
+            .collect::<Result<_, ArrowError>>()?;
         batches.push(RecordBatch::try_new(Arc::clone(schema), slice)?);
         start = end;
     }
     Ok(batches)
 }
 
+/// A slice of a `LargeUtf8` array whose text fits `i32` offsets, as `Utf8`: its bytes copied
+/// once into a buffer of exactly their size, allocated fallibly (a cast would look at the whole
+/// shared buffer; collecting value by value grows a buffer by doubling, up to twice the text).
+/// A buffer the process cannot get is an error, not an abort.
+fn narrowed(large: &LargeStringArray) -> Result<StringArray, ArrowError> {
+    let offsets = large.value_offsets();
+    let (first, last) = match (offsets.first(), offsets.last()) {
+        (Some(&first), Some(&last)) => (first, last),
+        _ => return Ok(StringArray::from(Vec::<Option<&str>>::new())),
+    };
+    let too_large = || {
+        ArrowError::InvalidArgumentError(format!(
+            "{} bytes of text do not fit one Utf8 column",
+            last - first
+        ))
+    };
+    let start = usize::try_from(first).map_err(|_| too_large())?;
+    let end = usize::try_from(last).map_err(|_| too_large())?;
+    let mut values: Vec<u8> = Vec::new();
+    values.try_reserve_exact(end - start).map_err(|e| {
+        ArrowError::MemoryError(format!(
+            "cannot allocate {} bytes for a script's text output: {e}",
+            end - start
+        ))
+    })?;
+    values.extend_from_slice(&large.value_data()[start..end]);
+    let mut narrow: Vec<i32> = Vec::new();
+    narrow
+        .try_reserve_exact(offsets.len())
+        .map_err(|e| ArrowError::MemoryError(e.to_string()))?;
+    for &o in offsets {
+        narrow.push(i32::try_from(o - first).map_err(|_| too_large())?);
+    }
+    StringArray::try_new(
+        OffsetBuffer::new(ScalarBuffer::from(narrow)),
+        Buffer::from_vec(values),
+        large.nulls().cloned(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use datafusion::arrow::array::{Int64Array, LargeStringArray};
+    use datafusion::arrow::array::Int64Array;
     use datafusion::arrow::datatypes::{Field, Schema};
 
     use super::*;
@@ -111,6 +152,14 @@ mod tests {
         let long: ArrayRef = Arc::new(LargeStringArray::from(vec!["x"; 4]));
         let e = batches_within(&schema, vec![Arc::clone(&n), long], 0).unwrap_err();
         assert!(e.to_string().contains("row 1"), "{e}");
+        // A slice deep into a shared buffer keeps its own values and nulls only.
+        let shared = LargeStringArray::from(vec![Some("zz"), Some("ab"), None, Some("c")]);
+        let sliced = shared.slice(1, 3);
+        let narrow = narrowed(&sliced).unwrap();
+        assert_eq!(narrow.value_data(), b"abc");
+        assert_eq!(narrow.value(0), "ab");
+        assert!(narrow.is_null(1));
+        assert_eq!(narrow.value(2), "c");
         // Plain Utf8: one batch as it is.
         let plain: ArrayRef = Arc::new(StringArray::from(vec!["a"; 4]));
         assert_eq!(batches_within(&schema, vec![n, plain], 0).unwrap().len(), 1);

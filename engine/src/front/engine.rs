@@ -101,6 +101,12 @@ impl Engine {
         &self.inner.state.devices
     }
 
+    /// The bytes every session has spilled to disk now (their spill files), within
+    /// [`EngineOptions::spill_limit`](crate::EngineOptions::spill_limit).
+    pub fn spilled_bytes(&self) -> u64 {
+        self.inner.state.spill.used()
+    }
+
     /// The longest a statement may hold the node's GPU lease
     /// ([`EngineOptions::max_lease_hold`](crate::EngineOptions::max_lease_hold)).
     pub fn max_lease_hold(&self) -> Option<std::time::Duration> {

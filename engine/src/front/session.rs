@@ -269,7 +269,13 @@ impl Session {
         memory.set_budget(shared.session_memory_limit);
         let state = SessionStateBuilder::new()
             .with_config(config)
-            .with_runtime_env(session_runtime(&shared.runtime, Arc::clone(&memory)))
+            .with_runtime_env(session_runtime(
+                &shared.runtime,
+                Arc::clone(&memory),
+                shared
+                    .spill
+                    .session_disk(identity.id, &shared.runtime.disk_manager),
+            ))
             .with_default_features()
             .with_query_planner(Arc::new(AccelQueryPlanner))
             .build();
@@ -1388,6 +1394,7 @@ impl Session {
         }
         let wait_timeout = own.gpu_wait_timeout()?.or(engine.default_wait_timeout);
         self.memory.set_budget(memory_limit);
+        engine.spill.bound_statement(self.identity.id, &grants.user);
         // A group's USER_ and GROUP_TEMP_DB_RAM_LIMIT: budgets its users' sessions share.
         if let Some(group) = group {
             self.memory.set_shared(vec![

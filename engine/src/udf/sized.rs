@@ -1,7 +1,9 @@
-//! Functions that a small input can make huge — `repeat`, `lpad`, `rpad` — reserve their
-//! output against the session's memory budget before they build it, so that
-//! `repeat('x', 3000000000)` fails with 53200 at once instead of allocating gigabytes
-//! (DataFusion's memory pool sees operators' state, not a function's output).
+//! Functions whose output a small input can make huge — `repeat`, `lpad`, `rpad`, `concat`,
+//! `concat_ws`, `replace`, `regexp_replace`, `translate`, `array_repeat`, `array_resize`,
+//! `range`, `generate_series` — reserve an upper estimate of their output against the
+//! session's memory budget before they build it, so that `repeat('x', 3000000000)` or a
+//! `replace` that turns 200 MB into 3 GB fails with 53200 at once instead of allocating
+//! gigabytes (DataFusion's memory pool sees operators' state, not a function's output).
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -31,17 +33,45 @@ enum Growth {
     Repeat,
     /// `lpad/rpad(s, n [, fill])`: `n` characters.
     Pad,
+    /// `concat(a, b, …)`, `concat_ws(sep, a, b, …)`: the arguments' text, and separators.
+    Concat,
+    /// `replace(s, from, to)`: each `from` in `s` (at most `len(s)/len(from)` of them, or one
+    /// between every two characters for an empty `from`) becomes `to`.
+    Replace,
+    /// `regexp_replace(s, pattern, replacement [, flags])`: at most one match per position,
+    /// each replaced by the replacement's text plus, for each back-reference in it, text of
+    /// the match (all matches together are at most `s`).
+    RegexpReplace,
+    /// `translate(s, from, to)`: each character of `s` becomes at most one of `to`'s.
+    Translate,
+    /// `array_repeat(v, n)`: `n` copies of `v`.
+    ArrayRepeat,
+    /// `array_resize(a, n [, v])`: `n` elements.
+    ArrayResize,
+    /// `range(start, stop [, step])`, `generate_series(…)` as a scalar: a list of
+    /// `(stop - start) / step` values.
+    Range,
 }
 
 /// The functions this module wraps, and how each grows.
-const GROWING: [(&str, Growth); 3] = [
+const GROWING: [(&str, Growth); 13] = [
     ("repeat", Growth::Repeat),
     ("lpad", Growth::Pad),
     ("rpad", Growth::Pad),
+    ("concat", Growth::Concat),
+    ("concat_ws", Growth::Concat),
+    ("replace", Growth::Replace),
+    ("regexp_replace", Growth::RegexpReplace),
+    ("translate", Growth::Translate),
+    ("array_repeat", Growth::ArrayRepeat),
+    ("array_resize", Growth::ArrayResize),
+    ("range", Growth::Range),
+    ("generate_series", Growth::Range),
+    ("list_repeat", Growth::ArrayRepeat),
 ];
 
-/// Replaces `ctx`'s `repeat`, `lpad` and `rpad` with versions that reserve their output's size
-/// from `pool` (the session's budget within the engine's pool) before they run.
+/// Replaces `ctx`'s growing functions ([`GROWING`]) with versions that reserve their output's
+/// size from `pool` (the session's budget within the engine's pool) before they run.
 pub(crate) fn bound_growing_functions(ctx: &SessionContext, pool: &Arc<SessionPool>) {
     for (name, growth) in GROWING {
         if let Ok(inner) = ctx.udf(name) {
@@ -150,6 +180,122 @@ impl ScalarUDFImpl for SizedOutput {
 
 /// An upper estimate of the bytes `growth`'s function builds for `rows` rows of `args`.
 fn output_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<usize> {
+    match growth {
+        Growth::Repeat | Growth::Pad => counted_text_bytes(growth, args, rows),
+        Growth::Concat => {
+            let parts: Vec<Strings<'_>> = args.iter().map(Strings::of).collect();
+            let mut total: usize = 0;
+            for row in 0..rows {
+                let row_bytes = parts.iter().fold(0usize, |sum, part| {
+                    // A value that is not text prints as at most a few dozen bytes.
+                    sum.saturating_add(part.at(row).map_or(40, str::len))
+                });
+                // concat_ws puts its separator (the first argument) between the others.
+                let separators = parts
+                    .first()
+                    .and_then(|sep| sep.at(row))
+                    .map_or(0, |sep| sep.len().saturating_mul(parts.len()));
+                total = total.saturating_add(row_bytes).saturating_add(separators);
+            }
+            Ok(total)
+        }
+        Growth::Replace | Growth::RegexpReplace | Growth::Translate => {
+            let (Some(text), Some(from)) = (args.first(), args.get(1)) else {
+                return Ok(0);
+            };
+            let (text, from) = (Strings::of(text), Strings::of(from));
+            let to = args.get(2).map(Strings::of);
+            let mut total: usize = 0;
+            for row in 0..rows {
+                let Some(s) = text.at(row) else { continue };
+                let to = to.as_ref().and_then(|t| t.at(row)).unwrap_or("");
+                let len = s.len();
+                let row_bytes = match growth {
+                    Growth::Replace => {
+                        let from = from.at(row).map_or(0, str::len);
+                        if from == 0 {
+                            len.saturating_add(len.saturating_add(1).saturating_mul(to.len()))
+                        } else if to.len() <= from {
+                            len
+                        } else {
+                            len.saturating_add((len / from).saturating_mul(to.len() - from))
+                        }
+                    }
+                    Growth::RegexpReplace => {
+                        let references = to.matches(['\\', '$']).count();
+                        len.saturating_add(len.saturating_add(1).saturating_mul(to.len()))
+                            .saturating_add(references.saturating_mul(len))
+                    }
+                    _ => len.saturating_mul(4),
+                };
+                total = total.saturating_add(row_bytes);
+            }
+            Ok(total)
+        }
+        Growth::ArrayRepeat | Growth::ArrayResize => {
+            let (Some(value), Some(count)) = (args.first(), args.get(1)) else {
+                return Ok(0);
+            };
+            // The size of one copied value: the value's own, or the list's elements' average.
+            let each = match (growth, value) {
+                (Growth::ArrayRepeat, ColumnarValue::Scalar(v)) => v.size(),
+                (_, ColumnarValue::Scalar(v)) => v.size(),
+                (Growth::ArrayRepeat, ColumnarValue::Array(a)) => {
+                    a.get_array_memory_size() / a.len().max(1)
+                }
+                (_, ColumnarValue::Array(a)) => {
+                    let elements = match a.data_type() {
+                        DataType::List(_) => a.as_list::<i32>().values().len(),
+                        DataType::LargeList(_) => a.as_list::<i64>().values().len(),
+                        _ => a.len(),
+                    };
+                    a.get_array_memory_size() / elements.max(1)
+                }
+            }
+            .max(1);
+            let count = Counts::of(count)?;
+            let mut total: usize = 0;
+            for row in 0..rows {
+                let n = count
+                    .at(row)
+                    .map_or(0, |n| usize::try_from(n.max(0)).unwrap_or(usize::MAX));
+                total = total.saturating_add(n.saturating_mul(each));
+            }
+            Ok(total)
+        }
+        Growth::Range => {
+            // One argument: 0..stop; two or three: start..stop by step.
+            let (start, stop, step) = match args {
+                [stop] => (None, Counts::of(stop)?, None),
+                [start, stop] => (Some(Counts::of(start)?), Counts::of(stop)?, None),
+                [start, stop, step, ..] => (
+                    Some(Counts::of(start)?),
+                    Counts::of(stop)?,
+                    Some(Counts::of(step)?),
+                ),
+                [] => return Ok(0),
+            };
+            let mut total: usize = 0;
+            for row in 0..rows {
+                let from = start.as_ref().and_then(|s| s.at(row)).unwrap_or(0);
+                let Some(to) = stop.at(row) else { continue };
+                let by = step
+                    .as_ref()
+                    .and_then(|s| s.at(row))
+                    .unwrap_or(1)
+                    .unsigned_abs()
+                    .max(1);
+                let values = (i128::from(to) - i128::from(from)).unsigned_abs() / u128::from(by);
+                let bytes = values.saturating_add(1).saturating_mul(8);
+                total = total.saturating_add(usize::try_from(bytes).unwrap_or(usize::MAX));
+            }
+            Ok(total)
+        }
+    }
+}
+
+/// [`output_bytes`] of `repeat` and `lpad/rpad`: a text and a count.
+fn counted_text_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<usize> {
     let (Some(text), Some(count)) = (args.first(), args.get(1)) else {
         return Ok(0);
     };
@@ -161,7 +307,6 @@ fn output_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<u
         let Some(n) = count.at(row) else { continue };
         let n = usize::try_from(n.max(0)).unwrap_or(usize::MAX);
         let row_bytes = match growth {
-            Growth::Repeat => text.at(row).map_or(0, |s| s.len().saturating_mul(n)),
             Growth::Pad => {
                 // n characters, each as wide as the widest the text or the fill has.
                 let wide = |s: Option<&str>| s.is_some_and(|s| !s.is_ascii());
@@ -173,6 +318,7 @@ fn output_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<u
                 };
                 n.saturating_mul(width)
             }
+            _ => text.at(row).map_or(0, |s| s.len().saturating_mul(n)),
         };
         total = total.saturating_add(row_bytes);
     }
@@ -263,6 +409,46 @@ mod tests {
         assert_eq!(negative, 0);
         let huge = output_bytes(Growth::Repeat, &[text("ab"), int(i64::MAX)], 2).unwrap();
         assert_eq!(huge, usize::MAX);
+    }
+
+    #[test]
+    fn estimates_bound_the_functions_that_grow_text() {
+        let big = "x".repeat(1000);
+        let concat = output_bytes(Growth::Concat, &[text(&big), text(&big), int(7)], 2).unwrap();
+        assert!(concat >= 2 * 2000, "{concat}");
+        let replace =
+            output_bytes(Growth::Replace, &[text(&big), text("x"), text("yyyy")], 1).unwrap();
+        assert_eq!(replace, 4000);
+        let shrink = output_bytes(Growth::Replace, &[text(&big), text("xx"), text("")], 1).unwrap();
+        assert_eq!(shrink, 1000);
+        let everywhere = output_bytes(Growth::Replace, &[text("ab"), text(""), text("--")], 1);
+        assert_eq!(everywhere.unwrap(), 2 + 3 * 2);
+        let regexp = output_bytes(
+            Growth::RegexpReplace,
+            &[text(&big), text("x"), text("yy")],
+            1,
+        )
+        .unwrap();
+        assert!(regexp >= 2000, "{regexp}");
+        let references = output_bytes(
+            Growth::RegexpReplace,
+            &[text(&big), text("(x)"), text("\\1\\1")],
+            1,
+        )
+        .unwrap();
+        assert!(references >= 2000, "{references}");
+    }
+
+    #[test]
+    fn estimates_bound_the_functions_that_grow_lists() {
+        let repeat = output_bytes(Growth::ArrayRepeat, &[int(5), int(1_000_000)], 1).unwrap();
+        assert!(repeat >= 8_000_000, "{repeat}");
+        let range = output_bytes(Growth::Range, &[int(0), int(1_000_000_000)], 1).unwrap();
+        assert!(range >= 8_000_000_000, "{range}");
+        let stepped = output_bytes(Growth::Range, &[int(0), int(1000), int(10)], 3).unwrap();
+        assert_eq!(stepped, 3 * 101 * 8);
+        let backwards = output_bytes(Growth::Range, &[int(10), int(0), int(-1)], 1).unwrap();
+        assert_eq!(backwards, 11 * 8);
     }
 
     #[test]

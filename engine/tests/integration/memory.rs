@@ -72,6 +72,47 @@ async fn a_huge_value_fails_before_it_is_built_and_the_session_goes_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_that_grow_their_input_are_bounded_by_the_budget_too() {
+    let s = engine(None, None).session();
+    run(&s, "SET accelsql.memory_limit = '64MiB'").await;
+    // Each builds hundreds of MB from an input that fits: refused before it is built.
+    let cases = [
+        (
+            "replace()",
+            "SELECT length(replace(repeat('x', 20000000), 'x', 'yyyyyyyyyyyyyyyy'))",
+        ),
+        (
+            "regexp_replace()",
+            "SELECT length(regexp_replace(repeat('x', 20000000), 'x', 'yyyyyyyyyyyyyyyy', 'g'))",
+        ),
+        (
+            "concat()",
+            "SELECT length(concat(s, s, s, s, s, s, s, s, s, s)) \
+             FROM (SELECT repeat('x', 10000000) AS s)",
+        ),
+        (
+            "array_repeat()",
+            "SELECT cardinality(array_repeat(1, 200000000))",
+        ),
+        ("range()", "SELECT cardinality(range(0, 1000000000))"),
+    ];
+    for (function, sql) in cases {
+        let message = out_of_memory(&s, sql).await;
+        assert!(message.contains(function), "{function}: {message}");
+    }
+    // The same functions on ordinary values run as before.
+    assert_eq!(
+        run(
+            &s,
+            "SELECT replace('abcabc', 'b', 'XY'), concat('a', 1, 'b'), cardinality(range(0, 10))"
+        )
+        .await,
+        ["aXYcaXYc|a1b|10"]
+    );
+    assert_eq!(s.memory().used(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_engine_pool_bounds_every_session() {
     let engine = engine(Some(32 << 20), None);
     let (a, b) = (engine.session(), engine.session());
@@ -87,12 +128,13 @@ async fn the_engine_pool_bounds_every_session() {
 async fn a_result_batch_past_the_budget_fails_with_53200() {
     let s = engine(None, None).session();
     run(&s, "SET accelsql.memory_limit = '1MiB'").await;
-    // Each 8192-row batch of ~500-byte strings is ~4 MB: past the budget.
-    let message = out_of_memory(
-        &s,
-        "SELECT concat(repeat('x', 500), v) FROM generate_series(1, 20000) t(v)",
-    )
-    .await;
+    // Each 8192-row batch of ~500-byte strings is ~4 MB: past the budget. (`||`, not a
+    // function that reserves its output up front: the batch itself is what is refused.)
+    let sql = format!(
+        "SELECT '{}' || v FROM generate_series(1, 20000) t(v)",
+        "x".repeat(500)
+    );
+    let message = out_of_memory(&s, &sql).await;
     assert!(message.contains("result batch"), "{message}");
     // Small results are fine, batch after batch.
     assert_eq!(
@@ -128,6 +170,52 @@ async fn a_sort_larger_than_the_pool_spills_under_the_data_directory() {
     let bounded = run(&s, sql).await;
     let unbounded = run(&engine_unbounded_session(), sql).await;
     assert_eq!(bounded, unbounded);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sort_that_spills_past_its_quota_fails_with_53400_and_leaves_no_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+        memory_limit: Some(24 << 20),
+        data_dir: Some(dir.path().to_path_buf()),
+        spill_limit: Some(64 << 20),
+        session_spill_limit: Some(2 << 20),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let s = engine.session();
+    run(&s, "SET datafusion.execution.target_partitions = 1").await;
+    // The sort above spills tens of MB: past a 2 MiB session quota.
+    let sql = "SELECT sum(r * v) FROM (SELECT v, row_number() OVER (ORDER BY v DESC) AS r \
+               FROM (SELECT value % 1000003 AS v FROM generate_series(1, 4000000)))";
+    let e = s.sql(sql).await.unwrap_err();
+    assert_eq!(e.code(), EngineError::SPILL_QUOTA, "{e}");
+    assert!(e.to_string().contains("spill"), "{e}");
+    // The statement's spill files are gone, and the session goes on.
+    assert_eq!(engine.spilled_bytes(), 0);
+    let left: u64 = walk_bytes(&dir.path().join("tmp"));
+    assert_eq!(left, 0, "spill files left behind");
+    assert_eq!(run(&s, "SELECT 1").await, ["1"]);
+}
+
+/// The bytes of the files under `dir`, recursively.
+fn walk_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| {
+                    let path = e.path();
+                    if path.is_dir() {
+                        walk_bytes(&path)
+                    } else {
+                        e.metadata().map_or(0, |m| m.len())
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 fn engine_unbounded_session() -> Session {

@@ -284,6 +284,11 @@ impl Process {
         while payload.len() < len {
             let filled = payload.len();
             let step = (len - filled).min(RECV_STEP.max(filled));
+            // Fallibly: a frame the process has no memory for breaks the worker's statement,
+            // not the process.
+            payload
+                .try_reserve_exact(step)
+                .map_err(|e| IoEnd::Broken(format!("no memory for a frame of {len} bytes: {e}")))?;
             payload.resize(filled + step, 0);
             recv_exact(&mut self.sock, &mut payload[filled..], deadline, watch)?;
         }
