@@ -183,6 +183,8 @@ impl Server {
         let mut token = None;
         let gate = match &options.auth {
             ServerAuth::Users(path) => {
+                // Its password hashes are out of the scripts' reach.
+                accelsql_engine::udf_runtime::script::sandbox::deny_paths([path]);
                 let users = Users::load(path)?;
                 if users.is_empty() {
                     return Err(ServerError::Config {
@@ -236,6 +238,8 @@ impl Server {
         }
         let tls = match &options.tls {
             Some((cert, key)) => {
+                // The private key is out of the scripts' reach.
+                accelsql_engine::udf_runtime::script::sandbox::deny_paths([key]);
                 let read = |p: &PathBuf| {
                     std::fs::read(p).map_err(|e| ServerError::Config {
                         message: format!("cannot read TLS file {}: {e}", p.display()),

@@ -29,10 +29,15 @@ use crate::core::privileges::SystemPrivilege;
 ///
 /// Unless the session `who` holds `READ SERVER FILES`, a name that looks like a path is
 /// refused with 42501 instead of read.
-pub(crate) fn enable_url_tables(ctx: SessionContext, who: Arc<SessionIdentity>) -> SessionContext {
+pub(crate) fn enable_url_tables(
+    ctx: SessionContext,
+    who: Arc<SessionIdentity>,
+    data_dir: Option<std::path::PathBuf>,
+) -> SessionContext {
     let factory = Arc::new(FileTableFactory {
         state: OnceLock::new(),
         who,
+        data_dir,
     });
     let catalogs = Arc::clone(ctx.state_ref().read().catalog_list());
     let catalogs = Arc::new(DynamicFileCatalog::new(
@@ -64,6 +69,8 @@ struct FileTableFactory {
     state: OnceLock<StateSource>,
     /// The session, whose grants say whether it may read files (`READ SERVER FILES`).
     who: Arc<SessionIdentity>,
+    /// The engine's data directory, whose files are never read as tables (but by SYS).
+    data_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for FileTableFactory {
@@ -89,11 +96,12 @@ impl UrlTableFactory for FileTableFactory {
         if !looks_like_path(name) {
             return Ok(None);
         }
-        if let Err(denial) = self
-            .who
-            .grants()
-            .check_system(SystemPrivilege::ReadServerFiles)
-        {
+        let grants = self.who.grants();
+        if !grants.is_all() {
+            crate::front::privileges::check_outside_data_dir(name, self.data_dir.as_deref())
+                .map_err(EngineError::into_datafusion)?;
+        }
+        if let Err(denial) = grants.check_system(SystemPrivilege::ReadServerFiles) {
             return Err(denial
                 .refusal(
                     &format!("reading files on the server as tables ('{name}')"),

@@ -554,7 +554,9 @@ mod tests {
         // Owning counts for the user, never for the ceiling.
         assert_eq!(grants.check(|_, owner| owner), Err(Denial::Ceiling));
         assert!(Grants::sys().is_all());
-        assert!(grants.owns(Some("ann")));
+        assert!(grants.owns(Some("ANN")));
+        // Names have one form: another spelling is not the owner (nor can it be created).
+        assert!(!grants.owns(Some("ann")));
         assert!(!grants.owns(None));
     }
 

@@ -43,6 +43,8 @@ pub(crate) struct EngineState {
     pub(crate) node: NodeIdentity,
     /// [`EngineOptions::password_rounds`].
     pub(crate) password_rounds: u32,
+    /// [`EngineOptions::data_dir`], resolved (links followed) when it exists.
+    pub(crate) data_dir: Option<std::path::PathBuf>,
     /// The spill quotas of the engine, its users and its sessions, and each session's disk
     /// manager.
     pub(crate) spill: super::spill::SpillQuotas,
@@ -111,6 +113,10 @@ impl EngineState {
             options.session_spill_limit.unwrap_or(spill_limit / 4),
         );
         Ok(Self {
+            data_dir: options
+                .data_dir
+                .as_ref()
+                .map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.clone())),
             spill,
             tables,
             id: std::hash::BuildHasher::hash_one(

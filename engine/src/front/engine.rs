@@ -71,6 +71,11 @@ impl Engine {
             None => ScriptCatalog::in_memory(),
         };
         let state = EngineState::new(&options)?;
+        // Scripts run user code as this process's user: the data directory (the catalog, the
+        // users' password hashes, a server's token, the tables' files) is out of their reach.
+        if let Some(dir) = &options.data_dir {
+            accelsql_udf_runtime::script::sandbox::deny_paths([dir]);
+        }
         let udfs = UdfRegistry::new(builtin_udfs()?, builtin_set_udfs()?);
         Ok(Self {
             inner: Arc::new(EngineInner {

@@ -295,7 +295,7 @@ impl Session {
             )),
         );
         if shared.url_tables {
-            ctx = enable_url_tables(ctx, Arc::clone(&identity));
+            ctx = enable_url_tables(ctx, Arc::clone(&identity), shared.data_dir.clone());
         }
         ctx.add_analyzer_rule(Arc::new(EmitsRule));
         bound_growing_functions(&ctx, &memory);
@@ -1276,7 +1276,13 @@ impl Session {
             Err(e) => return Err(e.into()),
         };
         if !grants.is_all() {
-            privileges::check_plan(&plan, &grants, &own, &self.script_functions(&scripts))?;
+            privileges::check_plan(
+                &plan,
+                &grants,
+                &own,
+                &self.script_functions(&scripts),
+                engine.data_dir.as_deref(),
+            )?;
         }
         if !params.is_empty() {
             let params = params_as_planned(&plan, params)?;

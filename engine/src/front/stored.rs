@@ -244,6 +244,12 @@ impl Session {
                     SystemPrivilege::ReadServerFiles,
                     &format!("COPY {table} FROM '{path}' reads a file on the server"),
                 )?;
+                if !grants.is_all() {
+                    privileges::check_outside_data_dir(
+                        &path,
+                        self.engine().state().data_dir.as_deref(),
+                    )?;
+                }
                 let (reference, provider) = self.named_table(&table).await?;
                 if let Some(who) = self.table_identity(&reference, &provider) {
                     Self::check_table(

@@ -282,3 +282,63 @@ async fn a_python_worker_past_the_session_budget_is_killed_and_the_session_goes_
     run(&s, "SET accelsql.memory_limit = '2GiB'").await;
     assert_eq!(run(&s, "SELECT hog(300)").await, ["300"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_children_count_against_its_limit_and_end_with_it() {
+    let s = engine(None, None).session();
+    // The child holds 600 MiB: the worker's own memory stays small.
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT child_hog(mb INTEGER) RETURNS INTEGER AS\n\
+         import subprocess, sys, time\n\
+         def run(ctx):\n    code = 'b = bytearray(%d * 1048576)\\nfor i in range(0, len(b), 4096): b[i] = 1\\nimport time; time.sleep(30)' % ctx.mb\n    p = subprocess.Popen([sys.executable, '-c', code])\n    time.sleep(3)\n    p.kill()\n    return ctx.mb\n/",
+    )
+    .await;
+    run(&s, "SET accelsql.memory_limit = '256MiB'").await;
+    let e = s
+        .sql("SELECT child_hog(600)")
+        .await
+        .expect_err("child_hog(600)");
+    assert_eq!(e.code(), "53U25", "{e}");
+    // A double-forked grandchild in a session of its own ends with the statement's worker.
+    let pid_file = tempfile::NamedTempFile::new().unwrap();
+    let path = pid_file.path().display().to_string();
+    run(
+        &s,
+        &format!(
+            "CREATE PYTHON3 SCALAR SCRIPT escape() RETURNS INTEGER AS\n\
+             import os, time\n\
+             def run(ctx):\n    if os.fork() == 0:\n        os.setsid()\n        if os.fork() == 0:\n            open('{path}', 'w').write(str(os.getpid()))\n            time.sleep(60)\n        os._exit(0)\n    time.sleep(0.5)\n    return 1\n/"
+        ),
+    )
+    .await;
+    run(&s, "RESET accelsql.memory_limit").await;
+    assert_eq!(run(&s, "SELECT escape()").await, ["1"]);
+    drop(s);
+    let pid: i32 = std::fs::read_to_string(pid_file.path())
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let started = Instant::now();
+    // SAFETY: kill with signal 0 only asks whether the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 && !is_zombie(pid) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the grandchild {pid} outlived its statement and session"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether `pid` has exited but is not reaped yet.
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit(')')
+                .next()
+                .map(|rest| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}

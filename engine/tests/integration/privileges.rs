@@ -513,3 +513,48 @@ async fn user_names_have_one_form_so_none_aliases_another() {
     assert_eq!(e.code(), "42710", "{e}");
     assert_eq!(engine.user_name("zoe").as_deref(), Some("ZOE"));
 }
+
+#[tokio::test]
+async fn file_privileges_never_reach_the_data_directory() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let engine = engine_with(Some(&data), Duration::from_millis(10));
+    let sys = engine.session();
+    run(&sys, "CREATE TABLE t AS SELECT 1 AS a").await;
+    std::fs::write(data.join("server-token"), "name\ns3cret-token\n").unwrap();
+    let outside = root.path().join("outside.csv");
+    std::fs::write(&outside, "name\nvisible\n").unwrap();
+    run(&sys, "CREATE USER fil IDENTIFIED BY \"pw-of-fil-1\"").await;
+    run(
+        &sys,
+        "GRANT CREATE SESSION, CREATE TABLE, READ SERVER FILES, WRITE SERVER FILES TO fil",
+    )
+    .await;
+    run(&sys, "GRANT INSERT ON t TO fil").await;
+    let fil = engine.session_as("fil").unwrap();
+    let token = data.join("server-token").display().to_string();
+    for sql in [
+        format!("CREATE EXTERNAL TABLE stolen STORED AS CSV LOCATION '{token}'"),
+        format!(
+            "CREATE EXTERNAL TABLE stolen STORED AS CSV LOCATION '{}/'",
+            root.path().display()
+        ),
+        format!(
+            "COPY (SELECT 1 AS a) TO '{}' STORED AS CSV",
+            data.join("planted.csv").display()
+        ),
+        format!("COPY t FROM '{token}'"),
+    ] {
+        let e = fil.sql(&sql).await.unwrap_err();
+        assert_eq!(e.code(), "42501", "{sql}: {e}");
+        assert!(e.to_string().contains("data directory"), "{e}");
+    }
+    assert!(!data.join("planted.csv").exists());
+    // Files elsewhere are still theirs to read.
+    run(
+        &fil,
+        &format!("CREATE EXTERNAL TABLE seen STORED AS CSV LOCATION '{}' OPTIONS ('format.has_header' 'true')", outside.display()),
+    )
+    .await;
+    assert_eq!(run(&fil, "SELECT name FROM seen").await, ["visible"]);
+}

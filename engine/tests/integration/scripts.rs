@@ -653,3 +653,76 @@ async fn script_statements_take_the_spare_worker_their_fork_server_keeps() {
     // The worker that was the spare ended with its statement.
     assert!(!std::path::Path::new(&format!("/proc/{}", seen[0])).exists());
 }
+
+/// A script runs user code as the engine's OS user: the data directory (catalog, password
+/// hashes, a server's token, the tables' files) is out of its reach, the rest of the file
+/// system is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_cannot_read_or_write_the_data_directory() {
+    if accelsql_engine::udf_runtime::script::sandbox::landlock_abi().is_none() {
+        eprintln!("SKIPPED (this kernel has no Landlock: scripts run unsandboxed)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let outside = dir.path().join("outside.txt");
+    std::fs::write(&outside, "public").unwrap();
+    let engine = Engine::with_options(EngineOptions {
+        data_dir: Some(data.clone()),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let s = engine.session();
+    run(&s, "CREATE TABLE t AS SELECT 1 AS a").await;
+    std::fs::write(data.join("server-token"), "s3cret-token-value").unwrap();
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT peek(path VARCHAR(2000)) RETURNS VARCHAR(2000) AS\n\
+         def run(ctx):\n    try:\n        with open(ctx.path) as f:\n            return 'read:' + f.read(20)\n    except OSError as e:\n        return 'refused:' + type(e).__name__\n/",
+    )
+    .await;
+    run(
+        &s,
+        "CREATE PYTHON3 SCALAR SCRIPT plant(path VARCHAR(2000)) RETURNS VARCHAR(2000) AS\n\
+         def run(ctx):\n    try:\n        open(ctx.path, 'w').write('x')\n        return 'wrote'\n    except OSError as e:\n        return 'refused:' + type(e).__name__\n/",
+    )
+    .await;
+    let peek = |p: &std::path::Path| format!("SELECT peek('{}')", p.display());
+    for secret in [
+        data.join("server-token"),
+        data.join("scripts.json"),
+        // Through `..` and through the process's root link: still the same inode.
+        dir.path().join("data/../data/server-token"),
+        std::path::PathBuf::from(format!(
+            "/proc/self/root{}",
+            data.join("server-token").display()
+        )),
+    ] {
+        assert_eq!(
+            run(&s, &peek(&secret)).await,
+            ["refused:PermissionError"],
+            "{}",
+            secret.display()
+        );
+    }
+    assert_eq!(run(&s, &peek(&outside)).await, ["read:public"]);
+    assert_eq!(
+        run(
+            &s,
+            &format!("SELECT plant('{}')", data.join("planted").display())
+        )
+        .await,
+        ["refused:PermissionError"]
+    );
+    assert!(!data.join("planted").exists());
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    assert_eq!(
+        run(
+            &s,
+            &format!("SELECT plant('{}')", elsewhere.join("f").display())
+        )
+        .await,
+        ["wrote"]
+    );
+}

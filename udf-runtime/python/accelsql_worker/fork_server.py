@@ -39,6 +39,7 @@ from .wire import _I32
 
 FORK_SERVER_ARG = "--accelsql-fork-server"
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def _warm_up():
@@ -145,6 +146,8 @@ def _serve_forks():
             pass
         if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != server:
             os._exit(71)
+        # Orphans of the worker's children stay its descendants (counted, and killed with it).
+        prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
     def become_worker(sock, err, status):
         leave_server([status])

@@ -65,6 +65,8 @@ struct Key {
     /// Sorted by name.
     env: Vec<(OsString, OsString)>,
     cwd: Option<PathBuf>,
+    /// The sandbox policy's generation it was started under (see `sandbox.rs`).
+    sandbox: u64,
 }
 
 /// A worker forked by a server, or why it could not be: [`fork_worker`]'s answer.
@@ -90,6 +92,7 @@ pub(crate) fn fork_worker(
         interpreter: interpreter.to_path_buf(),
         env,
         cwd: std::env::current_dir().ok(),
+        sandbox: crate::script::sandbox::generation(),
     };
     let Some((server, ready)) = server_for(&key) else {
         return Forked::NoServer;
@@ -627,6 +630,7 @@ mod tests {
             interpreter: spec.interpreter.clone(),
             env: worker_env(spec, &WorkerContext::default()),
             cwd: std::env::current_dir().ok(),
+            sandbox: crate::script::sandbox::generation(),
         }
     }
 

@@ -50,6 +50,7 @@ mod fork_server;
 mod interpreter;
 mod intervals;
 mod process;
+pub mod sandbox;
 mod single_call;
 mod single_call_spec;
 mod spec;

@@ -64,7 +64,7 @@ impl MemoryWatch {
     /// elsewhere never), then device memory (as the probe reads it).
     fn over(&self) -> Option<IoEnd> {
         if let Some(limit) = self.limit
-            && let Some(resident) = resident_bytes(self.pid)
+            && let Some(resident) = tree_resident_bytes(self.pid)
             && resident > limit
         {
             return Some(IoEnd::OverMemory { resident, limit });
@@ -86,6 +86,71 @@ pub(crate) fn resident_bytes(pid: u32) -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     Some(pages.saturating_mul(u64::try_from(page).ok().filter(|&p| p > 0)?))
+}
+
+/// The resident memory of process `pid` and of every process it started (Linux; children
+/// that left its process group included): what counts against a worker's memory limit.
+fn tree_resident_bytes(pid: u32) -> Option<u64> {
+    let own = resident_bytes(pid)?;
+    Some(
+        descendants(pid)
+            .into_iter()
+            .filter_map(resident_bytes)
+            .fold(own, u64::saturating_add),
+    )
+}
+
+/// Every process below `pid` (its children, theirs, …), from `/proc/PID/task/TID/children`;
+/// empty where that cannot be read. A worker is its children's orphans' subreaper, so a
+/// process it started stays below it even after a double fork.
+pub(crate) fn descendants(pid: u32) -> Vec<u32> {
+    /// Far more than a worker may start: a bound on a malicious fork bomb's cost here.
+    const MOST: usize = 4096;
+    let mut found = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(next) = todo.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{next}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Ok(children) = std::fs::read_to_string(task.path().join("children")) else {
+                continue;
+            };
+            for child in children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok())
+            {
+                if found.len() >= MOST {
+                    return found;
+                }
+                if !found.contains(&child) {
+                    found.push(child);
+                    todo.push(child);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Kills every process below `pid` (those that left its process group too), until none is
+/// left or a few rounds have passed (a child may fork while it is being killed).
+pub(crate) fn kill_descendants(pid: u32) {
+    for _ in 0..8 {
+        let below = descendants(pid);
+        if below.is_empty() {
+            return;
+        }
+        for child in below {
+            if let Ok(child) = libc::pid_t::try_from(child) {
+                // SAFETY: kill has no memory-safety preconditions; the pid is a live child's.
+                unsafe {
+                    libc::kill(child, libc::SIGKILL);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// How long a worker whose fork server was asked to kill it may take to be reported dead.
@@ -123,14 +188,16 @@ pub(crate) trait WorkerParent: Send + Sync + std::fmt::Debug {
     fn kill(&self, pid: u32);
 }
 
-/// Makes `cmd` start its process in a process group of its own and (on Linux) killed when the
-/// engine dies.
+/// Makes `cmd` start its process in a process group of its own, (on Linux) killed when the
+/// engine dies, and in the workers' sandbox (see `sandbox.rs`).
 pub(crate) fn die_with_engine(cmd: &mut Command) {
     cmd.process_group(0);
     #[cfg(target_os = "linux")]
     {
         // SAFETY: getpid has no preconditions.
         let parent = unsafe { libc::getpid() };
+        // Built here, entered in the child: entering is two system calls.
+        let ruleset = super::sandbox::ruleset();
         // SAFETY: the closure runs in the forked child before exec and calls only
         // async-signal-safe functions (prctl, getppid) and allocates nothing (the errors are
         // built from raw OS codes).
@@ -142,6 +209,14 @@ pub(crate) fn die_with_engine(cmd: &mut Command) {
                 // The engine may have died between fork and prctl: then nobody would kill us.
                 if libc::getppid() != parent {
                     return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                // Orphans of the worker's children are reparented to it, not to init, so that
+                // they stay its descendants: counted, and killed with it.
+                if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if let Some(ruleset) = &ruleset {
+                    super::sandbox::enter(std::os::fd::AsRawFd::as_raw_fd(ruleset.as_ref()))?;
                 }
                 Ok(())
             });
@@ -298,6 +373,9 @@ impl Process {
     /// Waits up to `grace` for the worker to exit on its own, then kills its whole process group
     /// (the worker and anything it started) and reaps it. Returns how it ended.
     pub(crate) fn terminate(self, grace: Duration) -> ExitStatus {
+        // Whatever the worker started ends with it, even a double-forked grandchild in a
+        // session of its own (the worker is its subreaper, so it is still below it).
+        kill_descendants(self.pid);
         match self.owner {
             Owner::Engine(child) => terminate_child(child, self.pid, grace),
             Owner::ForkServer { server, status } => {

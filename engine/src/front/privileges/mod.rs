@@ -20,6 +20,7 @@ pub(crate) mod run;
 pub(crate) mod statements;
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{DdlStatement, Expr, LogicalPlan, Statement};
@@ -119,12 +120,13 @@ pub(crate) fn check_plan(
     grants: &Grants,
     own: &AccelsqlOptions,
     scripts: &HashMap<String, ScriptRef>,
+    data_dir: Option<&Path>,
 ) -> Result<()> {
     if grants.is_all() {
         return Ok(());
     }
     plan.apply_with_subqueries(|node| {
-        check_node(node, grants, own).map_err(EngineError::into_datafusion)?;
+        check_node(node, grants, own, data_dir).map_err(EngineError::into_datafusion)?;
         node.apply_expressions(|e| {
             e.apply(|e| {
                 let name = match e {
@@ -145,22 +147,36 @@ pub(crate) fn check_plan(
 }
 
 /// Why one plan node is refused, if it is.
-fn check_node(node: &LogicalPlan, grants: &Grants, own: &AccelsqlOptions) -> Result<()> {
+fn check_node(
+    node: &LogicalPlan,
+    grants: &Grants,
+    own: &AccelsqlOptions,
+    data_dir: Option<&Path>,
+) -> Result<()> {
     use SystemPrivilege::*;
     match node {
-        LogicalPlan::Copy(copy) => require(
-            grants,
-            WriteServerFiles,
-            &format!("COPY … TO writes files on the server ({})", copy.output_url),
-        ),
-        LogicalPlan::Ddl(DdlStatement::CreateExternalTable(table)) => require(
-            grants,
-            ReadServerFiles,
-            &format!(
-                "CREATE EXTERNAL TABLE reads files on the server ({})",
-                table.locations.join(", ")
-            ),
-        ),
+        LogicalPlan::Copy(copy) => {
+            require(
+                grants,
+                WriteServerFiles,
+                &format!("COPY … TO writes files on the server ({})", copy.output_url),
+            )?;
+            check_outside_data_dir(&copy.output_url, data_dir)
+        }
+        LogicalPlan::Ddl(DdlStatement::CreateExternalTable(table)) => {
+            require(
+                grants,
+                ReadServerFiles,
+                &format!(
+                    "CREATE EXTERNAL TABLE reads files on the server ({})",
+                    table.locations.join(", ")
+                ),
+            )?;
+            table
+                .locations
+                .iter()
+                .try_for_each(|l| check_outside_data_dir(l, data_dir))
+        }
         // Inserting into a table whose rows live in files (an external table) writes them.
         LogicalPlan::Dml(dml) if writes_files(dml) => require(
             grants,
@@ -194,6 +210,64 @@ fn check_node(node: &LogicalPlan, grants: &Grants, own: &AccelsqlOptions) -> Res
         }
         _ => Ok(()),
     }
+}
+
+/// 42501 when `location` (a path, a `file://` URL or a glob; relative to the working folder)
+/// lies inside the data directory `data_dir` or holds it: its internals (the catalog, password
+/// hashes, a server's token, the tables' files) are read and written through SQL only, never
+/// as files, whatever file privileges a session holds. Other schemes pass.
+pub(crate) fn check_outside_data_dir(location: &str, data_dir: Option<&Path>) -> Result<()> {
+    let Some(data_dir) = data_dir else {
+        return Ok(());
+    };
+    let path = match location.split_once("://") {
+        Some(("file", rest)) => rest,
+        Some(_) => return Ok(()),
+        None => location,
+    };
+    let path = Path::new(path);
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(path)
+    };
+    // The part before any glob, resolved as far as it exists (links and `..` included); the
+    // rest appended as written.
+    let mut fixed = PathBuf::new();
+    for part in absolute.components() {
+        if part
+            .as_os_str()
+            .to_string_lossy()
+            .contains(['*', '?', '[', '{'])
+        {
+            break;
+        }
+        fixed.push(part);
+    }
+    let mut existing = fixed.as_path();
+    let mut rest = Vec::new();
+    let resolved = loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            break rest.iter().rev().fold(real, |p: PathBuf, c| p.join(c));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => break fixed.clone(),
+        }
+    };
+    let data_dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    if resolved.starts_with(&data_dir) || data_dir.starts_with(&resolved) {
+        return Err(EngineError::InsufficientPrivileges {
+            what: format!(
+                "'{location}' is inside the data directory (or holds it): its files are reached \
+                 through SQL only, never as files, whatever file privileges a session holds"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Whether `dml` writes into a table backed by files (a listing table: `CREATE EXTERNAL TABLE`).
@@ -319,6 +393,34 @@ mod tests {
         check_execute(&Grants::sys(), &other).unwrap();
         check_execute(&restricted(), &other).unwrap();
         assert!(require(&restricted(), SystemPrivilege::CreateScript, "x").is_err());
+    }
+
+    #[test]
+    fn the_data_directory_is_never_a_file_location() {
+        let root = tempfile::tempdir().unwrap();
+        let data = root.path().join("data");
+        std::fs::create_dir_all(data.join("public")).unwrap();
+        std::fs::write(data.join("server-token"), "t").unwrap();
+        let d = Some(data.as_path());
+        let refused = |location: String| {
+            let e = check_outside_data_dir(&location, d).unwrap_err();
+            assert_eq!(e.code(), "42501", "{location}");
+        };
+        refused(data.join("server-token").display().to_string());
+        refused(format!("file://{}", data.join("scripts.json").display()));
+        refused(format!(
+            "{}/../data/server-token",
+            data.join("public").display()
+        ));
+        refused(format!("{}/*.csv", data.join("public").display()));
+        refused(format!("{}/new/not-yet.csv", data.display()));
+        // A folder or glob that holds the data directory would list its files too.
+        refused(format!("{}/", root.path().display()));
+        refused(format!("{}/**/*.json", root.path().display()));
+        let beside = root.path().join("beside.csv");
+        check_outside_data_dir(&beside.display().to_string(), d).unwrap();
+        check_outside_data_dir("s3://bucket/data/server-token", d).unwrap();
+        check_outside_data_dir(&data.join("x").display().to_string(), None).unwrap();
     }
 
     #[test]

@@ -454,7 +454,7 @@ mod tests {
         assert_eq!(
             parsed("alter user \"Ann\" identified by 'new' replace 'old'"),
             SecurityStatement::AlterPassword {
-                name: "Ann".into(),
+                name: "ANN".into(),
                 password: "new".into(),
                 old: Some("old".into())
             }
