@@ -126,6 +126,11 @@ pub(crate) enum ClusterCommand {
         /// Tasks each executor runs at once (0: one per core).
         #[arg(long, value_name = "N", default_value_t = 0)]
         vcores: usize,
+        /// The longest one of a statement's tasks may hold an executor's GPU lease, in
+        /// seconds (57G03 past it); a client's own bound (`serve --max-lease-hold`) applies
+        /// too, whichever is smaller.
+        #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+        max_lease_hold: f64,
     },
     /// Write a new cluster secret (owner-only, 0600) for --secret-file; refuses to overwrite.
     Secret {
@@ -152,9 +157,20 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
         executors,
         simulated_gpus_per_executor,
         vcores,
+        max_lease_hold,
     } = command
     {
-        return local(executors, simulated_gpus_per_executor, vcores);
+        if !(max_lease_hold.is_finite() && max_lease_hold > 0.0) {
+            return Err(CliError::Terminal(format!(
+                "--max-lease-hold must be a positive number of seconds, not {max_lease_hold}"
+            )));
+        }
+        return local(
+            executors,
+            simulated_gpus_per_executor,
+            vcores,
+            std::time::Duration::from_secs_f64(max_lease_hold),
+        );
     }
     if let ClusterCommand::Secret { out } = &command {
         ClusterAuth::write_secret_file(out).map_err(cluster_err)?;
@@ -274,12 +290,14 @@ fn local(
     executors: usize,
     simulated_gpus: Option<usize>,
     vcores: usize,
+    max_lease_hold: std::time::Duration,
 ) -> Result<ExitCode, CliError> {
     let program = std::env::current_exe()
         .map_err(|e| CliError::Terminal(format!("cannot find this program's path: {e}")))?;
     let mut options = LocalClusterOptions::new(program, executors);
     options.simulated_gpus_per_executor = simulated_gpus;
     options.vcores = vcores;
+    options.max_lease_hold = Some(max_lease_hold);
     let mut cluster = LocalCluster::start(&options).map_err(cluster_err)?;
     say(&format!("scheduler: {}", cluster.scheduler()))?;
     let secret = cluster

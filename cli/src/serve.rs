@@ -320,6 +320,10 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
             _ => format!("{gpus} GPU(s)"),
         };
         eprintln!("accelsql serve: {place}; {auth}; SIGINT/SIGTERM stops it");
+        eprintln!(
+            "accelsql serve: {}",
+            accelsql_engine::udf_runtime::script::sandbox::status()
+        );
     }
     server
         .serve_until(shutdown_signal())

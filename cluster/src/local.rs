@@ -26,6 +26,9 @@ pub struct LocalClusterOptions {
     pub simulated_gpus_per_executor: Option<usize>,
     /// Tasks each executor runs at once (0: one per core).
     pub vcores: usize,
+    /// The longest a statement's task may hold an executor's GPU lease (`None`: the
+    /// executors' default, 600 s).
+    pub max_lease_hold: Option<Duration>,
     /// How long to wait for every executor to register.
     pub start_timeout: Duration,
     /// How long an executor may be silent before the scheduler drops it and stops the queries
@@ -45,6 +48,7 @@ impl LocalClusterOptions {
             executors,
             simulated_gpus_per_executor: None,
             vcores: 0,
+            max_lease_hold: None,
             start_timeout: Duration::from_secs(60),
             executor_timeout: Duration::from_secs(15),
             secret: true,
@@ -180,6 +184,9 @@ impl LocalCluster {
             .stdout(Stdio::null());
         if let Some(gpus) = options.simulated_gpus_per_executor {
             command.args(["--simulated-gpus", &gpus.to_string()]);
+        }
+        if let Some(hold) = options.max_lease_hold {
+            command.args(["--max-lease-hold", &hold.as_secs_f64().to_string()]);
         }
         spawn(
             &options.program,

@@ -62,7 +62,9 @@ pub use datafusion;
 pub use crate::catalog::node_rows::{NodeRowsParts, node_rows_parts};
 pub use crate::core::calls::{Placement, PlacementDecision, RECENT_CALLS, UdfCallRecord};
 pub use crate::core::distribute::PlanDistributor;
-pub use crate::core::engine_options::{EngineOptions, NodeIdentity};
+pub use crate::core::engine_options::{
+    DEFAULT_MAX_STATEMENT_DEPTH, EngineOptions, NodeIdentity, STATEMENT_STACK_BYTES,
+};
 pub use crate::core::error::{EngineError, Result};
 pub use crate::core::groups::{ConsumerGroup, DEFAULT_GROUP, GpuClass};
 pub use crate::core::memory::{
@@ -80,7 +82,6 @@ pub use crate::core::privileges::{
 pub use crate::exec::remote::{
     NodeLease, UdfCallParts, encode_aggregate_placement, encode_placement, udf_call_parts,
 };
-pub use crate::front::depth::{DEFAULT_MAX_STATEMENT_DEPTH, STATEMENT_STACK_BYTES};
 pub use crate::front::engine::Engine;
 pub use crate::front::session::{LeasePlace, ResultShape, Session};
 pub use crate::front::splitter;

@@ -28,6 +28,7 @@
 //! ```
 
 mod auth;
+mod coded;
 mod conn;
 mod error;
 mod login;
@@ -261,7 +262,7 @@ impl Server {
             ConnLimits {
                 handshake_timeout: options.handshake_timeout,
                 pre_auth_bytes: options.pre_auth_max_bytes.max(4096),
-                max_connections: options.max_connections.max(1),
+                max_connections: connections_within_fd_limit(options.max_connections.max(1)),
                 open: matches!(gate, Gate::Open),
             },
             options.log.clone(),
@@ -341,7 +342,7 @@ impl Server {
             options,
             ..
         } = self;
-        let flight = FlightServiceServer::new(service.clone())
+        let flight = FlightServiceServer::new(coded::Coded(service.clone()))
             .max_decoding_message_size(options.max_message_size)
             .max_encoding_message_size(options.max_message_size);
         let gatekeeper = service.clone();
@@ -402,6 +403,45 @@ impl Server {
         service.inner().sessions.close_all();
         outcome
     }
+}
+
+/// Descriptors kept for what is not a client connection: the data directory's files, spill
+/// files, script workers' sockets and pipes, the cluster's channels.
+const RESERVED_FDS: u64 = 256;
+
+/// Raises this process's soft open-file limit to its hard one, and returns `wanted` lowered
+/// so that that many connections leave [`RESERVED_FDS`] descriptors for the rest: under
+/// descriptor pressure a new client is refused at once (53300) instead of waiting for `accept`
+/// to find a free descriptor.
+fn connections_within_fd_limit(wanted: usize) -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid, writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return wanted;
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: `raised` is a valid rlimit no higher than the hard limit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit.rlim_cur = limit.rlim_max;
+        }
+    }
+    #[allow(clippy::unnecessary_cast)] // rlim_t differs between platforms
+    let available = (limit.rlim_cur as u64).saturating_sub(RESERVED_FDS).max(16);
+    let most = usize::try_from(available).unwrap_or(usize::MAX);
+    if wanted > most {
+        log::warn!(
+            "--max-connections {wanted} lowered to {most}: the open-file limit is {}",
+            limit.rlim_cur
+        );
+    }
+    wanted.min(most)
 }
 
 /// Reloads the users file on every SIGHUP (Unix), logging what happened; a file that cannot be

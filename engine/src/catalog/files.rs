@@ -98,7 +98,7 @@ impl UrlTableFactory for FileTableFactory {
         }
         let grants = self.who.grants();
         if !grants.is_all() {
-            crate::front::privileges::check_outside_data_dir(name, self.data_dir.as_deref())
+            crate::core::privileges::check_outside_data_dir(name, self.data_dir.as_deref())
                 .map_err(EngineError::into_datafusion)?;
         }
         if let Err(denial) = grants.check_system(SystemPrivilege::ReadServerFiles) {

@@ -9,6 +9,20 @@ use accelsql_gpu_scheduler::SchedulerConfig;
 use super::distribute::PlanDistributor;
 use super::error::{EngineError, Result};
 
+/// The default of [`EngineOptions::max_statement_depth`](crate::EngineOptions): deep enough for
+/// generated SQL (a thousand `OR`ed conditions), shallow enough that planning and running such
+/// a statement fits a stack of [`STATEMENT_STACK_BYTES`] with room to spare, in an unoptimized
+/// build too.
+pub const DEFAULT_MAX_STATEMENT_DEPTH: usize = 2_000;
+
+/// The stack each thread that plans or runs statements should have: the `accelsql` shell,
+/// `serve`, the cluster's processes and the Python package give their runtime's threads this
+/// much (tokio's default is 2 MiB). An application that embeds the engine in its own runtime
+/// sets it with `tokio::runtime::Builder::thread_stack_size`, or lowers
+/// [`EngineOptions::max_statement_depth`](crate::EngineOptions) (about 300 levels fit 2 MiB in
+/// an unoptimized build).
+pub const STATEMENT_STACK_BYTES: usize = 64 * 1024 * 1024;
+
 /// How to build an [`Engine`](crate::Engine).
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
@@ -136,7 +150,7 @@ impl Default for EngineOptions {
             distributor: None,
             password_rounds: crate::core::passwords::DEFAULT_ROUNDS,
             gpu_precedence_aging: Duration::from_millis(10),
-            max_statement_depth: crate::front::depth::DEFAULT_MAX_STATEMENT_DEPTH,
+            max_statement_depth: DEFAULT_MAX_STATEMENT_DEPTH,
             spill_limit: None,
             user_spill_limit: None,
             session_spill_limit: None,

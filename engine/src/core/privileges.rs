@@ -504,6 +504,70 @@ impl Grants {
     }
 }
 
+/// 42501 when `location` (a path, a `file://` URL or a glob; relative to the working folder)
+/// lies inside the data directory `data_dir` or holds it: its internals (the catalog, password
+/// hashes, a server's token, the tables' files) are read and written through SQL only, never
+/// as files, whatever file privileges a session holds. Other schemes pass.
+pub(crate) fn check_outside_data_dir(
+    location: &str,
+    data_dir: Option<&std::path::Path>,
+) -> crate::core::error::Result<()> {
+    let Some(data_dir) = data_dir else {
+        return Ok(());
+    };
+    let path = match location.split_once("://") {
+        Some(("file", rest)) => rest,
+        Some(_) => return Ok(()),
+        None => location,
+    };
+    let path = std::path::Path::new(path);
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(path)
+    };
+    // The part before any glob, resolved as far as it exists (links and `..` included); the
+    // rest appended as written.
+    let mut fixed = std::path::PathBuf::new();
+    for part in absolute.components() {
+        if part
+            .as_os_str()
+            .to_string_lossy()
+            .contains(['*', '?', '[', '{'])
+        {
+            break;
+        }
+        fixed.push(part);
+    }
+    let mut existing = fixed.as_path();
+    let mut rest = Vec::new();
+    let resolved = loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            break rest
+                .iter()
+                .rev()
+                .fold(real, |p: std::path::PathBuf, c| p.join(c));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => break fixed.clone(),
+        }
+    };
+    let data_dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    if resolved.starts_with(&data_dir) || data_dir.starts_with(&resolved) {
+        return Err(crate::core::error::EngineError::InsufficientPrivileges {
+            what: format!(
+                "'{location}' is inside the data directory (or holds it): its files are reached \
+                 through SQL only, never as files, whatever file privileges a session holds"
+            ),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

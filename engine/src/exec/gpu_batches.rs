@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Schema};
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::Result as DfResult;
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_plan::ExecutionPlan;
@@ -22,8 +22,11 @@ use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceC
 // to far more rows than they aim at, which this operator still does.
 #[expect(deprecated)]
 use datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::limit::{GlobalLimitExec, LocalLimitExec};
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
 
 use crate::core::calls::Placement;
 use crate::udf::as_accel_udf as as_accel;
@@ -41,35 +44,83 @@ const VARIABLE_WIDTH: usize = 64;
 /// implementation, placed on the GPU) coalesced into batches of up to [`GPU_BATCH_BYTES`], and
 /// those of every other node that evaluates a SCALAR RETURNS script into batches of
 /// `batch_size` rows (the session's `datafusion.execution.batch_size`).
-#[expect(deprecated)]
 pub(crate) fn coalesce_call_inputs(
     plan: Arc<dyn ExecutionPlan>,
     batch_size: usize,
 ) -> DfResult<Arc<dyn ExecutionPlan>> {
-    plan.transform_up(|node| {
-        let target = match evaluates(node.as_ref())? {
-            Evaluates::GpuCall => None,
-            Evaluates::Script => Some(batch_size.max(1)),
-            Evaluates::Neither => return Ok(Transformed::no(node)),
-        };
-        let children: Vec<Arc<dyn ExecutionPlan>> = node
-            .children()
-            .into_iter()
-            .map(|child| {
-                let rows = target.unwrap_or_else(|| target_rows(&child.schema()));
-                let input = match child.downcast_ref::<CoalesceBatchesExec>() {
-                    // Replace a smaller coalescing target rather than stack another.
-                    Some(c) if c.target_batch_size() < rows => Arc::clone(c.input()),
-                    Some(_) => return Arc::clone(child),
-                    None => Arc::clone(child),
-                };
-                Arc::new(CoalesceBatchesExec::new(input, rows)) as Arc<dyn ExecutionPlan>
-            })
-            .collect();
-        let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
-        Ok(Transformed::yes(node.replace_children(children, options)?))
-    })
-    .map(|t| t.data)
+    coalesce_under(plan, batch_size, None)
+}
+
+/// [`coalesce_call_inputs`] of `node`, under a `LIMIT` that needs at most `limit` rows from it
+/// (`None`: no such limit): a coalesced batch aims at no more rows than that, so that a
+/// `LIMIT 10` over a huge table reads a few batches, not a million rows.
+#[expect(deprecated)]
+fn coalesce_under(
+    node: Arc<dyn ExecutionPlan>,
+    batch_size: usize,
+    limit: Option<usize>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    // A limit reaches down through operators that stream their input (projections, filters,
+    // coalescers, repartitions): below them a few more rows than it asks for may be read, never
+    // the whole input. An operator that needs all its input first (a sort, an aggregation, a
+    // join's build side) ends it.
+    let child_limit = if let Some(l) = node.downcast_ref::<GlobalLimitExec>() {
+        l.fetch().map(|f| f.saturating_add(l.skip()))
+    } else if let Some(l) = node.downcast_ref::<LocalLimitExec>() {
+        Some(l.fetch())
+    } else if node.downcast_ref::<ProjectionExec>().is_some()
+        || node.downcast_ref::<FilterExec>().is_some()
+        || node.downcast_ref::<CoalesceBatchesExec>().is_some()
+        || node.downcast_ref::<RepartitionExec>().is_some()
+        || node.downcast_ref::<CoalescePartitionsExec>().is_some()
+    {
+        // DataFusion folds a LIMIT into such an operator's own `fetch`.
+        match (limit, node.fetch()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    } else {
+        None
+    };
+    let children: Vec<Arc<dyn ExecutionPlan>> = node
+        .children()
+        .into_iter()
+        .map(|child| coalesce_under(Arc::clone(child), batch_size, child_limit))
+        .collect::<DfResult<_>>()?;
+    let target = match evaluates(node.as_ref())? {
+        Evaluates::GpuCall => None,
+        Evaluates::Script => Some(batch_size.max(1)),
+        Evaluates::Neither => {
+            let unchanged = node
+                .children()
+                .into_iter()
+                .zip(&children)
+                .all(|(before, after)| Arc::ptr_eq(before, after));
+            if unchanged {
+                return Ok(node);
+            }
+            let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+            return node.replace_children(children, options);
+        }
+    };
+    let children: Vec<Arc<dyn ExecutionPlan>> = children
+        .into_iter()
+        .map(|child| {
+            let rows = target.unwrap_or_else(|| target_rows(&child.schema()));
+            // Under a limit a batch holds no more rows than the limit asks for (at least an
+            // ordinary batch's, as a filter between them may drop some).
+            let rows = limit.map_or(rows, |l| rows.min(l.max(MIN_ROWS)));
+            let input = match child.downcast_ref::<CoalesceBatchesExec>() {
+                // Replace a smaller coalescing target rather than stack another.
+                Some(c) if c.target_batch_size() < rows => Arc::clone(c.input()),
+                Some(_) => return child,
+                None => Arc::clone(&child),
+            };
+            Arc::new(CoalesceBatchesExec::new(input, rows)) as Arc<dyn ExecutionPlan>
+        })
+        .collect();
+    let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+    node.replace_children(children, options)
 }
 
 /// Rows per coalesced batch for inputs of `schema`.

@@ -52,6 +52,9 @@ struct WirePlacement {
     user: Option<String>,
     #[serde(default)]
     gpu_class: Option<crate::core::groups::GpuClass>,
+    /// The placing engine's lease-hold bound, in milliseconds.
+    #[serde(default)]
+    client_hold_ms: Option<u64>,
     /// A script's definition ([`ScriptOrigin`]); absent for Rust UDFs, which the receiving
     /// process has registered under the same name.
     #[serde(default)]
@@ -119,6 +122,9 @@ fn wire_bytes(call: &PlacedCall, origin: Option<&Arc<ScriptOrigin>>) -> Option<V
         memory_limit: call.statement.memory_limit,
         user: call.statement.user.clone(),
         gpu_class: call.gpu_class.clone(),
+        client_hold_ms: call
+            .client_hold
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         script,
         client: call.client,
         device_memory: call.device_memory,
@@ -199,6 +205,7 @@ fn unplaced_call(name: &str) -> PlacedCall {
         stats: CallStats::default(),
         client: 0,
         gpu_class: None,
+        client_hold: None,
         copy: 0,
     }
 }
@@ -364,6 +371,7 @@ impl NodeSide<'_> {
                 processes: Default::default(),
             },
             gpu_class: wire.gpu_class,
+            client_hold: wire.client_hold_ms.map(Duration::from_millis),
             stats: CallStats::default(),
             client: wire.client,
             copy: NEXT_COPY.fetch_add(1, Ordering::Relaxed),
@@ -502,7 +510,12 @@ pub(crate) fn hold_limit_for_plan(
 ) -> Option<Duration> {
     let calls = placed_calls(plan);
     let class = calls.iter().find_map(|c| c.gpu_class.as_ref());
-    crate::exec::stream::hold_limit(engine, class)
+    // The placing engine's own bound (a server's --max-lease-hold) applies here too.
+    let client = calls.iter().filter_map(|c| c.client_hold).min();
+    match (crate::exec::stream::hold_limit(engine, class), client) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn placed_calls(plan: &Arc<dyn ExecutionPlan>) -> Vec<Arc<PlacedCall>> {

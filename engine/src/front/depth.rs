@@ -17,20 +17,6 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
-/// The default of [`EngineOptions::max_statement_depth`](crate::EngineOptions): deep enough for
-/// generated SQL (a thousand `OR`ed conditions), shallow enough that planning and running such
-/// a statement fits a stack of [`STATEMENT_STACK_BYTES`] with room to spare, in an unoptimized
-/// build too.
-pub const DEFAULT_MAX_STATEMENT_DEPTH: usize = 2_000;
-
-/// The stack each thread that plans or runs statements should have: the `accelsql` shell,
-/// `serve`, the cluster's processes and the Python package give their runtime's threads this
-/// much (tokio's default is 2 MiB). An application that embeds the engine in its own runtime
-/// sets it with `tokio::runtime::Builder::thread_stack_size`, or lowers
-/// [`EngineOptions::max_statement_depth`](crate::EngineOptions) (about 300 levels fit 2 MiB in
-/// an unoptimized build).
-pub const STATEMENT_STACK_BYTES: usize = 64 * 1024 * 1024;
-
 /// The levels of one bracket: its operator chain (reset at a `,` or a clause keyword) and its
 /// chain of set operations (which clause keywords do not reset: each `UNION` nests the ones
 /// before it).

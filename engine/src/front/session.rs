@@ -406,15 +406,31 @@ impl Session {
     /// session may end itself; ending another needs a session that may see every session (the
     /// embedding program's, or a server's admin) and is not restricted (42501).
     fn kill_session(&self, id: u64) -> Result<()> {
-        let target = self
-            .engine
-            .state()
-            .sessions
-            .get(id)
-            .ok_or(EngineError::UnknownSession { session: id })?;
+        let target = self.engine.state().sessions.get(id);
         let own = id == self.identity.id
-            || (target.account() == self.identity.account()
-                && target.user() == self.identity.user());
+            || target.as_ref().is_some_and(|target| {
+                target.account() == self.identity.account() && target.user() == self.identity.user()
+            });
+        // Whether another session exists is told only to a session that may end it: others
+        // get the same 42501 for every number, so the answer names no live session.
+        let may_end_others = self.identity.viewer().sees_all
+            && self
+                .identity
+                .grants()
+                .check_system(SystemPrivilege::KillAnySession)
+                .is_ok();
+        let target = match target {
+            Some(target) => target,
+            None if own || may_end_others => {
+                return Err(EngineError::UnknownSession { session: id });
+            }
+            None => {
+                return Err(privilege_err!(
+                    "KILL SESSION {id} ends another user's session: it needs the KILL ANY \
+                     SESSION privilege (on a server, the admin user's sessions hold it)"
+                ));
+            }
+        };
         if !own {
             if !self.identity.viewer().sees_all {
                 return Err(privilege_err!(
@@ -1249,6 +1265,7 @@ impl Session {
         scope.optional_when_busy = own.optional_gpu_when_busy;
         scope.user = (grants.user != SYS_USER).then(|| grants.user.clone());
         scope.gpu_class = group.map(crate::core::groups::GpuClass::of);
+        scope.client_hold = engine.max_lease_hold;
         scope.gpu_allowed = grants.has(SystemPrivilege::UseGpu);
         let scope = Arc::new(scope);
         rewritten.bind(&passes)?;

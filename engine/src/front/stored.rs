@@ -245,7 +245,7 @@ impl Session {
                     &format!("COPY {table} FROM '{path}' reads a file on the server"),
                 )?;
                 if !grants.is_all() {
-                    privileges::check_outside_data_dir(
+                    crate::core::privileges::check_outside_data_dir(
                         &path,
                         self.engine().state().data_dir.as_deref(),
                     )?;

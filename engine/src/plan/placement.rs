@@ -248,6 +248,7 @@ impl PlacementRule {
                 stats: CallStats::default(),
                 client: self.scope.client,
                 gpu_class: self.scope.gpu_class.clone(),
+                client_hold: self.scope.client_hold,
                 copy: 0,
             });
             calls.push(Arc::clone(&call));

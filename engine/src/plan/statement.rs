@@ -81,6 +81,8 @@ pub(crate) struct StatementScope {
     pub(crate) user: Option<String>,
     /// How the statement waits for the GPU lease (its user's consumer group).
     pub(crate) gpu_class: Option<crate::core::groups::GpuClass>,
+    /// The engine's bound on holding the GPU lease, carried to a cluster's nodes.
+    pub(crate) client_hold: Option<std::time::Duration>,
     /// Whether the session holds `USE GPU`: without it a required GPU call fails (42501) and an
     /// optional one runs on the CPU.
     pub(crate) gpu_allowed: bool,
@@ -109,6 +111,7 @@ impl StatementScope {
             remote: std::sync::atomic::AtomicBool::new(false),
             user: None,
             gpu_class: None,
+            client_hold: None,
             gpu_allowed: true,
         }
     }

@@ -69,6 +69,9 @@ pub(crate) struct PlacedCall {
     /// How the statement waits for a node's GPU lease (its consumer group's class), if its
     /// user has a group.
     pub(crate) gpu_class: Option<crate::core::groups::GpuClass>,
+    /// The placing engine's bound on holding the GPU lease (`serve --max-lease-hold`), which a
+    /// cluster's nodes apply beside their own.
+    pub(crate) client_hold: Option<std::time::Duration>,
     /// Which copy of the call this is: 0 where it was placed; on a cluster's node, a number of
     /// its own for each copy decoded there (tasks launched together share one).
     pub(crate) copy: u64,
@@ -323,6 +326,7 @@ mod tests {
             stats: CallStats::default(),
             client: 0,
             gpu_class: None,
+            client_hold: None,
             copy: 0,
         }
     }

@@ -155,6 +155,12 @@ impl ScalarUDFImpl for SizedOutput {
         if self.growth == Growth::Repeat && small_offsets && bytes > i32::MAX as usize {
             return self.inner.invoke_with_args(args);
         }
+        // Likewise a list longer than a list can be: DataFusion refuses it before it allocates.
+        if matches!(self.growth, Growth::ArrayRepeat | Growth::ArrayResize)
+            && longest_count(&args.args, args.number_rows)? > i64::from(i32::MAX)
+        {
+            return self.inner.invoke_with_args(args);
+        }
         let what = format!("{}()", self.name());
         // The statement's session budget travels with its plan: a cluster's executor, whose
         // pool is its own, holds the call to it too.
@@ -264,6 +270,11 @@ fn output_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<u
             Ok(total)
         }
         Growth::Range => {
+            // Dates and timestamps by intervals are not estimated (their counts are bounded by
+            // the calendar).
+            if args.iter().any(|a| !a.data_type().is_integer()) {
+                return Ok(0);
+            }
             // One argument: 0..stop; two or three: start..stop by step.
             let (start, stop, step) = match args {
                 [stop] => (None, Counts::of(stop)?, None),
@@ -292,6 +303,15 @@ fn output_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<u
             Ok(total)
         }
     }
+}
+
+/// The largest count (the second argument) of `rows` rows of `args`.
+fn longest_count(args: &[ColumnarValue], rows: usize) -> Result<i64> {
+    let Some(count) = args.get(1).filter(|c| c.data_type().is_integer()) else {
+        return Ok(0);
+    };
+    let count = Counts::of(count)?;
+    Ok((0..rows).filter_map(|row| count.at(row)).max().unwrap_or(0))
 }
 
 /// [`output_bytes`] of `repeat` and `lpad/rpad`: a text and a count.

@@ -110,6 +110,9 @@ async fn a_session_may_end_itself_and_a_runaway_script_goes_with_it() {
             .code(),
         "42501"
     );
+    // A number no session has gets the same answer: the reply tells no one which exist.
+    let e = other.sql("KILL SESSION 999999").await.unwrap_err();
+    assert_eq!(e.code(), "42501", "{e}");
     // The program ends it through a session of its own.
     let started = Instant::now();
     let admin = engine.session();

@@ -300,26 +300,18 @@ async fn a_workers_children_count_against_its_limit_and_end_with_it() {
         .await
         .expect_err("child_hog(600)");
     assert_eq!(e.code(), "53U25", "{e}");
-    // A double-forked grandchild in a session of its own ends with the statement's worker.
-    let pid_file = tempfile::NamedTempFile::new().unwrap();
-    let path = pid_file.path().display().to_string();
+    // A double-forked grandchild in a session of its own ends with the statement's worker; the
+    // script returns its pid (through a pipe).
     run(
         &s,
-        &format!(
-            "CREATE PYTHON3 SCALAR SCRIPT escape() RETURNS INTEGER AS\n\
-             import os, time\n\
-             def run(ctx):\n    if os.fork() == 0:\n        os.setsid()\n        if os.fork() == 0:\n            open('{path}', 'w').write(str(os.getpid()))\n            time.sleep(60)\n        os._exit(0)\n    time.sleep(0.5)\n    return 1\n/"
-        ),
+        "CREATE PYTHON3 SCALAR SCRIPT escape() RETURNS INTEGER AS\n\
+         import os, time\n\
+         def run(ctx):\n    r, w = os.pipe()\n    if os.fork() == 0:\n        os.setsid()\n        if os.fork() == 0:\n            os.write(w, str(os.getpid()).encode())\n            os.close(w)\n            time.sleep(60)\n        os._exit(0)\n    os.close(w)\n    pid = int(os.read(r, 32))\n    os.close(r)\n    return pid\n/",
     )
     .await;
     run(&s, "RESET accelsql.memory_limit").await;
-    assert_eq!(run(&s, "SELECT escape()").await, ["1"]);
+    let pid: i32 = run(&s, "SELECT escape()").await[0].parse().unwrap();
     drop(s);
-    let pid: i32 = std::fs::read_to_string(pid_file.path())
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     let started = Instant::now();
     // SAFETY: kill with signal 0 only asks whether the process exists.
     while unsafe { libc::kill(pid, 0) } == 0 && !is_zombie(pid) {

@@ -667,6 +667,10 @@ async fn scripts_cannot_read_or_write_the_data_directory() {
     let data = dir.path().join("data");
     let outside = dir.path().join("outside.txt");
     std::fs::write(&outside, "public").unwrap();
+    // Made before the engine denies its data directory: entries made later directly beside a
+    // denied path are out of reach too (see `sandbox.rs`).
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
     let engine = Engine::with_options(EngineOptions {
         data_dir: Some(data.clone()),
         ..EngineOptions::default()
@@ -715,8 +719,6 @@ async fn scripts_cannot_read_or_write_the_data_directory() {
         ["refused:PermissionError"]
     );
     assert!(!data.join("planted").exists());
-    let elsewhere = dir.path().join("elsewhere");
-    std::fs::create_dir(&elsewhere).unwrap();
     assert_eq!(
         run(
             &s,
@@ -725,4 +727,29 @@ async fn scripts_cannot_read_or_write_the_data_directory() {
         .await,
         ["wrote"]
     );
+}
+
+/// Under a LIMIT, a GPU call's coalesced input batches hold an ordinary batch's rows, not the
+/// million a GPU batch aims at: `LIMIT 10` over a large input (through a filter the limit cannot
+/// pass) reads a few batches, not a million rows first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_gpu_call_inputs_respect_a_limit() {
+    let s = engine(1).session();
+    let inner = "SELECT haversine_km(value * 1e-6, 0, 1, 1) AS km FROM generate_series(1, 3000000)";
+    let plan = run(
+        &s,
+        &format!("EXPLAIN ANALYZE SELECT km FROM ({inner}) WHERE km > 0 LIMIT 10"),
+    )
+    .await
+    .join("\n");
+    assert!(plan.contains("target_batch_size=8192"), "{plan}");
+    assert!(!plan.contains("target_batch_size=1048576"), "{plan}");
+    // Without a limit the call's batches are coalesced to the GPU's size.
+    let plan = run(
+        &s,
+        &format!("EXPLAIN ANALYZE SELECT count(km) FROM ({inner})"),
+    )
+    .await
+    .join("\n");
+    assert!(plan.contains("target_batch_size=1048576"), "{plan}");
 }

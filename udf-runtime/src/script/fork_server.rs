@@ -233,6 +233,15 @@ fn server_for(key: &Key) -> Option<(Arc<ForkServer>, bool)> {
                 }
             }
             None => {
+                // A server of the same workers under an older sandbox policy is let go.
+                while let Some(stale) = table.iter().position(|e| {
+                    e.key.interpreter == key.interpreter
+                        && e.key.env == key.env
+                        && e.key.cwd == key.cwd
+                        && e.key.sandbox != key.sandbox
+                }) {
+                    let_go.push(table.swap_remove(stale).slot);
+                }
                 if table.len() >= MAX_SERVERS
                     && let Some(oldest) = (0..table.len()).min_by_key(|&i| table[i].used)
                 {

@@ -133,23 +133,15 @@ pub(crate) fn descendants(pid: u32) -> Vec<u32> {
     found
 }
 
-/// Kills every process below `pid` (those that left its process group too), until none is
-/// left or a few rounds have passed (a child may fork while it is being killed).
-pub(crate) fn kill_descendants(pid: u32) {
-    for _ in 0..8 {
-        let below = descendants(pid);
-        if below.is_empty() {
-            return;
-        }
-        for child in below {
-            if let Ok(child) = libc::pid_t::try_from(child) {
-                // SAFETY: kill has no memory-safety preconditions; the pid is a live child's.
-                unsafe {
-                    libc::kill(child, libc::SIGKILL);
-                }
+/// Kills `pids` (a worker's descendants, found while it lived).
+fn kill_all(pids: &[u32]) {
+    for &pid in pids {
+        if let Ok(pid) = libc::pid_t::try_from(pid) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
             }
         }
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -374,8 +366,16 @@ impl Process {
     /// (the worker and anything it started) and reaps it. Returns how it ended.
     pub(crate) fn terminate(self, grace: Duration) -> ExitStatus {
         // Whatever the worker started ends with it, even a double-forked grandchild in a
-        // session of its own (the worker is its subreaper, so it is still below it).
-        kill_descendants(self.pid);
+        // session of its own (the worker is its subreaper, so it is still below it now; once
+        // the worker is gone it would not be).
+        let below = descendants(self.pid);
+        let status = self.end(grace);
+        kill_all(&below);
+        status
+    }
+
+    /// [`Process::terminate`] of the worker itself.
+    fn end(self, grace: Duration) -> ExitStatus {
         match self.owner {
             Owner::Engine(child) => terminate_child(child, self.pid, grace),
             Owner::ForkServer { server, status } => {

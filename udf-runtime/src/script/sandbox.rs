@@ -9,10 +9,11 @@
 //! and a sandboxed process cannot ptrace one outside its sandbox.
 //!
 //! Landlock only grants, so the ruleset is carved: each denied path's ancestors are walked from
-//! `/`, and every entry beside the path to a denied one is granted, recursively (the ruleset is
-//! built again when one of those ancestors changes, so a folder made later is granted too). A
-//! consequence: a worker cannot create entries directly in a denied path's ancestors (say
-//! `/tmp` when the data directory is `/tmp/x/data`), but anywhere else it can. Without Landlock (a kernel
+//! `/`, and every entry beside the path to a denied one is granted, recursively. The ruleset
+//! is built when the denied paths change, so a worker cannot reach entries made later directly
+//! in a denied path's parent folders (say a new folder in `/tmp` when the data directory is
+//! `/tmp/x/data`), nor create any there; anywhere else it can. Its temporary files go to a
+//! scratch folder of its own ([`scratch_dir`], `TMPDIR`). Without Landlock (a kernel
 //! before 5.13, or one without it) workers run unsandboxed, and [`status`] says so.
 
 use std::collections::BTreeSet;
@@ -59,26 +60,6 @@ struct Policy {
     /// Bumped on each change, so that fork servers started under an older policy are not reused.
     generation: u64,
     ruleset: Option<Arc<OwnedFd>>,
-    /// The denied paths' ancestors and their modification times when the ruleset was built: an
-    /// entry added to one since (a new project folder in the home directory) is granted only
-    /// by a new ruleset.
-    ancestors: Vec<(PathBuf, Option<std::time::SystemTime>)>,
-}
-
-impl Policy {
-    /// Drops the ruleset (and moves to a new generation) when an ancestor changed since it was
-    /// built.
-    fn refresh(&mut self) {
-        if self.ruleset.is_some() && self.ancestors.iter().any(|(dir, at)| modified(dir) != *at) {
-            self.ruleset = None;
-            self.generation += 1;
-        }
-    }
-}
-
-/// When `dir` last changed (an entry added or removed).
-fn modified(dir: &Path) -> Option<std::time::SystemTime> {
-    std::fs::metadata(dir).and_then(|m| m.modified()).ok()
 }
 
 static POLICY: Mutex<Option<Policy>> = Mutex::new(None);
@@ -108,11 +89,44 @@ where
 
 /// The policy's generation: a fork server started under another one is not reused.
 pub(crate) fn generation() -> u64 {
-    let mut guard = POLICY.lock().unwrap_or_else(|e| e.into_inner());
-    guard.as_mut().map_or(0, |p| {
-        p.refresh();
-        p.generation
-    })
+    POLICY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map_or(0, |p| p.generation)
+}
+
+/// The folder sandboxed workers keep their temporary files in (`TMPDIR`): `accelsql-scratch-
+/// UID` in the system's temporary folder, owner-only, made on first use. `None` when nothing is
+/// denied (workers then use the system's temporary folder as before) or it cannot be made.
+pub(crate) fn scratch_dir() -> Option<PathBuf> {
+    static SCRATCH: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let active = POLICY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .is_some_and(|p| !p.denied.is_empty());
+    if !active || landlock_abi().is_none() {
+        return None;
+    }
+    SCRATCH
+        .get_or_init(|| {
+            use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            let dir = std::env::temp_dir().join(format!("accelsql-scratch-{uid}"));
+            let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+            // Ours, a real folder (not a link someone planted), and private.
+            let meta = std::fs::symlink_metadata(&dir).ok()?;
+            if !meta.is_dir() || meta.uid() != uid {
+                return None;
+            }
+            if meta.permissions().mode() & 0o077 != 0 {
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).ok()?;
+            }
+            Some(dir)
+        })
+        .clone()
 }
 
 /// The Landlock ABI version of the running kernel; `None` without Landlock.
@@ -151,16 +165,8 @@ pub(crate) fn ruleset() -> Option<Arc<OwnedFd>> {
     if policy.denied.is_empty() {
         return None;
     }
-    policy.refresh();
     if policy.ruleset.is_none() {
         let abi = landlock_abi()?;
-        policy.ancestors = ancestors_of(&policy.denied)
-            .into_iter()
-            .map(|dir| {
-                let at = modified(&dir);
-                (dir, at)
-            })
-            .collect();
         match build(&policy.denied, abi) {
             Ok(fd) => policy.ruleset = Some(Arc::new(fd)),
             Err(e) => {

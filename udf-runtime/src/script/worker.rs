@@ -756,6 +756,14 @@ pub(crate) fn worker_env(spec: &ScriptSpec, ctx: &WorkerContext) -> Vec<(OsStrin
             env.insert(var.into(), v);
         }
     }
+    // Under the sandbox a worker may not create files directly in the parent folders of the
+    // denied paths (often the system's temporary folder): its temporary files go to a
+    // scratch folder of its own (unless the script's `%env` says otherwise).
+    if let Some(scratch) = super::sandbox::scratch_dir() {
+        for var in ["TMPDIR", "TEMP", "TMP"] {
+            env.insert(var.into(), scratch.clone().into_os_string());
+        }
+    }
     for (k, v) in &spec.env {
         env.insert(k.into(), v.into());
     }

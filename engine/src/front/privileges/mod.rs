@@ -20,7 +20,7 @@ pub(crate) mod run;
 pub(crate) mod statements;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{DdlStatement, Expr, LogicalPlan, Statement};
@@ -161,7 +161,7 @@ fn check_node(
                 WriteServerFiles,
                 &format!("COPY … TO writes files on the server ({})", copy.output_url),
             )?;
-            check_outside_data_dir(&copy.output_url, data_dir)
+            crate::core::privileges::check_outside_data_dir(&copy.output_url, data_dir)
         }
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(table)) => {
             require(
@@ -175,7 +175,7 @@ fn check_node(
             table
                 .locations
                 .iter()
-                .try_for_each(|l| check_outside_data_dir(l, data_dir))
+                .try_for_each(|l| crate::core::privileges::check_outside_data_dir(l, data_dir))
         }
         // Inserting into a table whose rows live in files (an external table) writes them.
         LogicalPlan::Dml(dml) if writes_files(dml) => require(
@@ -210,64 +210,6 @@ fn check_node(
         }
         _ => Ok(()),
     }
-}
-
-/// 42501 when `location` (a path, a `file://` URL or a glob; relative to the working folder)
-/// lies inside the data directory `data_dir` or holds it: its internals (the catalog, password
-/// hashes, a server's token, the tables' files) are read and written through SQL only, never
-/// as files, whatever file privileges a session holds. Other schemes pass.
-pub(crate) fn check_outside_data_dir(location: &str, data_dir: Option<&Path>) -> Result<()> {
-    let Some(data_dir) = data_dir else {
-        return Ok(());
-    };
-    let path = match location.split_once("://") {
-        Some(("file", rest)) => rest,
-        Some(_) => return Ok(()),
-        None => location,
-    };
-    let path = Path::new(path);
-    let absolute = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir().unwrap_or_default().join(path)
-    };
-    // The part before any glob, resolved as far as it exists (links and `..` included); the
-    // rest appended as written.
-    let mut fixed = PathBuf::new();
-    for part in absolute.components() {
-        if part
-            .as_os_str()
-            .to_string_lossy()
-            .contains(['*', '?', '[', '{'])
-        {
-            break;
-        }
-        fixed.push(part);
-    }
-    let mut existing = fixed.as_path();
-    let mut rest = Vec::new();
-    let resolved = loop {
-        if let Ok(real) = std::fs::canonicalize(existing) {
-            break rest.iter().rev().fold(real, |p: PathBuf, c| p.join(c));
-        }
-        match (existing.parent(), existing.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_os_string());
-                existing = parent;
-            }
-            _ => break fixed.clone(),
-        }
-    };
-    let data_dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
-    if resolved.starts_with(&data_dir) || data_dir.starts_with(&resolved) {
-        return Err(EngineError::InsufficientPrivileges {
-            what: format!(
-                "'{location}' is inside the data directory (or holds it): its files are reached \
-                 through SQL only, never as files, whatever file privileges a session holds"
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// Whether `dml` writes into a table backed by files (a listing table: `CREATE EXTERNAL TABLE`).
@@ -397,6 +339,7 @@ mod tests {
 
     #[test]
     fn the_data_directory_is_never_a_file_location() {
+        use crate::core::privileges::check_outside_data_dir;
         let root = tempfile::tempdir().unwrap();
         let data = root.path().join("data");
         std::fs::create_dir_all(data.join("public")).unwrap();
