@@ -541,6 +541,17 @@ async fn a_required_gpu_call_runs_on_each_nodes_own_leased_devices() {
         })
         .collect();
     assert_eq!(calls, want);
+    // The nodes answer for the client in full; a session that may not see every session's calls
+    // gets only its own statements' rows (another user's call rows are not shown to it).
+    let other = engine.session();
+    other.set_user("mallory", false);
+    assert_eq!(count_calls(&other).await, [["0"]]);
+    let own = engine.session();
+    own.set_user("carol", false);
+    own.sql(&sql).await.unwrap();
+    assert_eq!(count_calls(&own).await, [["3"]]);
+    assert_eq!(count_calls(&other).await, [["0"]]);
+    assert_eq!(count_calls(&s).await, [["6"]]);
     // accelsql.gpu_leases shows each node's own lease queue: every node leased and released.
     let leases = rows(
         &s.sql(
@@ -570,6 +581,16 @@ async fn a_required_gpu_call_runs_on_each_nodes_own_leased_devices() {
         e.to_string().contains("node 1 of the cluster has no GPU"),
         "{e}"
     );
+}
+
+/// The `gpu_where` rows of `accelsql.udf_calls` that `session` sees.
+async fn count_calls(session: &accelsql_engine::Session) -> Vec<Vec<String>> {
+    rows(
+        &session
+            .sql("SELECT count(*) FROM accelsql.udf_calls WHERE udf = 'gpu_where'")
+            .await
+            .unwrap(),
+    )
 }
 
 /// Each executor applies its own node's GPU sharing setting: node 0 shares by memory (its

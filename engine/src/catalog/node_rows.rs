@@ -336,19 +336,36 @@ impl TableProvider for NodeTableProvider {
             },
             |identity| identity.viewer(),
         ));
-        let nodes = Arc::new(NodeRowsExec::try_new(
+        // A cluster's nodes answer for the client in full (they do not know its sessions): a
+        // session that may not see every session's calls gets only its own statements' rows,
+        // filtered here by statement id (the filter travels with the plan).
+        let schema = (self.table.schema)();
+        let filtered = match (viewer, schema.index_of("statement_id")) {
+            (Some(v), Ok(column)) if engine.distributor.is_some() && !v.sees_all => {
+                Some((column, engine.owners.visible_to(&v)))
+            }
+            _ => None,
+        };
+        let nodes: Arc<dyn ExecutionPlan> = Arc::new(NodeRowsExec::try_new(
             self.table,
             Arc::clone(engine),
-            projection.cloned(),
+            if filtered.is_some() {
+                None
+            } else {
+                projection.cloned()
+            },
             engine.distributor.as_ref().map_or(1, |_| engine.node.count),
             engine.id,
             viewer,
         )?);
+        let nodes = match filtered {
+            None => nodes,
+            Some((column, visible)) => own_statements_only(nodes, column, &visible, projection)?,
+        };
         if engine.distributor.is_none() {
             return Ok(nodes);
         }
         // A cluster's client adds what ran in its own process, read now.
-        let schema = (self.table.schema)();
         let own = RecordBatch::try_new(
             Arc::clone(&schema),
             (self.table.produce)(engine, Rows::Client, viewer)?,
@@ -359,4 +376,47 @@ impl TableProvider for NodeTableProvider {
         let own = MemorySourceConfig::try_new_exec(&[vec![own]], schema, projection.cloned())?;
         Ok(UnionExec::try_new(vec![nodes, own])?)
     }
+}
+
+/// `rows` (all of a node table's columns) limited to those whose `statement_id` (column
+/// `column`) is one of `visible`, then projected to `projection`.
+fn own_statements_only(
+    rows: Arc<dyn ExecutionPlan>,
+    column: usize,
+    visible: &[u64],
+    projection: Option<&Vec<usize>>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    use datafusion::common::ScalarValue;
+    use datafusion::physical_expr::expressions::{Column, InListExpr, Literal};
+    use datafusion::physical_plan::filter::FilterExec;
+    use datafusion::physical_plan::projection::ProjectionExec;
+
+    let schema = rows.schema();
+    let id = Arc::new(Column::new(schema.field(column).name(), column));
+    let list: Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>> = visible
+        .iter()
+        .map(|v| Arc::new(Literal::new(ScalarValue::UInt64(Some(*v)))) as _)
+        .collect();
+    // No statement is visible: an empty IN list is false for every row.
+    let predicate: Arc<dyn datafusion::physical_expr::PhysicalExpr> = if list.is_empty() {
+        Arc::new(Literal::new(ScalarValue::Boolean(Some(false))))
+    } else {
+        Arc::new(InListExpr::try_new(id, list, false, &schema)?)
+    };
+    let filtered: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(predicate, rows)?);
+    let Some(projection) = projection else {
+        return Ok(filtered);
+    };
+    let exprs = projection
+        .iter()
+        .map(|&i| {
+            let field = schema.field(i);
+            (
+                Arc::new(Column::new(field.name(), i))
+                    as Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+                field.name().clone(),
+            )
+        })
+        .collect::<Vec<_>>();
+    Ok(Arc::new(ProjectionExec::try_new(exprs, filtered)?))
 }

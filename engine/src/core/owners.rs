@@ -65,6 +65,17 @@ impl StatementOwners {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner.0.get(&id).cloned()
     }
+
+    /// The recent statements `viewer` is shown in full (its own session's, or all).
+    pub(crate) fn visible_to(&self, viewer: &Viewer) -> Vec<u64> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner
+            .0
+            .iter()
+            .filter(|(_, owner)| viewer.sees(owner))
+            .map(|(id, _)| *id)
+            .collect()
+    }
 }
 
 /// Who reads a system table: which session, and whether it may see every session's SQL.

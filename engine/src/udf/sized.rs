@@ -156,9 +156,14 @@ impl ScalarUDFImpl for SizedOutput {
             return self.inner.invoke_with_args(args);
         }
         // Likewise a list longer than a list can be: DataFusion refuses it before it allocates.
-        if matches!(self.growth, Growth::ArrayRepeat | Growth::ArrayResize)
-            && longest_count(&args.args, args.number_rows)? > i64::from(i32::MAX)
-        {
+        let too_long = match self.growth {
+            Growth::ArrayRepeat | Growth::ArrayResize => {
+                longest_count(&args.args, args.number_rows)? > i64::from(i32::MAX)
+            }
+            Growth::Range => longest_range(&args.args, args.number_rows)? > i32::MAX as u128,
+            _ => false,
+        };
+        if too_long {
             return self.inner.invoke_with_args(args);
         }
         let what = format!("{}()", self.name());
@@ -312,6 +317,29 @@ fn longest_count(args: &[ColumnarValue], rows: usize) -> Result<i64> {
     };
     let count = Counts::of(count)?;
     Ok((0..rows).filter_map(|row| count.at(row)).max().unwrap_or(0))
+}
+
+/// The most values one row of `range(start, stop, step)` makes (integer arguments only).
+fn longest_range(args: &[ColumnarValue], rows: usize) -> Result<u128> {
+    if args.is_empty() || args.iter().any(|a| !a.data_type().is_integer()) {
+        return Ok(0);
+    }
+    let counts = args.iter().map(Counts::of).collect::<Result<Vec<_>>>()?;
+    let mut most = 0u128;
+    for row in 0..rows {
+        let (from, to, by) = match counts.as_slice() {
+            [stop] => (Some(0), stop.at(row), Some(1)),
+            [start, stop] => (start.at(row), stop.at(row), Some(1)),
+            [start, stop, step, ..] => (start.at(row), stop.at(row), step.at(row)),
+            [] => return Ok(0),
+        };
+        let (Some(from), Some(to), Some(by)) = (from, to, by) else {
+            continue;
+        };
+        let by = u128::from(by.unsigned_abs().max(1));
+        most = most.max((i128::from(to) - i128::from(from)).unsigned_abs() / by);
+    }
+    Ok(most)
 }
 
 /// [`output_bytes`] of `repeat` and `lpad/rpad`: a text and a count.

@@ -663,7 +663,8 @@ async fn scripts_cannot_read_or_write_the_data_directory() {
         eprintln!("SKIPPED (this kernel has no Landlock: scripts run unsandboxed)");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    // Outside the system's temporary folder, whose data directories are not sandboxed.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let data = dir.path().join("data");
     let outside = dir.path().join("outside.txt");
     std::fs::write(&outside, "public").unwrap();

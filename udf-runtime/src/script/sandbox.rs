@@ -13,7 +13,8 @@
 //! is built when the denied paths change, so a worker cannot reach entries made later directly
 //! in a denied path's parent folders (say a new folder in `/tmp` when the data directory is
 //! `/tmp/x/data`), nor create any there; anywhere else it can. Its temporary files go to a
-//! scratch folder of its own ([`scratch_dir`], `TMPDIR`). Without Landlock (a kernel
+//! scratch folder of its own ([`scratch_dir`], `TMPDIR`). For that reason a path inside the
+//! system's temporary folder (a throwaway data directory) is not denied. Without Landlock (a kernel
 //! before 5.13, or one without it) workers run unsandboxed, and [`status`] says so.
 
 use std::collections::BTreeSet;
@@ -60,6 +61,8 @@ struct Policy {
     /// Bumped on each change, so that fork servers started under an older policy are not reused.
     generation: u64,
     ruleset: Option<Arc<OwnedFd>>,
+    /// Paths that would be denied but lie in the system's temporary folder.
+    in_temp: BTreeSet<PathBuf>,
 }
 
 static POLICY: Mutex<Option<Policy>> = Mutex::new(None);
@@ -74,11 +77,20 @@ where
     let mut guard = POLICY.lock().unwrap_or_else(|e| e.into_inner());
     let policy = guard.get_or_insert_with(Policy::default);
     let mut changed = false;
+    // A path in the system's temporary folder is not carved out: every folder made there
+    // after the ruleset would be out of the workers' reach (see the module's note). Such data
+    // directories are throwaway ones (tests, trials); `status` counts them.
+    let temp = std::fs::canonicalize(std::env::temp_dir()).unwrap_or_else(|_| std::env::temp_dir());
     for path in paths {
         if let Ok(real) = std::fs::canonicalize(path.as_ref())
             && real != Path::new("/")
         {
-            changed |= policy.denied.insert(real);
+            if real.starts_with(&temp) {
+                // Not denied: the ruleset (and its generation) stays as it is.
+                policy.in_temp.insert(real);
+            } else {
+                changed |= policy.denied.insert(real);
+            }
         }
     }
     if changed {
@@ -147,12 +159,23 @@ pub fn landlock_abi() -> Option<u32> {
 pub fn status() -> String {
     let guard = POLICY.lock().unwrap_or_else(|e| e.into_inner());
     let denied = guard.as_ref().map_or(0, |p| p.denied.len());
+    let in_temp = guard.as_ref().map_or(0, |p| p.in_temp.len());
+    let temp_note = if in_temp > 0 {
+        format!(
+            "; {in_temp} in the system's temporary folder NOT denied (put a data directory \
+             elsewhere to sandbox it)"
+        )
+    } else {
+        String::new()
+    };
     match (landlock_abi(), denied) {
-        (_, 0) => "script workers: no paths denied".to_string(),
-        (Some(abi), n) => format!("script workers: {n} paths denied (Landlock ABI {abi})"),
+        (_, 0) => format!("script workers: no paths denied{temp_note}"),
+        (Some(abi), n) => {
+            format!("script workers: {n} paths denied (Landlock ABI {abi}){temp_note}")
+        }
         (None, n) => format!(
             "script workers: UNSANDBOXED, {n} paths would be denied but this kernel has no \
-             Landlock"
+             Landlock{temp_note}"
         ),
     }
 }
