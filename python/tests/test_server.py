@@ -338,7 +338,8 @@ def test_the_log_has_a_line_per_statement(server):
     while "logged_statement" not in server.log_text() and time.monotonic() < deadline:
         time.sleep(0.1)
     line = next(l for l in server.log_text().splitlines() if "logged_statement" in l)
-    assert re.search(r"session=\d+ user=alice stmt=\d+ id=\d+ ms=[\d.]+ rows=1 ", line), line
+    # User names have one (upper-case) form.
+    assert re.search(r"session=\d+ user=ALICE stmt=\d+ id=\d+ ms=[\d.]+ rows=1 ", line), line
     assert "outcome=ok" in line
 
 
