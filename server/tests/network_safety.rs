@@ -88,6 +88,8 @@ fn code_of(e: &FlightError) -> (Code, String) {
 fn mt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
+        // The server plans statements on these threads, as `serve`'s runtime does.
+        .thread_stack_size(accelsql_engine::STATEMENT_STACK_BYTES)
         .enable_all()
         .build()
         .unwrap()
@@ -703,8 +705,50 @@ fn soak_many_clients_with_timeouts_cancels_and_idle_connections_lose_nothing() {
                 })
             })
             .collect();
+        // A hostile client beside them: statements nested far too deep (54001), and functions
+        // that would turn a small input into hundreds of MB past its budget (53200). The
+        // legitimate clients' answers are checked as before.
+        let hostile = {
+            let url = server.url().to_string();
+            let token = server.token().unwrap().to_string();
+            tokio::spawn(async move {
+                let channel = Channel::from_shared(url).unwrap().connect().await.unwrap();
+                let mut c = FlightSqlServiceClient::new(channel);
+                c.handshake("hostile", &token).await.unwrap();
+                query(&mut c, "SET accelsql.memory_limit = '16MiB'")
+                    .await
+                    .unwrap();
+                let deep = format!("SELECT 1{}", " + 1".repeat(20_000));
+                let brackets = format!("SELECT {}1{}", "(".repeat(20_000), ")".repeat(20_000));
+                let grow = "SELECT length(replace(repeat('x', 4000000), 'x', 'yyyyyyyyyyyyyyyy'))";
+                let mut refused = std::collections::BTreeMap::<String, usize>::new();
+                let mut answered = 0usize;
+                while Instant::now() < until {
+                    for sql in [deep.as_str(), brackets.as_str(), grow] {
+                        match outcome(query(&mut c, sql).await) {
+                            Ok(()) => answered += 1,
+                            Err(code) => *refused.entry(code).or_default() += 1,
+                        }
+                    }
+                    // Deep but within the limit: answered.
+                    let fine = format!("SELECT 1{}", " + 1".repeat(300));
+                    assert_eq!(one(&mut c, &fine).await, 301);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                (answered, refused)
+            })
+        };
         let mut ok = [0usize; 5];
         let mut codes = std::collections::BTreeMap::<String, usize>::new();
+        let (answered, refused) = hostile.await.unwrap();
+        eprintln!("soak: hostile statements answered {answered}, refused {refused:?}");
+        assert_eq!(answered, 0, "{refused:?}");
+        assert!(
+            refused.keys().all(|c| c == "54001" || c == "53200")
+                && refused.get("54001").copied().unwrap_or(0) > 0
+                && refused.get("53200").copied().unwrap_or(0) > 0,
+            "{refused:?}"
+        );
         for client in clients {
             let (o, c) = client.await.unwrap();
             for k in 0..5 {
