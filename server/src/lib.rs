@@ -538,3 +538,34 @@ impl Drop for ServerHandle {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server raises its soft open-file limit to the hard one, and keeps room for what is
+    /// not a connection: a connection cap above the limit is lowered.
+    #[test]
+    fn connections_stay_below_the_open_file_limit() {
+        let most = connections_within_fd_limit(usize::MAX);
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `limit` is a valid, writable rlimit.
+        assert_eq!(
+            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+            0
+        );
+        assert_eq!(limit.rlim_cur, limit.rlim_max, "the soft limit was raised");
+        #[allow(clippy::unnecessary_cast)]
+        let soft = limit.rlim_cur as u64;
+        assert!(most < usize::MAX);
+        assert!(
+            (most as u64) <= soft.saturating_sub(RESERVED_FDS).max(16),
+            "{most} of {soft}"
+        );
+        // A cap well within the limit is kept.
+        assert_eq!(connections_within_fd_limit(8), 8);
+    }
+}
