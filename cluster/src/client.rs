@@ -362,7 +362,7 @@ fn relay_error(e: &datafusion::error::DataFusionError) -> Option<EngineError> {
 
 /// Whether Ballista's error `text` is a connection that broke or could not be made (to an
 /// executor serving results, or to the scheduler), rather than an error of the query.
-fn is_broken_connection(text: &str) -> bool {
+pub(crate) fn is_broken_connection(text: &str) -> bool {
     const SIGNS: [&str; 7] = [
         "h2 protocol error",
         "error trying to connect",

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use crate::client::{NODE_LOST, is_broken_connection};
 use crate::yielding::yield_each_batch;
 use tokio::time::Instant;
 
@@ -89,6 +90,17 @@ impl ExecutionEngine for LeasingEngine {
 fn coded(e: DataFusionError) -> DataFusionError {
     let e = EngineError::from(e);
     let e = match e.code() {
+        // An uncoded failure to read another node's shuffle output over a connection that
+        // broke (its executor was killed): the node was lost, not the query wrong.
+        "22000" | "XX000" if is_broken_connection(&e.to_string()) => EngineError::Relayed {
+            code: NODE_LOST,
+            message: format!(
+                "[{NODE_LOST}] the query stopped: a node of the cluster stopped answering while \
+                 another read its data (its executor stopped or the network failed); run it \
+                 again. Detail: {}",
+                e.to_string().lines().next().unwrap_or_default()
+            ),
+        },
         "XX000" => EngineError::from_remote_datafusion_text(&e.to_string()).unwrap_or(e),
         _ => e,
     };
@@ -266,8 +278,14 @@ impl QueryStageExecutor for LeasedStage {
         }
     }
 
+    /// None: the scheduler adds a task's operator metrics to its stage's, node by node, and
+    /// refuses a task whose plan has another number of nodes than the stage's first — which
+    /// the tasks of one stage have whenever the scheduler cut a branch of a `UNION ALL` away
+    /// for some of them. A refused report is a lost task: its result partition went missing
+    /// (a row of `SELECT x FROM t UNION ALL SELECT 5` was dropped) or its job never ended.
+    /// Ballista skips an empty list; accelsql reads no stage metrics.
     fn collect_plan_metrics(&self) -> Vec<MetricsSet> {
-        self.inner.collect_plan_metrics()
+        Vec::new()
     }
 
     fn collect_runtime_stats_reports(&self) -> Vec<RuntimeStatsReport> {
@@ -280,5 +298,35 @@ impl QueryStageExecutor for LeasedStage {
 
     fn collect_column_stats(&self) -> Vec<TaskColumnStats> {
         self.inner.collect_column_stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shuffle_read_from_a_killed_node_is_a_lost_node_not_a_data_error() {
+        let broken = DataFusionError::ArrowError(
+            Box::new(datafusion::arrow::error::ArrowError::IpcError(
+                "code: 'Unknown error', message: \"h2 protocol error: error reading a body \
+                 from connection\""
+                    .into(),
+            )),
+            None,
+        );
+        let text = coded(broken).to_string();
+        assert!(text.contains("[58K02]"), "{text}");
+        // A failure of the data itself keeps its own code.
+        let zero = coded(DataFusionError::ArrowError(
+            Box::new(datafusion::arrow::error::ArrowError::DivideByZero),
+            None,
+        ))
+        .to_string();
+        assert!(
+            zero.contains("[22012]") || zero.contains("[22000]"),
+            "{zero}"
+        );
+        assert!(!zero.contains("58K02"), "{zero}");
     }
 }

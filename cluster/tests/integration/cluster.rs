@@ -370,6 +370,12 @@ async fn a_cluster_spreads_files_over_nodes_and_agrees_with_one_node() {
         "SELECT k, max(x) - min(x), bool_and(x > 0) FROM {t} GROUP BY ROLLUP (k) ORDER BY k NULLS LAST",
         "SELECT a.x, b.x FROM {t} a LEFT JOIN {t} b ON a.x = b.x * 100 WHERE a.x < 3 ORDER BY a.x, b.x",
         "SELECT x FROM {t} WHERE x < 3 UNION ALL SELECT x FROM {t} WHERE x > 295 ORDER BY x",
+        // A branch of one row beside a scanned one: a task that reads no file of the scan
+        // runs a plan of another shape than its stage's other tasks.
+        "SELECT x FROM {t} WHERE x < 3 UNION ALL SELECT 5 ORDER BY x",
+        "SELECT count(*) FROM (SELECT 5 UNION ALL SELECT x FROM {t} WHERE x < 3)",
+        "SELECT 1 AS v UNION ALL SELECT (SELECT max(x) FROM {t}) ORDER BY v",
+        "SELECT x FROM {t} WHERE x < 3 UNION ALL SELECT (SELECT max(x) FROM {t}) ORDER BY x",
         "SELECT x, k FROM {t} ORDER BY k DESC, x LIMIT 4",
     ] {
         let sql = sql.replace("{t}", &table);
