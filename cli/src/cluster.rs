@@ -110,6 +110,8 @@ pub(crate) enum ClusterCommand {
         #[command(flatten)]
         gpu_sharing: crate::gpu::sharing::GpuSharingArgs,
         #[command(flatten)]
+        script_user: crate::script_user::ScriptUserArgs,
+        #[command(flatten)]
         auth: ClusterAuthArgs,
     },
     /// Start a scheduler and N executors on 127.0.0.1 as child processes, with a secret of
@@ -216,8 +218,10 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
                 work_dir,
                 max_lease_hold,
                 gpu_sharing,
+                script_user,
                 auth,
             } => {
+                script_user.apply()?;
                 if !(max_lease_hold.is_finite() && max_lease_hold > 0.0) {
                     return Err(CliError::Terminal(format!(
                         "--max-lease-hold must be a positive number of seconds, not \

@@ -6,6 +6,7 @@ mod cluster;
 mod data_dir;
 mod error;
 mod gpu;
+mod script_user;
 mod serve;
 mod shell;
 mod users;

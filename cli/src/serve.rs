@@ -55,6 +55,8 @@ pub(crate) struct ServeArgs {
     simulated_gpus: Option<usize>,
     #[command(flatten)]
     gpu_sharing: crate::gpu::sharing::GpuSharingArgs,
+    #[command(flatten)]
+    script_user: crate::script_user::ScriptUserArgs,
     /// The longest a statement may hold the GPU lease, in seconds (a client that stops reading
     /// its result cannot pin the GPUs longer; the statement then fails with 57G03).
     #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
@@ -198,6 +200,7 @@ fn size_flag(flag: &str, text: &str) -> Result<usize, CliError> {
 }
 
 async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
+    args.script_user.apply()?;
     let max_lease_hold = positive_seconds("--max-lease-hold", args.max_lease_hold)?;
     let handshake_timeout = positive_seconds("--handshake-timeout", args.handshake_timeout)?;
     let session_grace = positive_seconds("--session-grace", args.session_grace)?;

@@ -68,6 +68,15 @@ fn cluster_engine(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster) -> 
     })
 }
 
+/// A folder the scripts' workers note themselves in: writable by everyone, since an executor
+/// run as root runs its workers as `nobody`.
+fn workers_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    dir
+}
+
 /// Whether process `pid` exists.
 fn alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
@@ -210,7 +219,7 @@ fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
 #[test]
 fn scripts_run_in_the_executors_processes_and_their_workers_die_with_a_killed_executor() {
     let data = tempfile::tempdir().unwrap();
-    let seen = tempfile::tempdir().unwrap();
+    let seen = workers_dir();
     let runtime = runtime();
     let table = parquet_fixture(&runtime, data.path(), &[3000, 3000, 3000]);
 
@@ -544,7 +553,7 @@ fn cluster_soak_duration() -> Duration {
 fn a_cluster_soak_with_executors_killed_and_restarted_loses_nothing() {
     const CLIENTS: usize = 4;
     let data = tempfile::tempdir().unwrap();
-    let seen = tempfile::tempdir().unwrap();
+    let seen = workers_dir();
     let runtime = runtime();
     let table = parquet_fixture(&runtime, data.path(), &[2000, 2000]);
     let mut local = LocalClusterOptions::new(BIN, 2);
@@ -784,7 +793,7 @@ fn a_cluster_soak_with_executors_killed_and_restarted_loses_nothing() {
 #[test]
 fn a_statement_its_client_drops_stops_on_the_cluster() {
     let data = tempfile::tempdir().unwrap();
-    let seen = tempfile::tempdir().unwrap();
+    let seen = workers_dir();
     let runtime = runtime();
     let table = parquet_fixture(&runtime, data.path(), &[3000, 3000]);
     let mut local = LocalClusterOptions::new(BIN, 2);

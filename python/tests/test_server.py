@@ -148,6 +148,56 @@ def test_script_ddl_keeps_its_semicolons_and_slashes(server):
         cur.close()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server runs scripts as itself unless it is root")
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="no system Python for nobody")
+def test_a_server_run_as_root_runs_scripts_as_an_unprivileged_user(tmp_path, monkeypatch):
+    # The system's Python, which any user may run (this suite's may live in root's home).
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    server = Server(tmp_path)
+    secret = tmp_path / "root-only"
+    secret.write_text("the server's secret")
+    secret.chmod(0o600)
+    tmp_path.chmod(0o755)
+    try:
+        _scripts_run_as_nobody(server, secret)
+    finally:
+        assert server.stop() == 0, server.log_text()
+
+
+def test_a_server_whose_unprivileged_user_cannot_run_python_says_so(server):
+    log = server.log_text()
+    if os.geteuid() != 0:
+        assert "run as OS user" not in log
+    else:
+        assert "run as OS user nobody" in log or "WARNING: script workers run as root" in log, log
+
+
+def _scripts_run_as_nobody(server, secret):
+    with server.connect() as conn:
+        cur = conn.cursor()
+        cur.execute(
+            "CREATE OR REPLACE PYTHON3 SCALAR SCRIPT whoami_srv(path VARCHAR(200)) "
+            "RETURNS VARCHAR(200) AS\n"
+            "import os\n"
+            "def run(ctx):\n"
+            "    try:\n"
+            "        open(ctx.path).read()\n"
+            "        got = 'read'\n"
+            "    except PermissionError:\n"
+            "        got = 'denied'\n"
+            "    return '%d %s' % (os.getuid(), got)\n/"
+        )
+        cur.execute(f"SELECT whoami_srv('{secret}')")
+        uid, got = cur.fetchone()[0].split()
+    import pwd
+    try:
+        nobody = pwd.getpwnam("nobody").pw_uid
+    except KeyError:
+        nobody = 65534
+    assert (int(uid), got) == (nobody, "denied")
+    assert "run as OS user nobody" in server.log_text()
+
+
 def test_wrong_password_is_refused(server):
     with pytest.raises(adbc_driver_manager.Error) as info:
         conn = adbc_flightsql.connect(

@@ -309,7 +309,11 @@ impl ForkServer {
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if let Some(cwd) = &key.cwd {
+        // (Run as another OS user, the server keeps the engine's folder without entering it
+        // anew: that user may have no right to.)
+        if let Some(cwd) = &key.cwd
+            && crate::script::sandbox::script_user().is_none()
+        {
             cmd.current_dir(cwd);
         }
         die_with_engine(&mut cmd);

@@ -253,6 +253,10 @@ impl PythonVersion {
 
 /// The arguments after the interpreter's path that start a worker.
 pub(crate) fn worker_args() -> Vec<OsString> {
+    // Workers run as another OS user cannot read the engine's owner-only cache folder.
+    if super::sandbox::script_user().is_some() {
+        return inline_worker_args();
+    }
     match cached_worker_dir() {
         Some(dir) => vec![
             "-c".into(),

@@ -184,6 +184,12 @@ pub(crate) trait WorkerParent: Send + Sync + std::fmt::Debug {
 /// engine dies, and in the workers' sandbox (see `sandbox.rs`).
 pub(crate) fn die_with_engine(cmd: &mut Command) {
     cmd.process_group(0);
+    // Another OS user (a server run as root): the standard library drops the groups, sets the
+    // group and the user after fork and before the closure below (so the parent-death signal,
+    // which a change of user clears, is set after it).
+    if let Some(user) = super::sandbox::script_user() {
+        cmd.gid(user.gid).uid(user.uid);
+    }
     #[cfg(target_os = "linux")]
     {
         // SAFETY: getpid has no preconditions.

@@ -63,6 +63,89 @@ struct Policy {
     ruleset: Option<Arc<OwnedFd>>,
     /// Paths that would be denied but lie in the system's temporary folder.
     in_temp: BTreeSet<PathBuf>,
+    /// The OS user workers run as instead of the engine's ([`run_scripts_as`]).
+    run_as: Option<ScriptUser>,
+}
+
+/// An OS user that script workers run as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptUser {
+    /// Its name, as given.
+    pub name: String,
+    /// Its user id.
+    pub uid: u32,
+    /// Its primary group id.
+    pub gid: u32,
+}
+
+impl ScriptUser {
+    /// The user named `name` in the system's user database (or `#UID`); an error names what
+    /// was not found.
+    pub fn lookup(name: &str) -> io::Result<Self> {
+        if let Some(uid) = name.strip_prefix('#') {
+            let uid: u32 = uid.parse().map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("not a user id: {name}"))
+            })?;
+            return Ok(Self {
+                name: name.to_string(),
+                uid,
+                gid: uid,
+            });
+        }
+        let c_name = CString::new(name).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "a user name has no NUL byte")
+        })?;
+        let mut buf = vec![0 as libc::c_char; 16 * 1024];
+        // SAFETY: an all-zero passwd is a valid value for getpwnam_r to fill.
+        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call and `buf` for its length.
+        let rc = unsafe {
+            libc::getpwnam_r(
+                c_name.as_ptr(),
+                &mut entry,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut found,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        if found.is_null() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no OS user named {name:?} (give another with --script-user)"),
+            ));
+        }
+        Ok(Self {
+            name: name.to_string(),
+            uid: entry.pw_uid,
+            gid: entry.pw_gid,
+        })
+    }
+}
+
+/// Runs every worker (and fork server) started from now on as `user` instead of the engine's
+/// OS user; `None`: as the engine's. A server started as root gives its scripts an
+/// unprivileged user this way (`accelsql serve --script-user`), so that nothing a script does
+/// runs with root's rights, on top of the sandbox's denied paths.
+pub fn run_scripts_as(user: Option<ScriptUser>) {
+    let mut guard = POLICY.lock().unwrap_or_else(|e| e.into_inner());
+    let policy = guard.get_or_insert_with(Policy::default);
+    if policy.run_as != user {
+        policy.run_as = user;
+        policy.generation += 1;
+    }
+}
+
+/// The OS user workers run as, when not the engine's.
+pub fn script_user() -> Option<ScriptUser> {
+    POLICY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|p| p.run_as.clone())
 }
 
 static POLICY: Mutex<Option<Policy>> = Mutex::new(None);
@@ -112,33 +195,52 @@ pub(crate) fn generation() -> u64 {
 /// UID` in the system's temporary folder, owner-only, made on first use. `None` when nothing is
 /// denied (workers then use the system's temporary folder as before) or it cannot be made.
 pub(crate) fn scratch_dir() -> Option<PathBuf> {
-    static SCRATCH: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    let active = POLICY
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .is_some_and(|p| !p.denied.is_empty());
-    if !active || landlock_abi().is_none() {
+    static SCRATCH: Mutex<Vec<(u32, Option<PathBuf>)>> = Mutex::new(Vec::new());
+    let (denied, run_as) = {
+        let guard = POLICY.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().map_or((false, None), |p| {
+            (
+                !p.denied.is_empty() && landlock_abi().is_some(),
+                p.run_as.clone(),
+            )
+        })
+    };
+    if !denied && run_as.is_none() {
         return None;
     }
-    SCRATCH
-        .get_or_init(|| {
-            use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-            // SAFETY: getuid has no preconditions.
-            let uid = unsafe { libc::getuid() };
-            let dir = std::env::temp_dir().join(format!("accelsql-scratch-{uid}"));
-            let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
-            // Ours, a real folder (not a link someone planted), and private.
-            let meta = std::fs::symlink_metadata(&dir).ok()?;
-            if !meta.is_dir() || meta.uid() != uid {
-                return None;
-            }
-            if meta.permissions().mode() & 0o077 != 0 {
-                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).ok()?;
-            }
-            Some(dir)
-        })
-        .clone()
+    // SAFETY: getuid has no preconditions.
+    let (uid, gid) = run_as.map_or_else(|| unsafe { (libc::getuid(), libc::getgid()) }, |u| {
+        (u.uid, u.gid)
+    });
+    let mut made = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, dir)) = made.iter().find(|(owner, _)| *owner == uid) {
+        return dir.clone();
+    }
+    let dir = make_scratch(uid, gid);
+    made.push((uid, dir.clone()));
+    dir
+}
+
+/// `accelsql-scratch-UID` in the system's temporary folder, made owner-only and given to
+/// `uid`; `None` if it is not such a folder (a link someone planted, another owner's).
+fn make_scratch(uid: u32, gid: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let dir = std::env::temp_dir().join(format!("accelsql-scratch-{uid}"));
+    if std::fs::DirBuilder::new().mode(0o700).create(&dir).is_ok() {
+        // SAFETY: getuid has no preconditions.
+        if unsafe { libc::getuid() } != uid {
+            std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).ok()?;
+        }
+    }
+    // The user's, a real folder, and private.
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    if !meta.is_dir() || meta.uid() != uid {
+        return None;
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).ok()?;
+    }
+    Some(dir)
 }
 
 /// The Landlock ABI version of the running kernel; `None` without Landlock.
@@ -168,6 +270,11 @@ pub fn status() -> String {
     } else {
         String::new()
     };
+    let user_note = match guard.as_ref().and_then(|p| p.run_as.as_ref()) {
+        Some(u) => format!("; run as OS user {} (uid {})", u.name, u.uid),
+        None => String::new(),
+    };
+    let temp_note = format!("{user_note}{temp_note}");
     match (landlock_abi(), denied) {
         (_, 0) => format!("script workers: no paths denied{temp_note}"),
         (Some(abi), n) => {

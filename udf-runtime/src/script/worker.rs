@@ -763,6 +763,10 @@ pub(crate) fn worker_env(spec: &ScriptSpec, ctx: &WorkerContext) -> Vec<(OsStrin
         for var in ["TMPDIR", "TEMP", "TMP"] {
             env.insert(var.into(), scratch.clone().into_os_string());
         }
+        // Run as another OS user, the engine's home is not its own.
+        if super::sandbox::script_user().is_some() {
+            env.insert("HOME".into(), scratch.into_os_string());
+        }
     }
     for (k, v) in &spec.env {
         env.insert(k.into(), v.into());
