@@ -61,6 +61,21 @@ async fn channel(server: &ServerHandle) -> Channel {
         .unwrap()
 }
 
+/// A channel to `server` from the loopback address `from` (say 127.0.0.2): what the server
+/// sees as another machine.
+async fn channel_from(url: &str, to: std::net::SocketAddr, from: std::net::Ipv4Addr) -> Channel {
+    tonic::transport::Endpoint::from_shared(url.to_string())
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_| async move {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind((from, 0).into())?;
+            let stream = socket.connect(to).await?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+        }))
+        .await
+        .unwrap()
+}
+
 async fn login(server: &ServerHandle, user: &str) -> Result<Client, FlightError> {
     let mut c = FlightSqlServiceClient::new(channel(server).await);
     c.handshake(user, server.token().unwrap()).await?;
@@ -738,8 +753,52 @@ fn soak_many_clients_with_timeouts_cancels_and_idle_connections_lose_nothing() {
                 (answered, refused)
             })
         };
+        // And wrong passwords for a legitimate client's user from other loopback addresses,
+        // while that user keeps logging in with the right one from its own: every one of its
+        // logins succeeds (the attacker slows only their own sources).
+        let guesses = {
+            let (url, to) = (server.url().to_string(), server.addr());
+            tokio::spawn(async move {
+                let mut refused = 0usize;
+                let mut k = 0u8;
+                while Instant::now() < until {
+                    let from = std::net::Ipv4Addr::new(127, 0, 0, 2 + k % 8);
+                    k = k.wrapping_add(1);
+                    let mut c = FlightSqlServiceClient::new(channel_from(&url, to, from).await);
+                    if c.handshake("client0", "guess").await.is_err() {
+                        refused += 1;
+                    }
+                }
+                refused
+            })
+        };
+        let relogins = {
+            let url = server.url().to_string();
+            let token = server.token().unwrap().to_string();
+            tokio::spawn(async move {
+                let mut done = 0usize;
+                while Instant::now() < until {
+                    let channel = Channel::from_shared(url.clone())
+                        .unwrap()
+                        .connect()
+                        .await
+                        .unwrap();
+                    let mut c = FlightSqlServiceClient::new(channel);
+                    c.handshake("client0", &token)
+                        .await
+                        .unwrap_or_else(|e| panic!("client0's own login failed: {e}"));
+                    assert_eq!(one(&mut c, "SELECT 7").await, 7);
+                    done += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                done
+            })
+        };
         let mut ok = [0usize; 5];
         let mut codes = std::collections::BTreeMap::<String, usize>::new();
+        let (guessed, relogged) = (guesses.await.unwrap(), relogins.await.unwrap());
+        eprintln!("soak: {guessed} wrong passwords refused; client0 logged in {relogged} times");
+        assert!(guessed > 0 && relogged > 0);
         let (answered, refused) = hostile.await.unwrap();
         eprintln!("soak: hostile statements answered {answered}, refused {refused:?}");
         assert_eq!(answered, 0, "{refused:?}");

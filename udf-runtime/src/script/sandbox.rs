@@ -84,7 +84,10 @@ impl ScriptUser {
     pub fn lookup(name: &str) -> io::Result<Self> {
         if let Some(uid) = name.strip_prefix('#') {
             let uid: u32 = uid.parse().map_err(|_| {
-                io::Error::new(io::ErrorKind::InvalidInput, format!("not a user id: {name}"))
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("not a user id: {name}"),
+                )
             })?;
             return Ok(Self {
                 name: name.to_string(),
@@ -209,9 +212,10 @@ pub(crate) fn scratch_dir() -> Option<PathBuf> {
         return None;
     }
     // SAFETY: getuid has no preconditions.
-    let (uid, gid) = run_as.map_or_else(|| unsafe { (libc::getuid(), libc::getgid()) }, |u| {
-        (u.uid, u.gid)
-    });
+    let (uid, gid) = run_as.map_or_else(
+        || unsafe { (libc::getuid(), libc::getgid()) },
+        |u| (u.uid, u.gid),
+    );
     let mut made = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, dir)) = made.iter().find(|(owner, _)| *owner == uid) {
         return dir.clone();
