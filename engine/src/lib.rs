@@ -63,7 +63,8 @@ pub use crate::catalog::node_rows::{NodeRowsParts, node_rows_parts};
 pub use crate::core::calls::{Placement, PlacementDecision, RECENT_CALLS, UdfCallRecord};
 pub use crate::core::distribute::PlanDistributor;
 pub use crate::core::engine_options::{
-    DEFAULT_MAX_STATEMENT_DEPTH, EngineOptions, NodeIdentity, STATEMENT_STACK_BYTES,
+    DEFAULT_MAX_STATEMENT_DEPTH, DEFAULT_MAX_VALUE_BYTES, EngineOptions, NodeIdentity,
+    STATEMENT_STACK_BYTES,
 };
 pub use crate::core::error::{EngineError, Result};
 pub use crate::core::groups::{ConsumerGroup, DEFAULT_GROUP, GpuClass};

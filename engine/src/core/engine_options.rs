@@ -15,6 +15,11 @@ use super::error::{EngineError, Result};
 /// build too.
 pub const DEFAULT_MAX_STATEMENT_DEPTH: usize = 2_000;
 
+/// The default of [`EngineOptions::max_value_bytes`](crate::EngineOptions): 256 MiB, far
+/// beyond Exasol's largest VARCHAR (2,000,000 characters) and a tenth of what one Arrow string
+/// array can hold.
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 256 * 1024 * 1024;
+
 /// The stack each thread that plans or runs statements should have: the `accelsql` shell,
 /// `serve`, the cluster's processes and the Python package give their runtime's threads this
 /// much (tokio's default is 2 MiB). An application that embeds the engine in its own runtime
@@ -90,6 +95,12 @@ pub struct EngineOptions {
     /// Default [`DEFAULT_MAX_STATEMENT_DEPTH`](crate::DEFAULT_MAX_STATEMENT_DEPTH), which fits
     /// threads with a stack of [`STATEMENT_STACK_BYTES`](crate::STATEMENT_STACK_BYTES).
     pub max_statement_depth: usize,
+    /// The largest value (one cell: a text, a list) a function that grows its input may make,
+    /// in bytes (`repeat`, `concat`, `replace`, `array_repeat`, …); a larger one fails with
+    /// 53200 before it is built, whatever budget is left, since every copy of it (the result
+    /// batch, its encoding for a client) is as large. Default
+    /// [`DEFAULT_MAX_VALUE_BYTES`](crate::DEFAULT_MAX_VALUE_BYTES).
+    pub max_value_bytes: usize,
     /// The most all sessions together may spill to disk (sorts, aggregations and joins that
     /// outgrow memory), in bytes. `None` (the default): half the free space of the spill
     /// folder's file system at start, at most 100 GiB.
@@ -151,6 +162,7 @@ impl Default for EngineOptions {
             password_rounds: crate::core::passwords::DEFAULT_ROUNDS,
             gpu_precedence_aging: Duration::from_millis(10),
             max_statement_depth: DEFAULT_MAX_STATEMENT_DEPTH,
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             spill_limit: None,
             user_spill_limit: None,
             session_spill_limit: None,

@@ -33,6 +33,8 @@ pub(crate) struct EngineState {
     pub(crate) statement_timeout: Option<Duration>,
     /// [`EngineOptions::max_statement_depth`].
     pub(crate) max_statement_depth: usize,
+    /// [`EngineOptions::max_value_bytes`].
+    pub(crate) max_value_bytes: usize,
     /// [`EngineOptions::session_memory_limit`].
     pub(crate) session_memory_limit: Option<usize>,
     /// [`EngineOptions::sql_dialect`].
@@ -130,6 +132,7 @@ impl EngineState {
             max_lease_hold: options.max_lease_hold,
             statement_timeout: options.statement_timeout,
             max_statement_depth: options.max_statement_depth,
+            max_value_bytes: options.max_value_bytes,
             session_memory_limit: options.session_memory_limit,
             sql_dialect: options.sql_dialect,
             runtime,

@@ -298,7 +298,7 @@ impl Session {
             ctx = enable_url_tables(ctx, Arc::clone(&identity), shared.data_dir.clone());
         }
         ctx.add_analyzer_rule(Arc::new(EmitsRule));
-        bound_growing_functions(&ctx, &memory);
+        bound_growing_functions(&ctx, &memory, shared.max_value_bytes);
         let node = shared.node;
         for f in node_functions(node.id as i64, node.count as i64) {
             ctx.register_udf(f);

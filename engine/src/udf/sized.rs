@@ -71,14 +71,20 @@ const GROWING: [(&str, Growth); 13] = [
 ];
 
 /// Replaces `ctx`'s growing functions ([`GROWING`]) with versions that reserve their output's
-/// size from `pool` (the session's budget within the engine's pool) before they run.
-pub(crate) fn bound_growing_functions(ctx: &SessionContext, pool: &Arc<SessionPool>) {
+/// size from `pool` (the session's budget within the engine's pool) before they run, and
+/// refuse to make one value larger than `max_value` bytes.
+pub(crate) fn bound_growing_functions(
+    ctx: &SessionContext,
+    pool: &Arc<SessionPool>,
+    max_value: usize,
+) {
     for (name, growth) in GROWING {
         if let Ok(inner) = ctx.udf(name) {
             ctx.register_udf(ScalarUDF::new_from_impl(SizedOutput {
                 inner,
                 growth,
                 pool: Arc::clone(pool),
+                max_value,
             }));
         }
     }
@@ -90,6 +96,8 @@ struct SizedOutput {
     inner: Arc<ScalarUDF>,
     growth: Growth,
     pool: Arc<SessionPool>,
+    /// The largest value one call may make, in bytes.
+    max_value: usize,
 }
 
 impl PartialEq for SizedOutput {
@@ -104,6 +112,19 @@ impl Hash for SizedOutput {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.inner.name().hash(state);
         self.growth.hash(state);
+    }
+}
+
+impl SizedOutput {
+    /// The largest value one call may make: the engine's cap, and at most a quarter of the
+    /// session's budget (`budget`, the statement's, else the session pool's), since a value is
+    /// copied several times on its way to the client (folded into the plan, the result batch,
+    /// its encoding) while a reservation covers it only while it is built.
+    fn value_cap(&self, budget: Option<usize>) -> usize {
+        match budget.or_else(|| self.pool.budget()) {
+            Some(budget) => self.max_value.min(budget / 4),
+            None => self.max_value,
+        }
     }
 }
 
@@ -137,6 +158,34 @@ impl ScalarUDFImpl for SizedOutput {
     }
 
     fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        // `concat` of constants is joined here, while the statement is planned: its text is
+        // held to the same bounds as when it runs.
+        if self.growth == Growth::Concat {
+            let bytes = args
+                .iter()
+                .map(|arg| match arg {
+                    Expr::Literal(
+                        ScalarValue::Utf8(Some(s))
+                        | ScalarValue::LargeUtf8(Some(s))
+                        | ScalarValue::Utf8View(Some(s)),
+                        _,
+                    ) => s.len(),
+                    _ => 0,
+                })
+                .fold(0usize, usize::saturating_add);
+            let what = format!("{}()", self.name());
+            let cap = self.value_cap(None);
+            if bytes > cap {
+                return Err(resources_datafusion_err!(
+                    "{what} would make a value of {}, past the largest value one cell may hold \
+                     ({})",
+                    format_bytes(bytes as u64),
+                    format_bytes(cap as u64)
+                ));
+            }
+            let _reserved = self.pool.reserve(&what, bytes)?;
+            return self.inner.simplify(args, info);
+        }
         self.inner.simplify(args, info)
     }
 
@@ -145,7 +194,8 @@ impl ScalarUDFImpl for SizedOutput {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let bytes = output_bytes(self.growth, &args.args, args.number_rows)?;
+        let size = output_bytes(self.growth, &args.args, args.number_rows)?;
+        let bytes = size.total;
         // Past what one i32-offset string array holds, DataFusion's `repeat` refuses before it
         // allocates, with its own error: let it say so.
         let small_offsets = args
@@ -183,19 +233,49 @@ impl ScalarUDFImpl for SizedOutput {
                 format_bytes(budget as u64)
             ));
         }
+        // One value, however much budget is left: every copy of it (the result batch, its
+        // encoding for the client) is as large.
+        let cap = self.value_cap(
+            args.config_options
+                .extensions
+                .get::<AccelsqlOptions>()
+                .and_then(|own| own.memory_limit().ok().flatten()),
+        );
+        if size.largest > cap {
+            return Err(resources_datafusion_err!(
+                "{what} would make a value of {}, past the largest value one cell may hold ({})",
+                format_bytes(size.largest as u64),
+                format_bytes(cap as u64)
+            ));
+        }
         // Held while the output is built; the result batch is accounted where it is returned.
         let _reserved = self.pool.reserve(&what, bytes)?;
         self.inner.invoke_with_args(args)
     }
 }
 
+/// An upper estimate of a function's output: all of it, and its largest value.
+#[derive(Debug, Default, Clone, Copy)]
+struct Size {
+    total: usize,
+    largest: usize,
+}
+
+impl Size {
+    /// One more row of `bytes`.
+    fn add(&mut self, bytes: usize) {
+        self.total = self.total.saturating_add(bytes);
+        self.largest = self.largest.max(bytes);
+    }
+}
+
 /// An upper estimate of the bytes `growth`'s function builds for `rows` rows of `args`.
-fn output_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<usize> {
+fn output_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<Size> {
     match growth {
         Growth::Repeat | Growth::Pad => counted_text_bytes(growth, args, rows),
         Growth::Concat => {
             let parts: Vec<Strings<'_>> = args.iter().map(Strings::of).collect();
-            let mut total: usize = 0;
+            let mut size = Size::default();
             for row in 0..rows {
                 let row_bytes = parts.iter().fold(0usize, |sum, part| {
                     // A value that is not text prints as at most a few dozen bytes.
@@ -206,17 +286,17 @@ fn output_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<u
                     .first()
                     .and_then(|sep| sep.at(row))
                     .map_or(0, |sep| sep.len().saturating_mul(parts.len()));
-                total = total.saturating_add(row_bytes).saturating_add(separators);
+                size.add(row_bytes.saturating_add(separators));
             }
-            Ok(total)
+            Ok(size)
         }
         Growth::Replace | Growth::RegexpReplace | Growth::Translate => {
             let (Some(text), Some(from)) = (args.first(), args.get(1)) else {
-                return Ok(0);
+                return Ok(Size::default());
             };
             let (text, from) = (Strings::of(text), Strings::of(from));
             let to = args.get(2).map(Strings::of);
-            let mut total: usize = 0;
+            let mut size = Size::default();
             for row in 0..rows {
                 let Some(s) = text.at(row) else { continue };
                 let to = to.as_ref().and_then(|t| t.at(row)).unwrap_or("");
@@ -239,13 +319,13 @@ fn output_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<u
                     }
                     _ => len.saturating_mul(4),
                 };
-                total = total.saturating_add(row_bytes);
+                size.add(row_bytes);
             }
-            Ok(total)
+            Ok(size)
         }
         Growth::ArrayRepeat | Growth::ArrayResize => {
             let (Some(value), Some(count)) = (args.first(), args.get(1)) else {
-                return Ok(0);
+                return Ok(Size::default());
             };
             // The size of one copied value: the value's own, or the list's elements' average.
             let each = match (growth, value) {
@@ -265,20 +345,20 @@ fn output_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<u
             }
             .max(1);
             let count = Counts::of(count)?;
-            let mut total: usize = 0;
+            let mut size = Size::default();
             for row in 0..rows {
                 let n = count
                     .at(row)
                     .map_or(0, |n| usize::try_from(n.max(0)).unwrap_or(usize::MAX));
-                total = total.saturating_add(n.saturating_mul(each));
+                size.add(n.saturating_mul(each));
             }
-            Ok(total)
+            Ok(size)
         }
         Growth::Range => {
             // Dates and timestamps by intervals are not estimated (their counts are bounded by
             // the calendar).
             if args.iter().any(|a| !a.data_type().is_integer()) {
-                return Ok(0);
+                return Ok(Size::default());
             }
             // One argument: 0..stop; two or three: start..stop by step.
             let (start, stop, step) = match args {
@@ -289,9 +369,9 @@ fn output_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<u
                     Counts::of(stop)?,
                     Some(Counts::of(step)?),
                 ),
-                [] => return Ok(0),
+                [] => return Ok(Size::default()),
             };
-            let mut total: usize = 0;
+            let mut size = Size::default();
             for row in 0..rows {
                 let from = start.as_ref().and_then(|s| s.at(row)).unwrap_or(0);
                 let Some(to) = stop.at(row) else { continue };
@@ -303,9 +383,9 @@ fn output_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<u
                     .max(1);
                 let values = (i128::from(to) - i128::from(from)).unsigned_abs() / u128::from(by);
                 let bytes = values.saturating_add(1).saturating_mul(8);
-                total = total.saturating_add(usize::try_from(bytes).unwrap_or(usize::MAX));
+                size.add(usize::try_from(bytes).unwrap_or(usize::MAX));
             }
-            Ok(total)
+            Ok(size)
         }
     }
 }
@@ -343,14 +423,14 @@ fn longest_range(args: &[ColumnarValue], rows: usize) -> Result<u128> {
 }
 
 /// [`output_bytes`] of `repeat` and `lpad/rpad`: a text and a count.
-fn counted_text_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<usize> {
+fn counted_text_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<Size> {
     let (Some(text), Some(count)) = (args.first(), args.get(1)) else {
-        return Ok(0);
+        return Ok(Size::default());
     };
     let text = Strings::of(text);
     let fill = args.get(2).map(Strings::of);
     let count = Counts::of(count)?;
-    let mut total: usize = 0;
+    let mut size = Size::default();
     for row in 0..rows {
         let Some(n) = count.at(row) else { continue };
         let n = usize::try_from(n.max(0)).unwrap_or(usize::MAX);
@@ -368,9 +448,9 @@ fn counted_text_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Re
             }
             _ => text.at(row).map_or(0, |s| s.len().saturating_mul(n)),
         };
-        total = total.saturating_add(row_bytes);
+        size.add(row_bytes);
     }
-    Ok(total)
+    Ok(size)
 }
 
 /// A text argument, row by row, without copying a scalar into an array.

@@ -75,15 +75,16 @@ async fn a_huge_value_fails_before_it_is_built_and_the_session_goes_on() {
 async fn functions_that_grow_their_input_are_bounded_by_the_budget_too() {
     let s = engine(None, None).session();
     run(&s, "SET accelsql.memory_limit = '64MiB'").await;
-    // Each builds hundreds of MB from an input that fits: refused before it is built.
+    // Each builds hundreds of MB from an input that fits (a value may take a quarter of the
+    // budget, 16 MiB here): refused before it is built.
     let cases = [
         (
             "replace()",
-            "SELECT length(replace(repeat('x', 20000000), 'x', 'yyyyyyyyyyyyyyyy'))",
+            "SELECT length(replace(repeat('x', 10000000), 'x', 'yyyyyyyyyyyyyyyy'))",
         ),
         (
             "regexp_replace()",
-            "SELECT length(regexp_replace(repeat('x', 20000000), 'x', 'yyyyyyyyyyyyyyyy', 'g'))",
+            "SELECT length(regexp_replace(repeat('x', 10000000), 'x', 'yyyyyyyyyyyyyyyy', 'g'))",
         ),
         (
             "concat()",
@@ -333,4 +334,51 @@ fn is_zombie(pid: i32) -> bool {
                 .map(|rest| rest.trim_start().starts_with('Z'))
         })
         .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_value_past_the_cell_cap_fails_whatever_budget_is_left() {
+    let s = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
+        max_value_bytes: 8 << 20,
+        ..EngineOptions::default()
+    })
+    .unwrap()
+    .session();
+    // No budget of its own: only the cap stands in the way of a 20 MB value.
+    let message = out_of_memory(&s, "SELECT length(repeat('x', 20000000))").await;
+    assert!(
+        message.contains("largest value one cell may hold"),
+        "{message}"
+    );
+    out_of_memory(
+        &s,
+        "SELECT cardinality(array_repeat(repeat('x', 1000), 20000))",
+    )
+    .await;
+    // Many values that are each small pass, however large together.
+    assert_eq!(
+        run(
+            &s,
+            "SELECT sum(length(repeat('x', 1000000))) FROM generate_series(1, 20)"
+        )
+        .await,
+        ["20000000"]
+    );
+    assert_eq!(
+        run(&s, "SELECT length(repeat('x', 8000000))").await,
+        ["8000000"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concat_of_constants_is_bounded_while_it_is_planned() {
+    let s = engine(None, None).session();
+    run(&s, "SET accelsql.memory_limit = '64MiB'").await;
+    // Each part fits (a value may take 16 MiB of this budget); the whole, joined when the
+    // statement is planned, does not.
+    let parts = vec!["repeat('x', 15000000)"; 4].join(", ");
+    let message = out_of_memory(&s, &format!("SELECT length(concat({parts}))")).await;
+    assert!(message.contains("concat()"), "{message}");
+    assert_eq!(run(&s, "SELECT concat('a', 'b', 'c')").await, ["abc"]);
 }
