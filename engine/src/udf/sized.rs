@@ -525,6 +525,18 @@ mod tests {
         ColumnarValue::Scalar(ScalarValue::Int64(Some(n)))
     }
 
+    /// All of the estimate.
+    fn output_bytes(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<usize> {
+        super::output_bytes(growth, args, rows).map(|size| size.total)
+    }
+
+    #[test]
+    fn the_largest_value_is_estimated_beside_the_whole() {
+        let counts = ColumnarValue::Array(Arc::new(Int64Array::from(vec![10, 1000, 100])));
+        let size = super::output_bytes(Growth::Repeat, &[text("ab"), counts], 3).unwrap();
+        assert_eq!((size.total, size.largest), (2220, 2000));
+    }
+
     #[test]
     fn estimates_cover_what_the_functions_build() {
         let repeat = output_bytes(Growth::Repeat, &[text("ab"), int(1000)], 1).unwrap();
