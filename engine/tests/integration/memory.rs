@@ -377,7 +377,7 @@ async fn concat_of_constants_is_bounded_while_it_is_planned() {
     run(&s, "SET accelsql.memory_limit = '64MiB'").await;
     // Each part fits (a value may take 16 MiB of this budget); the whole, joined when the
     // statement is planned, does not.
-    let parts = vec!["repeat('x', 15000000)"; 4].join(", ");
+    let parts = ["repeat('x', 15000000)"; 4].join(", ");
     let message = out_of_memory(&s, &format!("SELECT length(concat({parts}))")).await;
     assert!(message.contains("concat()"), "{message}");
     assert_eq!(run(&s, "SELECT concat('a', 'b', 'c')").await, ["abc"]);
