@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::helpers::run;
 use accelsql_engine::datafusion::arrow::array::{ArrayRef, Int64Array};
 use accelsql_engine::datafusion::arrow::datatypes::DataType;
 use accelsql_engine::datafusion::logical_expr::ColumnarValue;
@@ -86,12 +87,6 @@ fn engine(sharing: GpuSharing, gpus: usize) -> Engine {
         .unwrap();
     engine.register_scalar_udf(held("whole", None, 1)).unwrap();
     engine
-}
-
-async fn run(s: &Session, sql: &str) -> Vec<String> {
-    testing::query_rows(s, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// Starts `sql` in a task of its own; the task ends with its error, if any.

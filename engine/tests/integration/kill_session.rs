@@ -5,29 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use accelsql_engine::{Engine, EngineError, Session, testing};
-use futures::StreamExt;
+use crate::helpers::{error_of, run};
+use accelsql_engine::{Engine, EngineError, testing};
 
 fn engine() -> Engine {
     testing::fixture_engine(1).unwrap()
-}
-
-async fn run(s: &Session, sql: &str) -> Vec<String> {
-    testing::query_rows(s, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Reads `stream` to its end; the error it ends with, if any.
-async fn error_of(
-    mut stream: accelsql_engine::datafusion::execution::SendableRecordBatchStream,
-) -> Option<EngineError> {
-    while let Some(next) = stream.next().await {
-        if let Err(e) = next {
-            return Some(EngineError::from(e));
-        }
-    }
-    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

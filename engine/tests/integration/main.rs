@@ -9,6 +9,7 @@ mod deep_statements;
 mod exasol;
 mod files;
 mod gpu_sharing;
+mod helpers;
 mod kill_session;
 mod memory;
 mod placement;

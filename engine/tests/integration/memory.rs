@@ -6,7 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use accelsql_engine::{Engine, EngineError, EngineOptions, SchedulerConfig, Session, testing};
+use crate::helpers::run;
+use accelsql_engine::{Engine, EngineError, EngineOptions, SchedulerConfig, Session};
 
 fn engine(memory_limit: Option<usize>, data_dir: Option<&std::path::Path>) -> Engine {
     Engine::with_options(EngineOptions {
@@ -16,12 +17,6 @@ fn engine(memory_limit: Option<usize>, data_dir: Option<&std::path::Path>) -> En
         ..EngineOptions::default()
     })
     .unwrap()
-}
-
-async fn run(s: &Session, sql: &str) -> Vec<String> {
-    testing::query_rows(s, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// Runs `sql`, which must fail with 53200 within a few seconds; returns the message.

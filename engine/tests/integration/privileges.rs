@@ -8,8 +8,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use accelsql_engine::{Engine, EngineError, EngineOptions, SchedulerConfig, Session, testing};
-use futures::StreamExt;
+use crate::helpers::{error_of, run};
+use accelsql_engine::{Engine, EngineOptions, SchedulerConfig, Session, testing};
 
 fn engine_with(data_dir: Option<&Path>, aging: Duration) -> Engine {
     let engine = Engine::with_options(EngineOptions {
@@ -22,24 +22,6 @@ fn engine_with(data_dir: Option<&Path>, aging: Duration) -> Engine {
     .unwrap();
     testing::register_fixtures(&engine).unwrap();
     engine
-}
-
-async fn run(s: &Session, sql: &str) -> Vec<String> {
-    testing::query_rows(s, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-/// Reads `stream` to its end; the error it ends with, if any.
-async fn error_of(
-    mut stream: accelsql_engine::datafusion::execution::SendableRecordBatchStream,
-) -> Option<EngineError> {
-    while let Some(next) = stream.next().await {
-        if let Err(e) = next {
-            return Some(EngineError::from(e));
-        }
-    }
-    None
 }
 
 /// Waits until `cond` holds (at most 10 s).

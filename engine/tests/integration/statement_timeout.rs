@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::helpers::run;
 use accelsql_engine::{Engine, EngineError, EngineOptions, SchedulerConfig, Session, testing};
 use futures::StreamExt;
 
@@ -18,12 +19,6 @@ fn engine(gpus: usize, statement_timeout: Option<Duration>) -> Engine {
     .unwrap();
     testing::register_fixtures(&engine).unwrap();
     engine
-}
-
-async fn run(s: &Session, sql: &str) -> Vec<String> {
-    testing::query_rows(s, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs `sql`, which must fail with the statement-timeout error; returns how long it took.

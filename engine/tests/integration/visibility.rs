@@ -4,16 +4,11 @@
 //! restricted.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
 
-use accelsql_engine::{Engine, Session, testing};
+use crate::helpers::run;
+use accelsql_engine::{Engine, testing};
 
 fn engine() -> Engine {
     testing::fixture_engine(1).unwrap()
-}
-
-async fn run(s: &Session, sql: &str) -> Vec<String> {
-    testing::query_rows(s, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 const SECRET: &str = "SELECT gpu_probe_required(x) FROM (VALUES (4242)) t(x)";
