@@ -24,6 +24,13 @@ pub(crate) struct ServeArgs {
     /// which).
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
+    /// Also speak Exasol's WebSocket API on this port of the --listen host (0: any free port),
+    /// so that pyexasol and the tools built on it connect (`pyexasol.connect(dsn='HOST:PORT',
+    /// user=…, password=…, encryption=False)`): the same engine, sessions, users and limits.
+    /// The output's line `exasol: HOST:PORT` says where. No TLS on it yet: loopback only
+    /// unless --allow-cleartext-passwords.
+    #[arg(long, value_name = "PORT")]
+    exasol_port: Option<u16>,
     /// Keep tables, scripts, users and connections in DIR, so that they survive a restart
     /// [default: $ACCELSQL_DATA_DIR, else ~/.local/share/accelsql].
     #[arg(long, value_name = "DIR")]
@@ -286,6 +293,9 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         max_connections: args.max_connections,
         handshake_timeout,
         log,
+        exasol_listen: args
+            .exasol_port
+            .map(|port| SocketAddr::new(args.listen.ip(), port)),
         ..ServerOptions::default()
     };
     let gpus = engine.devices().len();
@@ -301,6 +311,9 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     let mut head = format!("listening: {}\n", server.url());
     if let Some(token) = server.token() {
         head.push_str(&format!("token: {token}\n"));
+    }
+    if let Some(exasol) = server.exasol_addr() {
+        head.push_str(&format!("exasol: {exasol}\n"));
     }
     out.write_all(head.as_bytes())
         .and_then(|()| out.flush())

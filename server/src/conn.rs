@@ -214,6 +214,13 @@ pub(crate) struct GuardedConn {
     read_before_auth: u64,
 }
 
+impl GuardedConn {
+    /// The connection's state (its id, peer and login).
+    pub(crate) fn state(&self) -> Arc<ConnState> {
+        Arc::clone(&self.state)
+    }
+}
+
 impl Connected for GuardedConn {
     type ConnectInfo = ConnInfo;
 

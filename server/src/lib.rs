@@ -31,6 +31,7 @@ mod auth;
 mod coded;
 mod conn;
 mod error;
+mod exasol;
 mod login;
 mod metadata;
 mod results;
@@ -116,6 +117,9 @@ pub struct ServerOptions {
     pub shutdown_grace: Duration,
     /// Where the per-statement log lines go; `None`: nowhere.
     pub log: Option<LogSink>,
+    /// A second address on which the server speaks Exasol's WebSocket API (pyexasol, the
+    /// tools built on it) over the same engine, sessions and users; `None`: none.
+    pub exasol_listen: Option<SocketAddr>,
 }
 
 impl Default for ServerOptions {
@@ -137,6 +141,7 @@ impl Default for ServerOptions {
             max_message_size: 64 << 20,
             shutdown_grace: Duration::from_secs(5),
             log: None,
+            exasol_listen: None,
         }
     }
 }
@@ -164,6 +169,8 @@ impl std::fmt::Debug for ServerOptions {
 pub struct Server {
     listener: tokio::net::TcpListener,
     addr: SocketAddr,
+    /// The Exasol-protocol listener, its address and login key.
+    exasol: Option<(tokio::net::TcpListener, SocketAddr, Arc<exasol::LoginKey>)>,
     service: AccelsqlFlightSql,
     tls: Option<Identity>,
     token: Option<String>,
@@ -258,6 +265,37 @@ impl Server {
         let addr = listener.local_addr().map_err(|e| ServerError::Network {
             message: format!("no local address: {e}"),
         })?;
+        let exasol = match options.exasol_listen {
+            Some(at) => {
+                if !at.ip().is_loopback() && !options.allow_cleartext_passwords {
+                    // The protocol's passwords are encrypted, but its statements and results
+                    // are not: no TLS on that port yet.
+                    return Err(ServerError::Config {
+                        message: format!(
+                            "the Exasol protocol port {at} has no TLS yet: listen on a loopback \
+                             address, or allow clear text (--allow-cleartext-passwords)"
+                        ),
+                    });
+                }
+                let listener =
+                    tokio::net::TcpListener::bind(at)
+                        .await
+                        .map_err(|e| ServerError::Network {
+                            message: format!("cannot listen on {at} (Exasol protocol): {e}"),
+                        })?;
+                let bound = listener.local_addr().map_err(|e| ServerError::Network {
+                    message: format!("no local address: {e}"),
+                })?;
+                let key = tokio::task::spawn_blocking(exasol::LoginKey::new)
+                    .await
+                    .map_err(|e| ServerError::Config {
+                        message: e.to_string(),
+                    })?
+                    .map_err(|message| ServerError::Config { message })?;
+                Some((listener, bound, Arc::new(key)))
+            }
+            None => None,
+        };
         let connections = Connections::new(
             ConnLimits {
                 handshake_timeout: options.handshake_timeout,
@@ -293,11 +331,17 @@ impl Server {
         Ok(Self {
             listener,
             addr,
+            exasol,
             service,
             tls,
             token,
             options,
         })
+    }
+
+    /// The address of the Exasol-protocol port, when the server has one.
+    pub fn exasol_addr(&self) -> Option<SocketAddr> {
+        self.exasol.as_ref().map(|(_, addr, _)| *addr)
     }
 
     /// The address the server listens on (with the chosen port when port 0 was asked for).
@@ -337,11 +381,14 @@ impl Server {
     pub async fn serve_until(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         let Self {
             listener,
+            exasol,
             service,
             tls,
             options,
             ..
         } = self;
+        let exasol = exasol
+            .map(|(listener, _, key)| tokio::spawn(exasol::serve(listener, service.clone(), key)));
         let flight = FlightServiceServer::new(coded::Coded(service.clone()))
             .max_decoding_message_size(options.max_message_size)
             .max_encoding_message_size(options.max_message_size);
@@ -400,6 +447,9 @@ impl Server {
         };
         reaper.abort();
         reloader.abort();
+        if let Some(exasol) = exasol {
+            exasol.abort();
+        }
         service.inner().sessions.close_all();
         outcome
     }
@@ -474,6 +524,7 @@ async fn reload_users_on_sighup(service: AccelsqlFlightSql, log: Option<LogSink>
 #[derive(Debug)]
 pub struct ServerHandle {
     addr: SocketAddr,
+    exasol_addr: Option<SocketAddr>,
     url: String,
     token: Option<String>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -485,6 +536,7 @@ impl ServerHandle {
     pub async fn start(engine: Engine, options: ServerOptions) -> Result<Self> {
         let server = Server::bind(engine, options).await?;
         let addr = server.local_addr();
+        let exasol_addr = server.exasol_addr();
         let url = server.url();
         let token = server.token().map(str::to_string);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -493,6 +545,7 @@ impl ServerHandle {
         }));
         Ok(Self {
             addr,
+            exasol_addr,
             url,
             token,
             stop: Some(stop),
@@ -503,6 +556,11 @@ impl ServerHandle {
     /// The listening address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of the Exasol-protocol port, when the server has one.
+    pub fn exasol_addr(&self) -> Option<SocketAddr> {
+        self.exasol_addr
     }
 
     /// The URL clients connect to.

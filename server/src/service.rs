@@ -102,7 +102,7 @@ impl AccelsqlFlightSql {
         &self.inner
     }
 
-    fn log(&self, line: &str) {
+    pub(crate) fn log(&self, line: &str) {
         if let Some(sink) = &self.inner.log {
             sink(line);
         }
@@ -258,6 +258,34 @@ impl AccelsqlFlightSql {
         Ok(rows)
     }
 
+    /// Runs `sql` to its end for a client that takes whole results (Exasol's protocol):
+    /// the result's schema and batches, logged as every statement is.
+    pub(crate) async fn run_collect(
+        &self,
+        client: &Arc<ClientSession>,
+        sql: &str,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        let pending = self.execute(client, sql, &[]).await?;
+        let schema = pending.stream.schema();
+        let log = StatementLog {
+            number: pending.number,
+            statement_id: pending.statement_id,
+            sql: pending.sql.clone(),
+            started: pending.started,
+        };
+        let result: Result<Vec<RecordBatch>, _> = pending.stream.try_collect().await;
+        let result = result.map_err(EngineError::from);
+        let (rows, outcome) = match &result {
+            Ok(batches) => (
+                batches.iter().map(|b| b.num_rows() as u64).sum(),
+                "ok".to_string(),
+            ),
+            Err(e) => (0, format!("error[{}]", e.code())),
+        };
+        self.log(&log.line(&self.inner.engine, client, rows, &outcome));
+        Ok((schema, result?))
+    }
+
     /// The FlightInfo of an executed statement: its schema and its endpoints, one per output
     /// partition of an unordered query (read them at once, in any order: each batch goes to
     /// the reader that asks first), else one, `ordered` when the query asked for an order.
@@ -325,7 +353,7 @@ impl AccelsqlFlightSql {
 }
 
 /// Rows changed by a DML statement (its one `count` column), or -1 for other statements.
-fn affected_rows(batches: &[RecordBatch]) -> i64 {
+pub(crate) fn affected_rows(batches: &[RecordBatch]) -> i64 {
     let counts: Option<u64> = batches
         .iter()
         .map(|b| {

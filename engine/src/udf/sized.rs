@@ -196,13 +196,16 @@ impl ScalarUDFImpl for SizedOutput {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let size = output_bytes(self.growth, &args.args, args.number_rows)?;
         let bytes = size.total;
-        // Past what one i32-offset string array holds, DataFusion's `repeat` refuses before it
-        // allocates, with its own error: let it say so.
+        // Past what one i32-offset string array holds, DataFusion's `repeat`, `lpad` and
+        // `rpad` refuse before they allocate, with their own error: let them say so.
         let small_offsets = args
             .args
             .first()
             .is_some_and(|a| a.data_type() != DataType::LargeUtf8);
-        if self.growth == Growth::Repeat && small_offsets && bytes > i32::MAX as usize {
+        if matches!(self.growth, Growth::Repeat | Growth::Pad)
+            && small_offsets
+            && bytes > i32::MAX as usize
+        {
             return self.inner.invoke_with_args(args);
         }
         // Likewise a list longer than a list can be: DataFusion refuses it before it allocates.

@@ -1,0 +1,87 @@
+"""`accelsql serve --exasol-port`: the real pyexasol driver, unchanged, logs in (RSA-encrypted
+password), runs statements and fetches results over Exasol's WebSocket API, on the same engine,
+users and sessions as the Flight SQL port."""
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pyexasol = pytest.importorskip("pyexasol") if not os.environ.get("CI") else __import__("pyexasol")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _binary() -> str:
+    path = os.environ.get("ACCELSQL_BIN") or str(ROOT / "target" / "debug" / "accelsql")
+    if not os.path.exists(path):
+        if os.environ.get("CI"):
+            pytest.fail(f"the accelsql binary is missing at {path}")
+        pytest.skip(f"SKIPPED: no accelsql binary at {path}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("exasol")
+    proc = subprocess.Popen(
+        [_binary(), "serve", "--listen", "127.0.0.1:0", "--exasol-port", "0", "--simulated-gpus", "1",
+         "--data-dir", str(tmp / "data"), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    lines = [proc.stdout.readline() for _ in range(3)]
+    token = re.match(r"token: (\S+)", lines[1]).group(1)
+    dsn = re.match(r"exasol: (\S+)", lines[2]).group(1)
+    yield dsn, token
+    proc.terminate()
+    assert proc.wait(timeout=20) == 0
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "compressed"])
+def conn(server, request):
+    dsn, token = server
+    c = pyexasol.connect(dsn=dsn, user="sys", password=token, encryption=False,
+                         compression=request.param)
+    yield c
+    c.close()
+
+
+def test_a_query_returns_its_rows_and_types(conn):
+    stmt = conn.execute("SELECT 1 AS a, 'x' AS b, CAST(2.5 AS DOUBLE) AS c, CAST(NULL AS INT) AS d")
+    assert stmt.fetchall() == [(1, "x", 2.5, None)]
+    assert [c["type"] for c in stmt.columns().values()] == ["DECIMAL", "VARCHAR", "DOUBLE", "DECIMAL"]
+
+
+def test_a_large_result_is_fetched_in_parts(conn):
+    conn.execute("CREATE OR REPLACE TABLE many AS SELECT value AS v FROM generate_series(1, 2500)")
+    rows = conn.execute("SELECT v, v * 2 AS w FROM many ORDER BY v").fetchall()
+    assert len(rows) == 2500
+    assert rows[0] == (1, 2) and rows[-1] == (2500, 5000)
+
+
+def test_dml_answers_its_row_count_and_a_rollback_undoes_it(conn):
+    conn.execute("CREATE OR REPLACE TABLE counted (x INT)")
+    assert conn.execute("INSERT INTO counted VALUES (1), (2), (3)").rowcount() == 3
+    conn.set_autocommit(False)
+    conn.execute("INSERT INTO counted VALUES (4)")
+    conn.rollback()
+    conn.set_autocommit(True)
+    assert conn.execute("SELECT count(*) FROM counted").fetchval() == 3
+
+
+def test_an_error_arrives_with_its_code_and_the_session_goes_on(conn):
+    with pytest.raises(pyexasol.ExaQueryError) as raised:
+        conn.execute("SELECT no_such_column FROM (SELECT 1 AS a)")
+    assert raised.value.code == "42000"
+    assert conn.execute("SELECT 42").fetchval() == 42
+
+
+def test_a_wrong_password_is_refused(server):
+    dsn, _ = server
+    with pytest.raises(pyexasol.ExaAuthError) as raised:
+        pyexasol.connect(dsn=dsn, user="sys", password="wrong", encryption=False)
+    assert raised.value.code == "08004"

@@ -1,0 +1,650 @@
+//! Exasol's WebSocket API (`serve --exasol-port`): pyexasol and the tools built on it log in,
+//! run statements and fetch their results over the same engine, sessions, users, caps and
+//! budgets as the Flight SQL port.
+//!
+//! The protocol is JSON over a WebSocket (Exasol's `websocket-api`, versions 1 to 3 here): a
+//! `login` answered with the server's RSA public key, then the credentials with the password
+//! encrypted by it (PKCS#1 v1.5, base64), then one request and one answer at a time. After a
+//! login that asked for `useCompression`, every message is zlib-compressed, in binary frames.
+//! Results travel column by column (`data[column][row]`); a result of more than
+//! [`FIRST_ROWS`] rows leaves the rest behind a `resultSetHandle` for `fetch`.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+use accelsql_engine::datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use accelsql_engine::datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use accelsql_engine::datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use base64::Engine as _;
+use futures::{SinkExt, StreamExt};
+use rsa::pkcs1::EncodeRsaPublicKey;
+use rsa::traits::PublicKeyParts;
+use rsa::{Pkcs1v15Encrypt, RsaPrivateKey, RsaPublicKey};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+
+use crate::conn::{self, GuardedConn};
+use crate::service::{AccelsqlFlightSql, affected_rows};
+use crate::sessions::{Caller, ClientSession};
+
+/// Rows sent with a result's first answer; the rest wait for `fetch`.
+const FIRST_ROWS: usize = 1000;
+
+/// The largest message a client may send (a statement's text with its parameters).
+const MAX_MESSAGE: usize = 64 << 20;
+
+/// The highest protocol version spoken.
+const PROTOCOL: u64 = 3;
+
+/// The server's login key: clients encrypt passwords with its public half.
+pub(crate) struct LoginKey {
+    private: RsaPrivateKey,
+    pem: String,
+    modulus: String,
+    exponent: String,
+}
+
+impl LoginKey {
+    /// A fresh 1024-bit key (as Exasol's), made once per server.
+    pub(crate) fn new() -> Result<Self, String> {
+        let private = RsaPrivateKey::new(&mut rand::rngs::OsRng, 1024)
+            .map_err(|e| format!("cannot make the login key: {e}"))?;
+        let public = RsaPublicKey::from(&private);
+        let pem = public
+            .to_pkcs1_pem(rsa::pkcs1::LineEnding::LF)
+            .map_err(|e| format!("cannot encode the login key: {e}"))?;
+        Ok(Self {
+            modulus: hex(&public.n().to_bytes_be()),
+            exponent: hex(&public.e().to_bytes_be()),
+            private,
+            pem,
+        })
+    }
+
+    /// The password a client sent (base64 of its encryption with the public key).
+    fn decrypt(&self, sent: &str) -> Option<String> {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(sent)
+            .ok()?;
+        let plain = self.private.decrypt(Pkcs1v15Encrypt, &bytes).ok()?;
+        String::from_utf8(plain).ok()
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02X}")).collect()
+}
+
+/// Serves Exasol's protocol on `listener` for `service`'s engine and sessions until the task
+/// is aborted.
+pub(crate) async fn serve(listener: TcpListener, service: AccelsqlFlightSql, key: Arc<LoginKey>) {
+    let connections = Arc::clone(&service.inner().connections);
+    let mut incoming = std::pin::pin!(conn::incoming(listener, connections));
+    while let Some(conn) = incoming.next().await {
+        let Ok(conn) = conn else { continue };
+        let service = service.clone();
+        let key = Arc::clone(&key);
+        tokio::spawn(async move { Connection::run(conn, service, key).await });
+    }
+}
+
+/// A result the client has not fetched to its end.
+struct Pending {
+    batches: Vec<RecordBatch>,
+    rows: usize,
+}
+
+/// One client's connection.
+struct Connection {
+    service: AccelsqlFlightSql,
+    key: Arc<LoginKey>,
+    compressed: bool,
+    /// The bearer token and session, once logged in.
+    session: Option<(String, Arc<ClientSession>)>,
+    results: HashMap<i64, Pending>,
+    next_handle: i64,
+    autocommit: bool,
+    query_timeout: u64,
+}
+
+/// An error answer: Exasol's `sqlCode` and text.
+struct Refusal {
+    code: String,
+    text: String,
+}
+
+impl Refusal {
+    fn new(code: &str, text: impl Into<String>) -> Self {
+        Self {
+            code: code.to_string(),
+            text: text.into(),
+        }
+    }
+}
+
+type Answer = Result<Value, Refusal>;
+
+impl Connection {
+    async fn run(conn: GuardedConn, service: AccelsqlFlightSql, key: Arc<LoginKey>) {
+        let state = conn.state();
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(MAX_MESSAGE))
+            .max_frame_size(Some(MAX_MESSAGE));
+        let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(conn, Some(config)).await
+        else {
+            return;
+        };
+        let mut this = Self {
+            service,
+            key,
+            compressed: false,
+            session: None,
+            results: HashMap::new(),
+            next_handle: 1,
+            autocommit: true,
+            query_timeout: 0,
+        };
+        let peer = state.peer;
+        // Before a login: `login`, then the credentials.
+        let mut offered_key = false;
+        while let Some(Ok(message)) = ws.next().await {
+            let text = match message {
+                Message::Text(t) => t.as_str().to_string(),
+                Message::Binary(b) if this.compressed => match inflate(&b) {
+                    Some(t) => t,
+                    None => break,
+                },
+                Message::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            let Ok(request) = serde_json::from_str::<Value>(&text) else {
+                let reply = error_json(&Refusal::new("08P01", "a request must be a JSON object"));
+                if this.send(&mut ws, reply).await.is_err() {
+                    break;
+                }
+                continue;
+            };
+            let command = request["command"].as_str().unwrap_or("");
+            let (reply, then_compress, end) = if this.session.is_none() {
+                match command {
+                    "login" | "loginToken" => {
+                        offered_key = true;
+                        (this.offer_key(command, &request), false, false)
+                    }
+                    _ if offered_key && command.is_empty() => {
+                        let answer = this.login(&request, peer, &state).await;
+                        let compress = answer.is_ok() && request["useCompression"] == true;
+                        (answer, compress, false)
+                    }
+                    _ => (
+                        Err(Refusal::new("08004", "log in first (command login)")),
+                        false,
+                        false,
+                    ),
+                }
+            } else {
+                let end = command == "disconnect";
+                (this.command(command, &request).await, false, end)
+            };
+            let reply = match reply {
+                Ok(data) => data,
+                Err(refusal) => error_json(&refusal),
+            };
+            if this.send(&mut ws, reply).await.is_err() || end {
+                break;
+            }
+            if then_compress {
+                this.compressed = true;
+            }
+        }
+        let _ = ws.close(None).await;
+        if let Some((token, client)) = this.session.take() {
+            this.service.inner().sessions.close(Caller::Token(&token));
+            this.service.log(&format!(
+                "session={} ended (Exasol protocol connection closed)",
+                client.id
+            ));
+        }
+    }
+
+    async fn send<S>(&self, ws: &mut S, reply: Value) -> Result<(), ()>
+    where
+        S: futures::Sink<Message> + Unpin,
+    {
+        let text = reply.to_string();
+        let message = if self.compressed {
+            Message::Binary(deflate(text.as_bytes()).into())
+        } else {
+            Message::Text(text.into())
+        };
+        ws.send(message).await.map_err(|_| ())
+    }
+
+    /// The answer to `login` (the public key) or `loginToken`.
+    fn offer_key(&self, command: &str, request: &Value) -> Answer {
+        let version = request["protocolVersion"].as_u64().unwrap_or(1);
+        if version == 0 {
+            return Err(Refusal::new("08004", "protocolVersion must be 1 or more"));
+        }
+        if command == "loginToken" {
+            return Ok(ok(json!({})));
+        }
+        Ok(ok(json!({
+            "publicKeyPem": self.key.pem,
+            "publicKeyModulus": self.key.modulus,
+            "publicKeyExponent": self.key.exponent,
+        })))
+    }
+
+    /// Checks the credentials as the Flight port does and opens the session.
+    async fn login(
+        &mut self,
+        request: &Value,
+        peer: Option<std::net::SocketAddr>,
+        state: &conn::ConnState,
+    ) -> Answer {
+        let (user, password) = if let Some(token) = request["accessToken"].as_str() {
+            let user = request["clientOsUsername"].as_str().unwrap_or("token");
+            (user.to_string(), token.to_string())
+        } else {
+            let user = request["username"].as_str().unwrap_or_default().to_string();
+            let sent = request["password"].as_str().unwrap_or_default();
+            let Some(password) = self.key.decrypt(sent) else {
+                return Err(Refusal::new(
+                    "08004",
+                    "the password was not encrypted with this server's login key",
+                ));
+            };
+            (user, password)
+        };
+        let basic = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+        );
+        let inner = self.service.inner();
+        let user = match inner.login.check(Some(&basic), peer.map(|p| p.ip())).await {
+            Ok(user) => user,
+            Err(e) => {
+                self.service.log(&format!(
+                    "Exasol-protocol login refused from {}: {e}",
+                    peer.map_or("?".into(), |p| p.to_string())
+                ));
+                return Err(Refusal::new("08004", e.to_string()));
+            }
+        };
+        state.authenticate();
+        let (token, client) = inner
+            .sessions
+            .open_with_token(&user, Some(state.id))
+            .map_err(|e| Refusal::new(e.code(), e.to_string()))?;
+        self.service.log(&format!(
+            "session={} user={user} opened from {} (Exasol protocol)",
+            client.id,
+            peer.map_or("?".into(), |p| p.to_string())
+        ));
+        let session_id = client.session.id();
+        self.session = Some((token, client));
+        if let Some(attributes) = request.get("attributes") {
+            self.set_attributes(attributes).await?;
+        }
+        Ok(ok(json!({
+            "sessionId": session_id,
+            "protocolVersion": PROTOCOL,
+            "releaseVersion": "8.0.0",
+            "databaseName": "accelsql",
+            "productName": "accelsql",
+            "maxDataMessageSize": MAX_MESSAGE,
+            "maxIdentifierLength": 128,
+            "maxVarcharLength": 2_000_000,
+            "identifierQuoteString": "\"",
+            "timeZone": "UTC",
+            "timeZoneBehavior": "INVALID SHIFT AMBIGUOUS ST",
+        })))
+    }
+
+    fn client(&self) -> Result<Arc<ClientSession>, Refusal> {
+        self.session
+            .as_ref()
+            .map(|(_, c)| Arc::clone(c))
+            .ok_or_else(|| Refusal::new("08004", "log in first"))
+    }
+
+    async fn command(&mut self, command: &str, request: &Value) -> Answer {
+        match command {
+            "execute" => {
+                if let Some(attributes) = request.get("attributes") {
+                    self.set_attributes(attributes).await?;
+                }
+                let sql = request["sqlText"]
+                    .as_str()
+                    .ok_or_else(|| Refusal::new("08P01", "execute needs sqlText"))?;
+                let result = self.execute(sql).await?;
+                Ok(self.with_attributes(ok(json!({"numResults": 1, "results": [result]}))))
+            }
+            "executeBatch" => {
+                let texts = request["sqlTexts"]
+                    .as_array()
+                    .ok_or_else(|| Refusal::new("08P01", "executeBatch needs sqlTexts"))?;
+                let mut results = Vec::with_capacity(texts.len());
+                for text in texts {
+                    let sql = text.as_str().unwrap_or_default();
+                    results.push(self.execute(sql).await?);
+                }
+                Ok(ok(json!({"numResults": results.len(), "results": results})))
+            }
+            "fetch" => self.fetch(request),
+            "closeResultSet" => {
+                if let Some(handles) = request["resultSetHandles"].as_array() {
+                    for handle in handles.iter().filter_map(Value::as_i64) {
+                        self.results.remove(&handle);
+                    }
+                }
+                Ok(ok(json!({})))
+            }
+            "getAttributes" => Ok(self.with_attributes(ok(json!({})))),
+            "setAttributes" => {
+                self.set_attributes(&request["attributes"]).await?;
+                Ok(self.with_attributes(ok(json!({}))))
+            }
+            "getHosts" => Ok(ok(json!({"numNodes": 1, "nodes": ["127.0.0.1"]}))),
+            "disconnect" => Ok(ok(json!({}))),
+            // Statements run one at a time and this one has ended: nothing to stop.
+            "abortQuery" => Ok(ok(json!({}))),
+            other => Err(Refusal::new(
+                "0A000",
+                format!("command {other:?} of Exasol's WebSocket API is not supported"),
+            )),
+        }
+    }
+
+    /// Runs one statement: a result set, or a row count.
+    async fn execute(&mut self, sql: &str) -> Answer {
+        let client = self.client()?;
+        let (schema, batches) = self
+            .service
+            .run_collect(&client, sql)
+            .await
+            .map_err(|e| Refusal::new(e.code(), e.to_string()))?;
+        if is_row_count(sql, &schema) {
+            let rows = affected_rows(&batches).max(0);
+            return Ok(json!({"resultType": "rowCount", "rowCount": rows}));
+        }
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        let columns: Vec<Value> = schema
+            .fields()
+            .iter()
+            .map(|f| json!({"name": f.name(), "dataType": data_type(f.data_type())}))
+            .collect();
+        let first = rows.min(FIRST_ROWS);
+        let mut result = json!({
+            "numColumns": schema.fields().len(),
+            "numRows": rows,
+            "numRowsInMessage": first,
+            "columns": columns,
+            "data": columns_of(&batches, schema.fields().len(), 0, first)?,
+        });
+        if rows > first {
+            let handle = self.next_handle;
+            self.next_handle += 1;
+            self.results.insert(handle, Pending { batches, rows });
+            result["resultSetHandle"] = json!(handle);
+        }
+        Ok(json!({"resultType": "resultSet", "resultSet": result}))
+    }
+
+    /// The rows of a kept result from `startPosition`, about `numBytes` of them.
+    fn fetch(&mut self, request: &Value) -> Answer {
+        let handle = request["resultSetHandle"]
+            .as_i64()
+            .ok_or_else(|| Refusal::new("08P01", "fetch needs resultSetHandle"))?;
+        let pending = self
+            .results
+            .get(&handle)
+            .ok_or_else(|| Refusal::new("08P01", format!("no result set {handle}")))?;
+        let start = usize::try_from(request["startPosition"].as_u64().unwrap_or(0))
+            .unwrap_or(usize::MAX)
+            .min(pending.rows);
+        let bytes = request["numBytes"].as_u64().unwrap_or(5 << 20).max(1);
+        let width = pending
+            .batches
+            .first()
+            .map_or(1, |b| b.num_columns().max(1));
+        // About 16 bytes per value of JSON; at least one row.
+        let count = usize::try_from(bytes / (16 * width as u64))
+            .unwrap_or(usize::MAX)
+            .max(1)
+            .min(pending.rows - start);
+        let data = columns_of(&pending.batches, width, start, count)?;
+        Ok(ok(json!({"numRows": count, "data": data})))
+    }
+
+    async fn set_attributes(&mut self, attributes: &Value) -> Result<(), Refusal> {
+        let client = self.client()?;
+        let mut statements = Vec::new();
+        if let Some(on) = attributes["autocommit"].as_bool()
+            && on != self.autocommit
+        {
+            statements.push(format!("SET AUTOCOMMIT {}", if on { "ON" } else { "OFF" }));
+            self.autocommit = on;
+        }
+        if let Some(schema) = attributes["currentSchema"].as_str()
+            && !schema.is_empty()
+        {
+            statements.push(format!("OPEN SCHEMA \"{}\"", schema.replace('"', "\"\"")));
+        }
+        if let Some(seconds) = attributes["queryTimeout"].as_u64()
+            && seconds != self.query_timeout
+        {
+            statements.push(format!("ALTER SESSION SET QUERY_TIMEOUT = {seconds}"));
+            self.query_timeout = seconds;
+        }
+        for sql in statements {
+            client
+                .session
+                .sql(&sql)
+                .await
+                .map_err(|e| Refusal::new(e.code(), e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn with_attributes(&self, mut reply: Value) -> Value {
+        let schema = self
+            .session
+            .as_ref()
+            .map(|(_, c)| c.session.current_schema())
+            .unwrap_or_default();
+        reply["attributes"] = json!({
+            "autocommit": self.autocommit,
+            "currentSchema": schema,
+            "queryTimeout": self.query_timeout,
+            "compressionEnabled": self.compressed,
+            "dateFormat": "YYYY-MM-DD",
+            "timestampFormat": "YYYY-MM-DD HH24:MI:SS.FF6",
+            "numericCharacters": ".,",
+        });
+        reply
+    }
+}
+
+fn ok(data: Value) -> Value {
+    json!({"status": "ok", "responseData": data})
+}
+
+fn error_json(refusal: &Refusal) -> Value {
+    json!({"status": "error", "exception": {"text": refusal.text, "sqlCode": refusal.code}})
+}
+
+/// Whether a statement answers with a row count rather than rows: DML (a `count` column), and
+/// statements without columns.
+fn is_row_count(sql: &str, schema: &SchemaRef) -> bool {
+    if schema.fields().is_empty() {
+        return true;
+    }
+    let first = sql
+        .trim_start()
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or("")
+        .to_ascii_uppercase();
+    let dml = [
+        "INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE", "IMPORT", "COPY",
+    ];
+    let ddl = [
+        "CREATE", "DROP", "ALTER", "GRANT", "REVOKE", "OPEN", "CLOSE", "SET", "COMMIT", "ROLLBACK",
+        "RENAME", "COMMENT", "KILL", "EXPORT",
+    ];
+    (dml.contains(&first.as_str()) && schema.fields().len() == 1) || ddl.contains(&first.as_str())
+}
+
+/// Exasol's type of an Arrow column.
+fn data_type(t: &DataType) -> Value {
+    match t {
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 | DataType::UInt16 => {
+            json!({"type": "DECIMAL", "precision": 9, "scale": 0})
+        }
+        DataType::Int32 | DataType::UInt32 => {
+            json!({"type": "DECIMAL", "precision": 18, "scale": 0})
+        }
+        DataType::Int64 | DataType::UInt64 => {
+            json!({"type": "DECIMAL", "precision": 36, "scale": 0})
+        }
+        DataType::Decimal32(p, s)
+        | DataType::Decimal64(p, s)
+        | DataType::Decimal128(p, s)
+        | DataType::Decimal256(p, s) => {
+            json!({"type": "DECIMAL", "precision": p, "scale": s})
+        }
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => json!({"type": "DOUBLE"}),
+        DataType::Boolean => json!({"type": "BOOLEAN"}),
+        DataType::Date32 | DataType::Date64 => json!({"type": "DATE", "size": 4}),
+        DataType::Timestamp(_, zone) => json!({
+            "type": "TIMESTAMP",
+            "withLocalTimeZone": zone.is_some(),
+            "fraction": 6,
+        }),
+        _ => json!({"type": "VARCHAR", "size": 2_000_000, "characterSet": "UTF8"}),
+    }
+}
+
+/// Rows `start..start + count` of `batches`, column by column, as Exasol sends them.
+fn columns_of(
+    batches: &[RecordBatch],
+    width: usize,
+    start: usize,
+    count: usize,
+) -> Result<Vec<Vec<Value>>, Refusal> {
+    let mut columns: Vec<Vec<Value>> = (0..width).map(|_| Vec::with_capacity(count)).collect();
+    let mut skip = start;
+    let mut left = count;
+    for batch in batches {
+        if left == 0 {
+            break;
+        }
+        let rows = batch.num_rows();
+        if skip >= rows {
+            skip -= rows;
+            continue;
+        }
+        let take = (rows - skip).min(left);
+        let part = batch.slice(skip, take);
+        for (c, column) in part.columns().iter().enumerate().take(width) {
+            values_of(column, &mut columns[c])?;
+        }
+        left -= take;
+        skip = 0;
+    }
+    Ok(columns)
+}
+
+/// The JSON values of `column`, appended to `out`.
+fn values_of(column: &ArrayRef, out: &mut Vec<Value>) -> Result<(), Refusal> {
+    let formats = FormatOptions::default()
+        .with_null("")
+        .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.6f"))
+        .with_timestamp_tz_format(Some("%Y-%m-%d %H:%M:%S%.6f"));
+    let text = ArrayFormatter::try_new(column.as_ref(), &formats)
+        .map_err(|e| Refusal::new("22000", e.to_string()))?;
+    for row in 0..column.len() {
+        if column.is_null(row) {
+            out.push(Value::Null);
+            continue;
+        }
+        let value = match column.data_type() {
+            DataType::Boolean => json!(column.as_boolean().value(row)),
+            DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64 => {
+                let shown = text.value(row).to_string();
+                shown
+                    .parse::<i64>()
+                    .map(Value::from)
+                    .unwrap_or(Value::String(shown))
+            }
+            DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+                let shown = text.value(row).to_string();
+                match shown.parse::<f64>() {
+                    Ok(v) if v.is_finite() => json!(v),
+                    _ => Value::Null,
+                }
+            }
+            DataType::Timestamp(TimeUnit::Second, _) => {
+                Value::String(format!("{}.000000", text.value(row)))
+            }
+            _ => Value::String(text.value(row).to_string()),
+        };
+        out.push(value);
+    }
+    Ok(())
+}
+
+fn deflate(bytes: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+    let _ = encoder.write_all(bytes);
+    encoder.finish().unwrap_or_default()
+}
+
+fn inflate(bytes: &[u8]) -> Option<String> {
+    let mut decoder = flate2::read::ZlibDecoder::new(bytes).take(MAX_MESSAGE as u64 + 1);
+    let mut text = String::new();
+    decoder.read_to_string(&mut text).ok()?;
+    (text.len() <= MAX_MESSAGE).then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_encrypted_with_the_public_key_decrypts() {
+        let key = LoginKey::new().unwrap();
+        let public = RsaPublicKey::from(&key.private);
+        let sealed = public
+            .encrypt(&mut rand::rngs::OsRng, Pkcs1v15Encrypt, b"wonder land")
+            .unwrap();
+        let sent = base64::engine::general_purpose::STANDARD.encode(sealed);
+        assert_eq!(key.decrypt(&sent).as_deref(), Some("wonder land"));
+        assert_eq!(key.decrypt("not base64!"), None);
+        assert!(key.pem.starts_with("-----BEGIN RSA PUBLIC KEY-----"));
+    }
+
+    #[test]
+    fn compressed_messages_round_trip_and_a_bomb_is_refused() {
+        let text = "{\"command\":\"execute\"}".repeat(100);
+        assert_eq!(
+            inflate(&deflate(text.as_bytes())).as_deref(),
+            Some(text.as_str())
+        );
+        let bomb = deflate(&vec![b'x'; MAX_MESSAGE + 10]);
+        assert_eq!(inflate(&bomb), None);
+    }
+}
