@@ -27,8 +27,10 @@ pub(crate) struct ServeArgs {
     /// Also speak Exasol's WebSocket API on this port of the --listen host (0: any free port),
     /// so that pyexasol and the tools built on it connect (`pyexasol.connect(dsn='HOST:PORT',
     /// user=…, password=…, encryption=False)`): the same engine, sessions, users and limits.
-    /// The output's line `exasol: HOST:PORT` says where. No TLS on it yet: loopback only
-    /// unless --allow-cleartext-passwords.
+    /// The output's lines `exasol: HOST:PORT` and `exasol-fingerprint: HEX` say where and
+    /// which TLS certificate it shows (--tls-cert, else a self-signed one made at start:
+    /// `dsn='HOST/HEX:PORT'`). Plain WebSocket beside TLS on loopback only (or with
+    /// --allow-cleartext-passwords).
     #[arg(long, value_name = "PORT")]
     exasol_port: Option<u16>,
     /// Keep tables, scripts, users and connections in DIR, so that they survive a restart
@@ -312,8 +314,10 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     if let Some(token) = server.token() {
         head.push_str(&format!("token: {token}\n"));
     }
-    if let Some(exasol) = server.exasol_addr() {
-        head.push_str(&format!("exasol: {exasol}\n"));
+    if let (Some(exasol), Some(fingerprint)) = (server.exasol_addr(), server.exasol_fingerprint()) {
+        head.push_str(&format!(
+            "exasol: {exasol}\nexasol-fingerprint: {fingerprint}\n"
+        ));
     }
     out.write_all(head.as_bytes())
         .and_then(|()| out.flush())

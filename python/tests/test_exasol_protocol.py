@@ -33,17 +33,18 @@ def server(tmp_path_factory):
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    lines = [proc.stdout.readline() for _ in range(3)]
+    lines = [proc.stdout.readline() for _ in range(4)]
     token = re.match(r"token: (\S+)", lines[1]).group(1)
     dsn = re.match(r"exasol: (\S+)", lines[2]).group(1)
-    yield dsn, token
+    fingerprint = re.match(r"exasol-fingerprint: ([0-9A-F]{64})$", lines[3].strip()).group(1)
+    yield dsn, token, fingerprint
     proc.terminate()
     assert proc.wait(timeout=20) == 0
 
 
 @pytest.fixture(params=[False, True], ids=["plain", "compressed"])
 def conn(server, request):
-    dsn, token = server
+    dsn, token, _ = server
     c = pyexasol.connect(dsn=dsn, user="sys", password=token, encryption=False,
                          compression=request.param)
     yield c
@@ -80,8 +81,21 @@ def test_an_error_arrives_with_its_code_and_the_session_goes_on(conn):
     assert conn.execute("SELECT 42").fetchval() == 42
 
 
+def test_tls_with_the_printed_fingerprint_as_pyexasol_checks_it(server):
+    dsn, token, fingerprint = server
+    host, port = dsn.rsplit(":", 1)
+    c = pyexasol.connect(dsn=f"{host}/{fingerprint}:{port}", user="sys", password=token,
+                         encryption=True, compression=True)
+    assert c.execute("SELECT 'over TLS'").fetchval() == "over TLS"
+    assert c.attr["encryptionEnabled"] is True
+    c.close()
+    wrong = "0" * 64
+    with pytest.raises(pyexasol.ExaConnectionError):
+        pyexasol.connect(dsn=f"{host}/{wrong}:{port}", user="sys", password=token, encryption=True)
+
+
 def test_a_wrong_password_is_refused(server):
-    dsn, _ = server
+    dsn, _, _ = server
     with pytest.raises(pyexasol.ExaAuthError) as raised:
         pyexasol.connect(dsn=dsn, user="sys", password="wrong", encryption=False)
     assert raised.value.code == "08004"

@@ -11,7 +11,9 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use accelsql_engine::datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use accelsql_engine::datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
@@ -22,11 +24,13 @@ use rsa::pkcs1::EncodeRsaPublicKey;
 use rsa::traits::PublicKeyParts;
 use rsa::{Pkcs1v15Encrypt, RsaPrivateKey, RsaPublicKey};
 use serde_json::{Value, json};
+use sha2::Digest;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
-use crate::conn::{self, GuardedConn};
+use crate::conn;
 use crate::service::{AccelsqlFlightSql, affected_rows};
 use crate::sessions::{Caller, ClientSession};
 
@@ -78,16 +82,153 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02X}")).collect()
 }
 
+/// TLS on the Exasol port: its acceptor, the certificate's SHA-256 fingerprint (what pyexasol's
+/// `dsn='host/FINGERPRINT:port'` names), and whether clients may also connect without TLS.
+pub(crate) struct PortTls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    fingerprint: String,
+    plain_allowed: bool,
+}
+
+impl PortTls {
+    /// TLS with the certificate and key of `files` (PEM), or with a self-signed certificate
+    /// for `localhost` and the listening address made now.
+    pub(crate) fn new(
+        files: Option<(&std::path::Path, &std::path::Path)>,
+        at: std::net::SocketAddr,
+        plain_allowed: bool,
+    ) -> Result<Self, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let (certs, key) = match files {
+            Some((cert, key)) => {
+                let certs = CertificateDer::pem_file_iter(cert)
+                    .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| format!("cannot read {}: {e}", cert.display()))?;
+                let key = PrivateKeyDer::from_pem_file(key)
+                    .map_err(|e| format!("cannot read {}: {e}", key.display()))?;
+                (certs, key)
+            }
+            None => {
+                let mut names = vec!["localhost".to_string()];
+                if !at.ip().is_unspecified() {
+                    names.push(at.ip().to_string());
+                }
+                let made = rcgen::generate_simple_self_signed(names)
+                    .map_err(|e| format!("cannot make a certificate: {e}"))?;
+                let key = PrivateKeyDer::try_from(made.signing_key.serialize_der())
+                    .map_err(|e| format!("cannot use the made key: {e}"))?;
+                (vec![made.cert.der().clone()], key)
+            }
+        };
+        let first = certs
+            .first()
+            .ok_or_else(|| "the certificate file holds no certificate".to_string())?;
+        let fingerprint = hex(&sha2::Sha256::digest(first.as_ref()));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| format!("unusable certificate or key: {e}"))?;
+        Ok(Self {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            fingerprint,
+            plain_allowed,
+        })
+    }
+
+    /// The certificate's SHA-256 fingerprint, upper-case hex.
+    pub(crate) fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+}
+
 /// Serves Exasol's protocol on `listener` for `service`'s engine and sessions until the task
-/// is aborted.
-pub(crate) async fn serve(listener: TcpListener, service: AccelsqlFlightSql, key: Arc<LoginKey>) {
+/// is aborted. A connection whose first byte starts a TLS handshake is served over TLS
+/// (`wss://`), any other as plain WebSocket where that is allowed.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    service: AccelsqlFlightSql,
+    key: Arc<LoginKey>,
+    tls: Arc<PortTls>,
+) {
     let connections = Arc::clone(&service.inner().connections);
     let mut incoming = std::pin::pin!(conn::incoming(listener, connections));
     while let Some(conn) = incoming.next().await {
         let Ok(conn) = conn else { continue };
-        let service = service.clone();
-        let key = Arc::clone(&key);
-        tokio::spawn(async move { Connection::run(conn, service, key).await });
+        let (service, key, tls) = (service.clone(), Arc::clone(&key), Arc::clone(&tls));
+        tokio::spawn(async move {
+            let state = conn.state();
+            let mut conn = Prefixed {
+                first: None,
+                inner: conn,
+            };
+            let mut byte = [0u8; 1];
+            if tokio::io::AsyncReadExt::read_exact(&mut conn.inner, &mut byte)
+                .await
+                .is_err()
+            {
+                return;
+            }
+            conn.first = Some(byte[0]);
+            // 0x16: a TLS handshake record.
+            if byte[0] == 0x16 {
+                if let Ok(stream) = tls.acceptor.accept(conn).await {
+                    Connection::run(stream, state, service, key, true).await;
+                }
+            } else if tls.plain_allowed {
+                Connection::run(conn, state, service, key, false).await;
+            } else {
+                service.log(&format!(
+                    "Exasol-protocol connection from {} refused: not TLS (use encryption=True)",
+                    state.peer.map_or("?".into(), |p| p.to_string())
+                ));
+            }
+        });
+    }
+}
+
+/// A stream whose first byte was read already (to tell TLS from plain): that byte comes first.
+struct Prefixed<S> {
+    first: Option<u8>,
+    inner: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if let Some(byte) = this.first.take() {
+            if buf.remaining() > 0 {
+                buf.put_slice(&[byte]);
+                return Poll::Ready(Ok(()));
+            }
+            this.first = Some(byte);
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
@@ -108,6 +249,8 @@ struct Connection {
     next_handle: i64,
     autocommit: bool,
     query_timeout: u64,
+    /// Whether the connection is TLS.
+    encrypted: bool,
 }
 
 /// An error answer: Exasol's `sqlCode` and text.
@@ -128,8 +271,15 @@ impl Refusal {
 type Answer = Result<Value, Refusal>;
 
 impl Connection {
-    async fn run(conn: GuardedConn, service: AccelsqlFlightSql, key: Arc<LoginKey>) {
-        let state = conn.state();
+    async fn run<S>(
+        conn: S,
+        state: Arc<conn::ConnState>,
+        service: AccelsqlFlightSql,
+        key: Arc<LoginKey>,
+        encrypted: bool,
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
         let config = WebSocketConfig::default()
             .max_message_size(Some(MAX_MESSAGE))
             .max_frame_size(Some(MAX_MESSAGE));
@@ -146,6 +296,7 @@ impl Connection {
             next_handle: 1,
             autocommit: true,
             query_timeout: 0,
+            encrypted,
         };
         let peer = state.peer;
         // Before a login: `login`, then the credentials.
@@ -463,6 +614,7 @@ impl Connection {
             "currentSchema": schema,
             "queryTimeout": self.query_timeout,
             "compressionEnabled": self.compressed,
+            "encryptionEnabled": self.encrypted,
             "dateFormat": "YYYY-MM-DD",
             "timestampFormat": "YYYY-MM-DD HH24:MI:SS.FF6",
             "numericCharacters": ".,",

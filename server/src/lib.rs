@@ -170,7 +170,12 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     addr: SocketAddr,
     /// The Exasol-protocol listener, its address and login key.
-    exasol: Option<(tokio::net::TcpListener, SocketAddr, Arc<exasol::LoginKey>)>,
+    exasol: Option<(
+        tokio::net::TcpListener,
+        SocketAddr,
+        Arc<exasol::LoginKey>,
+        Arc<exasol::PortTls>,
+    )>,
     service: AccelsqlFlightSql,
     tls: Option<Identity>,
     token: Option<String>,
@@ -267,16 +272,6 @@ impl Server {
         })?;
         let exasol = match options.exasol_listen {
             Some(at) => {
-                if !at.ip().is_loopback() && !options.allow_cleartext_passwords {
-                    // The protocol's passwords are encrypted, but its statements and results
-                    // are not: no TLS on that port yet.
-                    return Err(ServerError::Config {
-                        message: format!(
-                            "the Exasol protocol port {at} has no TLS yet: listen on a loopback \
-                             address, or allow clear text (--allow-cleartext-passwords)"
-                        ),
-                    });
-                }
                 let listener =
                     tokio::net::TcpListener::bind(at)
                         .await
@@ -292,7 +287,16 @@ impl Server {
                         message: e.to_string(),
                     })?
                     .map_err(|message| ServerError::Config { message })?;
-                Some((listener, bound, Arc::new(key)))
+                // TLS always; plain WebSocket too on loopback (or where clear text is allowed):
+                // its passwords are encrypted, its statements and results are not.
+                let files = options
+                    .tls
+                    .as_ref()
+                    .map(|(cert, key)| (cert.as_path(), key.as_path()));
+                let plain = bound.ip().is_loopback() || options.allow_cleartext_passwords;
+                let tls = exasol::PortTls::new(files, bound, plain)
+                    .map_err(|message| ServerError::Config { message })?;
+                Some((listener, bound, Arc::new(key), Arc::new(tls)))
             }
             None => None,
         };
@@ -341,7 +345,13 @@ impl Server {
 
     /// The address of the Exasol-protocol port, when the server has one.
     pub fn exasol_addr(&self) -> Option<SocketAddr> {
-        self.exasol.as_ref().map(|(_, addr, _)| *addr)
+        self.exasol.as_ref().map(|(_, addr, _, _)| *addr)
+    }
+
+    /// The SHA-256 fingerprint of the Exasol port's TLS certificate (pyexasol's
+    /// `dsn='HOST/FINGERPRINT:PORT'`), when the server has that port.
+    pub fn exasol_fingerprint(&self) -> Option<&str> {
+        self.exasol.as_ref().map(|(_, _, _, tls)| tls.fingerprint())
     }
 
     /// The address the server listens on (with the chosen port when port 0 was asked for).
@@ -387,8 +397,9 @@ impl Server {
             options,
             ..
         } = self;
-        let exasol = exasol
-            .map(|(listener, _, key)| tokio::spawn(exasol::serve(listener, service.clone(), key)));
+        let exasol = exasol.map(|(listener, _, key, tls)| {
+            tokio::spawn(exasol::serve(listener, service.clone(), key, tls))
+        });
         let flight = FlightServiceServer::new(coded::Coded(service.clone()))
             .max_decoding_message_size(options.max_message_size)
             .max_encoding_message_size(options.max_message_size);
