@@ -99,3 +99,14 @@ def test_a_wrong_password_is_refused(server):
     with pytest.raises(pyexasol.ExaAuthError) as raised:
         pyexasol.connect(dsn=dsn, user="sys", password="wrong", encryption=False)
     assert raised.value.code == "08004"
+
+
+def test_insert_multi_sends_its_rows_through_a_prepared_statement(conn):
+    conn.execute("CREATE OR REPLACE TABLE people (id INT, name VARCHAR(20), score DOUBLE)")
+    rows = [(i, f"p{i}", i / 2) for i in range(1, 501)]
+    conn.ext.insert_multi("people", rows)
+    assert conn.execute("SELECT count(*), sum(id), max(name) FROM people").fetchone() == (500, 125250, "p99")
+    stmt = conn.cls_statement(conn, "SELECT name FROM people WHERE id = ?", prepare=True)
+    stmt.execute_prepared([(7,)])
+    assert stmt.fetchall() == [("p7",)]
+    stmt.close()

@@ -18,6 +18,10 @@ use std::task::{Context, Poll};
 use accelsql_engine::datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use accelsql_engine::datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use accelsql_engine::datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use accelsql_engine::datafusion::common::ScalarValue;
+use accelsql_engine::datafusion::sql::sqlparser::dialect::GenericDialect;
+use accelsql_engine::datafusion::sql::sqlparser::keywords::Keyword;
+use accelsql_engine::datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use base64::Engine as _;
 use futures::{SinkExt, StreamExt};
 use rsa::pkcs1::EncodeRsaPublicKey;
@@ -246,6 +250,8 @@ struct Connection {
     /// The bearer token and session, once logged in.
     session: Option<(String, Arc<ClientSession>)>,
     results: HashMap<i64, Pending>,
+    /// Prepared statements by handle: the text and its number of `?` parameters.
+    prepared: HashMap<i64, (String, usize)>,
     next_handle: i64,
     autocommit: bool,
     query_timeout: u64,
@@ -293,6 +299,7 @@ impl Connection {
             compressed: false,
             session: None,
             results: HashMap::new(),
+            prepared: HashMap::new(),
             next_handle: 1,
             autocommit: true,
             query_timeout: 0,
@@ -488,6 +495,30 @@ impl Connection {
                 Ok(ok(json!({"numResults": results.len(), "results": results})))
             }
             "fetch" => self.fetch(request),
+            "createPreparedStatement" => {
+                let sql = request["sqlText"].as_str().ok_or_else(|| {
+                    Refusal::new("08P01", "createPreparedStatement needs sqlText")
+                })?;
+                let params = placeholders(sql)?;
+                let handle = self.next_handle;
+                self.next_handle += 1;
+                self.prepared.insert(handle, (sql.to_string(), params));
+                let columns: Vec<Value> = (1..=params)
+                    .map(|i| json!({"name": format!("P{i}"), "dataType": data_type(&DataType::Utf8)}))
+                    .collect();
+                Ok(ok(json!({
+                    "statementHandle": handle,
+                    "parameterData": {"numColumns": params, "columns": columns},
+                    "results": [{"resultType": "rowCount", "rowCount": 0}],
+                })))
+            }
+            "executePreparedStatement" => self.execute_prepared(request).await,
+            "closePreparedStatement" => {
+                if let Some(handle) = request["statementHandle"].as_i64() {
+                    self.prepared.remove(&handle);
+                }
+                Ok(ok(json!({})))
+            }
             "closeResultSet" => {
                 if let Some(handles) = request["resultSetHandles"].as_array() {
                     for handle in handles.iter().filter_map(Value::as_i64) {
@@ -512,12 +543,66 @@ impl Connection {
         }
     }
 
+    /// Runs a prepared statement for each row of its column-wise parameter data: an `INSERT
+    /// … VALUES (?, …)` as one statement of all the rows, anything else row by row (the row
+    /// counts added up; a query answers for its last row).
+    async fn execute_prepared(&mut self, request: &Value) -> Answer {
+        let handle = request["statementHandle"].as_i64().ok_or_else(|| {
+            Refusal::new("08P01", "executePreparedStatement needs statementHandle")
+        })?;
+        let (sql, params) = self
+            .prepared
+            .get(&handle)
+            .cloned()
+            .ok_or_else(|| Refusal::new("08P01", format!("no prepared statement {handle}")))?;
+        let rows = usize::try_from(request["numRows"].as_u64().unwrap_or(0)).unwrap_or(0);
+        let empty = Vec::new();
+        let data = request["data"].as_array().unwrap_or(&empty);
+        if params == 0 || rows == 0 {
+            let result = self.execute_with(&sql, &[]).await?;
+            return Ok(ok(json!({"numResults": 1, "results": [result]})));
+        }
+        if data.len() != params {
+            return Err(Refusal::new(
+                "07001",
+                format!(
+                    "the statement has {params} parameters; {} columns were sent",
+                    data.len()
+                ),
+            ));
+        }
+        let row = |r: usize| -> Vec<ScalarValue> {
+            data.iter().map(|column| scalar(&column[r])).collect()
+        };
+        let result = if let Some(all_rows) = values_of_rows(&sql, rows)? {
+            let flat: Vec<ScalarValue> = (0..rows).flat_map(row).collect();
+            self.execute_with(&all_rows, &flat).await?
+        } else {
+            let mut counted = 0i64;
+            let mut last = json!({"resultType": "rowCount", "rowCount": 0});
+            for r in 0..rows {
+                last = self.execute_with(&sql, &row(r)).await?;
+                counted += last["rowCount"].as_i64().unwrap_or(0);
+            }
+            if last["resultType"] == "rowCount" {
+                last["rowCount"] = json!(counted);
+            }
+            last
+        };
+        Ok(ok(json!({"numResults": 1, "results": [result]})))
+    }
+
     /// Runs one statement: a result set, or a row count.
     async fn execute(&mut self, sql: &str) -> Answer {
+        self.execute_with(sql, &[]).await
+    }
+
+    /// Runs one statement with `params` for its `?`s.
+    async fn execute_with(&mut self, sql: &str, params: &[ScalarValue]) -> Answer {
         let client = self.client()?;
         let (schema, batches) = self
             .service
-            .run_collect(&client, sql)
+            .run_collect(&client, sql, params)
             .await
             .map_err(|e| Refusal::new(e.code(), e.to_string()))?;
         if is_row_count(sql, &schema) {
@@ -651,6 +736,94 @@ fn is_row_count(sql: &str, schema: &SchemaRef) -> bool {
         "RENAME", "COMMENT", "KILL", "EXPORT",
     ];
     (dml.contains(&first.as_str()) && schema.fields().len() == 1) || ddl.contains(&first.as_str())
+}
+
+/// The tokens of `sql` (sqlparser's tokenizer, as DataFusion reads statements).
+fn tokens(sql: &str) -> Result<Vec<Token>, Refusal> {
+    Tokenizer::new(&GenericDialect {}, sql)
+        .tokenize()
+        .map_err(|e| Refusal::new("42000", e.to_string()))
+}
+
+/// How many `?` parameters `sql` has.
+fn placeholders(sql: &str) -> Result<usize, Refusal> {
+    Ok(tokens(sql)?
+        .iter()
+        .filter(|t| matches!(t, Token::Placeholder(p) if p == "?"))
+        .count())
+}
+
+/// `INSERT … VALUES (?, …)` with its one parenthesized row of every `?` written out `rows`
+/// times (`VALUES (?, ?), (?, ?), …`), so that all rows of a prepared insert are one statement;
+/// `None` for any other statement.
+fn values_of_rows(sql: &str, rows: usize) -> Result<Option<String>, Refusal> {
+    let tokens = tokens(sql)?;
+    let meaningful = |i: &usize| !matches!(tokens[*i], Token::Whitespace(_));
+    let Some(values) = (0..tokens.len())
+        .find(|&i| matches!(&tokens[i], Token::Word(w) if w.keyword == Keyword::VALUES))
+    else {
+        return Ok(None);
+    };
+    let Some(open) = (values + 1..tokens.len()).find(meaningful) else {
+        return Ok(None);
+    };
+    if tokens[open] != Token::LParen {
+        return Ok(None);
+    }
+    let mut depth = 0usize;
+    let mut close = None;
+    for (i, token) in tokens.iter().enumerate().skip(open) {
+        match token {
+            Token::LParen => depth += 1,
+            Token::RParen => {
+                depth -= 1;
+                if depth == 0 {
+                    close = Some(i);
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let Some(close) = close else { return Ok(None) };
+    let is_param = |t: &Token| matches!(t, Token::Placeholder(_));
+    let inside = tokens[open..=close].iter().filter(|t| is_param(t)).count();
+    let all = tokens.iter().filter(|t| is_param(t)).count();
+    // Only the row's own `?`s, and no second row or clause after it.
+    let rest_is_empty = (close + 1..tokens.len())
+        .filter(meaningful)
+        .all(|i| tokens[i] == Token::SemiColon);
+    if inside != all
+        || !rest_is_empty
+        || tokens
+            .iter()
+            .any(|t| matches!(t, Token::Placeholder(p) if p != "?"))
+    {
+        return Ok(None);
+    }
+    let text = |range: std::ops::Range<usize>| -> String {
+        tokens[range].iter().map(ToString::to_string).collect()
+    };
+    let row = text(open..close + 1);
+    Ok(Some(format!(
+        "{}{}",
+        text(0..open),
+        vec![row; rows].join(", ")
+    )))
+}
+
+/// A parameter value as pyexasol sends it: numbers, text, booleans, NULL.
+fn scalar(value: &Value) -> ScalarValue {
+    match value {
+        Value::Null => ScalarValue::Null,
+        Value::Bool(b) => ScalarValue::Boolean(Some(*b)),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => ScalarValue::Int64(Some(i)),
+            None => ScalarValue::Float64(n.as_f64()),
+        },
+        Value::String(s) => ScalarValue::Utf8(Some(s.clone())),
+        other => ScalarValue::Utf8(Some(other.to_string())),
+    }
 }
 
 /// Exasol's type of an Arrow column.
@@ -787,6 +960,27 @@ mod tests {
         assert_eq!(key.decrypt(&sent).as_deref(), Some("wonder land"));
         assert_eq!(key.decrypt("not base64!"), None);
         assert!(key.pem.starts_with("-----BEGIN RSA PUBLIC KEY-----"));
+    }
+
+    #[test]
+    fn a_prepared_insert_of_many_rows_becomes_one_statement() {
+        let sql = "INSERT INTO t (a, b) VALUES (?, ?)";
+        assert_eq!(placeholders(sql).ok(), Some(2));
+        assert_eq!(
+            values_of_rows(sql, 3).ok().flatten().as_deref(),
+            Some("INSERT INTO t (a, b) VALUES (?, ?), (?, ?), (?, ?)")
+        );
+        // Parameters elsewhere, or a query: row by row.
+        assert_eq!(
+            values_of_rows("SELECT * FROM t WHERE a = ?", 2).ok(),
+            Some(None)
+        );
+        assert_eq!(
+            values_of_rows("INSERT INTO t SELECT ? FROM u WHERE b = ?", 2).ok(),
+            Some(None)
+        );
+        // A `?` inside a string is text, not a parameter.
+        assert_eq!(placeholders("SELECT '?' , ?").ok(), Some(1));
     }
 
     #[test]

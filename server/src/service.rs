@@ -264,8 +264,9 @@ impl AccelsqlFlightSql {
         &self,
         client: &Arc<ClientSession>,
         sql: &str,
+        params: &[ScalarValue],
     ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-        let pending = self.execute(client, sql, &[]).await?;
+        let pending = self.execute(client, sql, params).await?;
         let schema = pending.stream.schema();
         let log = StatementLog {
             number: pending.number,
