@@ -236,35 +236,30 @@ impl AccelsqlFlightSql {
         sql: &str,
         params: &[ScalarValue],
     ) -> Result<i64> {
-        let pending = self.execute(client, sql, params).await?;
-        let log = StatementLog {
-            number: pending.number,
-            statement_id: pending.statement_id,
-            sql: pending.sql.clone(),
-            started: pending.started,
-        };
-        let result: Result<Vec<RecordBatch>, _> = pending.stream.try_collect().await;
-        let (rows, outcome) = match &result {
-            Ok(batches) => (affected_rows(batches), "ok".to_string()),
-            Err(_) => (-1, String::new()),
-        };
-        let result = result.map_err(EngineError::from);
-        let outcome = match &result {
-            Err(e) => format!("error[{}]", e.code()),
-            Ok(_) => outcome,
-        };
-        self.log(&log.line(&self.inner.engine, client, rows.max(0) as u64, &outcome));
-        result?;
-        Ok(rows)
+        let count = |batches: &[RecordBatch]| affected_rows(batches).max(0) as u64;
+        let (_, batches) = self.run_to_end(client, sql, params, count).await?;
+        Ok(affected_rows(&batches))
     }
 
-    /// Runs `sql` to its end for a client that takes whole results (Exasol's protocol):
-    /// the result's schema and batches, logged as every statement is.
+    /// Runs `sql` to its end for a client that takes whole results (Exasol's protocol): the
+    /// result's schema and batches.
     pub(crate) async fn run_collect(
         &self,
         client: &Arc<ClientSession>,
         sql: &str,
         params: &[ScalarValue],
+    ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        let count = |batches: &[RecordBatch]| batches.iter().map(|b| b.num_rows() as u64).sum();
+        self.run_to_end(client, sql, params, count).await
+    }
+
+    /// Runs `sql` to its end and logs it as every statement is, with the rows `count` says.
+    async fn run_to_end(
+        &self,
+        client: &Arc<ClientSession>,
+        sql: &str,
+        params: &[ScalarValue],
+        count: impl Fn(&[RecordBatch]) -> u64,
     ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         let pending = self.execute(client, sql, params).await?;
         let schema = pending.stream.schema();
@@ -277,10 +272,7 @@ impl AccelsqlFlightSql {
         let result: Result<Vec<RecordBatch>, _> = pending.stream.try_collect().await;
         let result = result.map_err(EngineError::from);
         let (rows, outcome) = match &result {
-            Ok(batches) => (
-                batches.iter().map(|b| b.num_rows() as u64).sum(),
-                "ok".to_string(),
-            ),
+            Ok(batches) => (count(batches), "ok".to_string()),
             Err(e) => (0, format!("error[{}]", e.code())),
         };
         self.log(&log.line(&self.inner.engine, client, rows, &outcome));
