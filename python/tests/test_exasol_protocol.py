@@ -51,15 +51,16 @@ def conn(server, request):
     c.close()
 
 
-def test_a_query_returns_its_rows_and_types(conn):
+def test_a_query_returns_its_rows_and_types_in_exasols_dialect(conn):
     stmt = conn.execute("SELECT 1 AS a, 'x' AS b, CAST(2.5 AS DOUBLE) AS c, CAST(NULL AS INT) AS d")
     assert stmt.fetchall() == [(1, "x", 2.5, None)]
+    assert list(stmt.columns()) == ["A", "B", "C", "D"]
     assert [c["type"] for c in stmt.columns().values()] == ["DECIMAL", "VARCHAR", "DOUBLE", "DECIMAL"]
 
 
 def test_a_large_result_is_fetched_in_parts(conn):
-    conn.execute("CREATE OR REPLACE TABLE many AS SELECT value AS v FROM generate_series(1, 2500)")
-    rows = conn.execute("SELECT v, v * 2 AS w FROM many ORDER BY v").fetchall()
+    conn.execute("CREATE OR REPLACE TABLE many AS SELECT * FROM generate_series(1, 2500)")
+    rows = conn.execute("SELECT value, value * 2 AS w FROM many ORDER BY 1").fetchall()
     assert len(rows) == 2500
     assert rows[0] == (1, 2) and rows[-1] == (2500, 5000)
 

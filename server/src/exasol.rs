@@ -445,6 +445,13 @@ impl Connection {
             peer.map_or("?".into(), |p| p.to_string())
         ));
         let session_id = client.session.id();
+        // Statements arriving this way are Exasol's: read them in its dialect (a session may
+        // still `SET accelsql.sql_dialect = 'datafusion'`).
+        client
+            .session
+            .sql("SET accelsql.sql_dialect = 'exasol'")
+            .await
+            .map_err(|e| Refusal::new(e.code(), e.to_string()))?;
         self.session = Some((token, client));
         if let Some(attributes) = request.get("attributes") {
             self.set_attributes(attributes).await?;

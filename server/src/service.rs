@@ -353,7 +353,7 @@ pub(crate) fn affected_rows(batches: &[RecordBatch]) -> i64 {
             let [column] = b.columns() else {
                 return None;
             };
-            if b.schema().field(0).name() != "count" {
+            if !b.schema().field(0).name().eq_ignore_ascii_case("count") {
                 return None;
             }
             let counts = column.as_any().downcast_ref::<UInt64Array>()?;
