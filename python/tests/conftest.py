@@ -34,3 +34,19 @@ def conn():
 def unique():
     """A name no other test uses (scripts are shared by every connection of the engine)."""
     return lambda prefix: f"{prefix}_{next(_names)}"
+
+
+@pytest.fixture(scope="session")
+def accelsql_binary():
+    """The `accelsql` binary the server tests start (``ACCELSQL_BIN``, else target/debug/accelsql);
+    missing, the test fails under CI and is skipped elsewhere."""
+    from pathlib import Path
+
+    path = os.environ.get("ACCELSQL_BIN") or str(
+        Path(__file__).resolve().parents[2] / "target" / "debug" / "accelsql"
+    )
+    if not os.path.exists(path):
+        if os.environ.get("CI"):
+            pytest.fail(f"the accelsql binary is missing at {path}")
+        pytest.skip(f"SKIPPED: no accelsql binary at {path}")
+    return path

@@ -5,29 +5,17 @@ users and sessions as the Flight SQL port."""
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
 pyexasol = pytest.importorskip("pyexasol") if not os.environ.get("CI") else __import__("pyexasol")
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _binary() -> str:
-    path = os.environ.get("ACCELSQL_BIN") or str(ROOT / "target" / "debug" / "accelsql")
-    if not os.path.exists(path):
-        if os.environ.get("CI"):
-            pytest.fail(f"the accelsql binary is missing at {path}")
-        pytest.skip(f"SKIPPED: no accelsql binary at {path}")
-    return path
-
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, accelsql_binary):
     tmp = tmp_path_factory.mktemp("exasol")
     proc = subprocess.Popen(
-        [_binary(), "serve", "--listen", "127.0.0.1:0", "--exasol-port", "0", "--simulated-gpus", "1",
+        [accelsql_binary, "serve", "--listen", "127.0.0.1:0", "--exasol-port", "0", "--simulated-gpus", "1",
          "--data-dir", str(tmp / "data"), "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

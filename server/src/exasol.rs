@@ -908,21 +908,14 @@ fn values_of(column: &ArrayRef, out: &mut Vec<Value>) -> Result<(), Refusal> {
         }
         let value = match column.data_type() {
             DataType::Boolean => json!(column.as_boolean().value(row)),
-            DataType::Int8
-            | DataType::Int16
-            | DataType::Int32
-            | DataType::Int64
-            | DataType::UInt8
-            | DataType::UInt16
-            | DataType::UInt32
-            | DataType::UInt64 => {
+            t if t.is_integer() => {
                 let shown = text.value(row).to_string();
                 shown
                     .parse::<i64>()
                     .map(Value::from)
                     .unwrap_or(Value::String(shown))
             }
-            DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+            t if t.is_floating() => {
                 let shown = text.value(row).to_string();
                 match shown.parse::<f64>() {
                     Ok(v) if v.is_finite() => json!(v),
