@@ -71,7 +71,7 @@ pub use crate::core::groups::{ConsumerGroup, DEFAULT_GROUP, GpuClass};
 pub use crate::core::memory::{
     DEFAULT_MEMORY_SHARE, SessionPool, default_memory_limit, machine_memory,
 };
-pub use crate::core::names::SQL_TYPE_METADATA_KEY;
+pub use crate::core::names::{ExasolType, SQL_TYPE_METADATA_KEY, exasol_field_type};
 pub use crate::core::options::{
     AccelsqlOptions, IdentifierCase, OptionalGpuWhenBusy, SetGrouping, SqlDialect,
 };
@@ -84,6 +84,7 @@ pub use crate::exec::remote::{
     NodeLease, UdfCallParts, encode_aggregate_placement, encode_placement, udf_call_parts,
 };
 pub use crate::front::engine::Engine;
+pub use crate::front::exasol::dialect::exasol_text;
 pub use crate::front::session::{LeasePlace, ResultShape, Session};
 pub use crate::front::splitter;
 pub use crate::udf::{

@@ -43,7 +43,8 @@ def test_a_query_returns_its_rows_and_types_in_exasols_dialect(conn):
     stmt = conn.execute("SELECT 1 AS a, 'x' AS b, CAST(2.5 AS DOUBLE) AS c, CAST(NULL AS INT) AS d")
     assert stmt.fetchall() == [(1, "x", 2.5, None)]
     assert list(stmt.columns()) == ["A", "B", "C", "D"]
-    assert [c["type"] for c in stmt.columns().values()] == ["DECIMAL", "VARCHAR", "DOUBLE", "DECIMAL"]
+    # A string literal is a CHAR of its length, as on Exasol.
+    assert [c["type"] for c in stmt.columns().values()] == ["DECIMAL", "CHAR", "DOUBLE", "DECIMAL"]
 
 
 def test_a_large_result_is_fetched_in_parts(conn):
@@ -99,3 +100,256 @@ def test_insert_multi_sends_its_rows_through_a_prepared_statement(conn):
     stmt.execute_prepared([(7,)])
     assert stmt.fetchall() == [("p7",)]
     stmt.close()
+
+
+@pytest.fixture(params=["plain", "compressed", "tls"])
+def any_conn(server, request):
+    """A connection plain, compressed, or over TLS with compression (the HTTP transport then
+    compresses and encrypts its tunnels too)."""
+    dsn, token, fingerprint = server
+    if request.param == "tls":
+        host, port = dsn.rsplit(":", 1)
+        c = pyexasol.connect(dsn=f"{host}/{fingerprint}:{port}", user="sys", password=token,
+                             encryption=True, compression=True)
+    else:
+        c = pyexasol.connect(dsn=dsn, user="sys", password=token, encryption=False,
+                             compression=request.param == "compressed")
+    yield c
+    c.close()
+
+
+def test_export_to_pandas_and_import_from_pandas_round_trip_every_type(any_conn):
+    pd = pytest.importorskip("pandas")
+    conn = any_conn
+    conn.execute(
+        "CREATE OR REPLACE TABLE typed (i DECIMAL(18,0), d DECIMAL(12,2), f DOUBLE, s VARCHAR(100), "
+        "b BOOLEAN, dt DATE, ts TIMESTAMP)")
+    n = 20_000
+    frame = pd.DataFrame({
+        "I": range(n),
+        "D": [f"{i % 1000}.{i % 100:02d}" for i in range(n)],
+        "F": [i / 4 for i in range(n)],
+        "S": [None if i % 7 == 0 else f'say "hi", {i}\nnext' for i in range(n)],
+        "B": [i % 2 == 0 for i in range(n)],
+        "DT": pd.to_datetime("2024-01-01") + pd.to_timedelta([i % 365 for i in range(n)], unit="D"),
+        "TS": pd.to_datetime("2024-01-01 10:00:00") + pd.to_timedelta(range(n), unit="s"),
+    })
+    frame["DT"] = frame["DT"].dt.date
+    conn.import_from_pandas(frame, "TYPED")
+    # sum() of a DECIMAL(18,0) is a DECIMAL(36,0): beyond 18 digits Exasol sends a string.
+    count, total, strings = conn.execute("SELECT count(*), sum(i), count(s) FROM typed").fetchone()
+    assert (count, int(total), strings) == (n, n * (n - 1) // 2, n - len(range(0, n, 7)))
+
+    back = conn.export_to_pandas("SELECT * FROM typed ORDER BY i")
+    assert list(back.columns) == ["I", "D", "F", "S", "B", "DT", "TS"]
+    assert len(back) == n
+    assert back["I"].tolist() == list(range(n))
+    assert back["F"].tolist() == frame["F"].tolist()
+    assert back["S"].where(back["S"].notna(), None).tolist() == frame["S"].tolist()
+    assert back["B"].tolist() == frame["B"].tolist()
+    assert [f"{x:.2f}" for x in back["D"]] == frame["D"].tolist()
+    assert pd.to_datetime(back["TS"]).tolist() == frame["TS"].tolist()
+    assert back["DT"].tolist() == [d.isoformat() for d in frame["DT"]]
+
+    # A table by name, and the rows as a list.
+    assert conn.export_to_list("TYPED")[0][0] in {str(i) for i in range(n)}
+
+
+def test_an_import_into_listed_columns_and_with_options(conn):
+    conn.execute("CREATE OR REPLACE TABLE listed (a INT, b VARCHAR(10), c INT)")
+    conn.import_from_iterable([(1, "x"), (2, None)], "LISTED",
+                              import_params={"columns": ["C", "B"]})
+    rows = conn.execute("SELECT a, b, c FROM listed ORDER BY c").fetchall()
+    assert rows == [(None, "x", 1), (None, None, 2)]
+    conn.import_from_iterable([("h1", "h2"), (5, 6)], "LISTED", import_params={"skip": 1, "columns": ["A", "C"]})
+    assert conn.execute("SELECT a, c FROM listed WHERE a IS NOT NULL").fetchall() == [(5, 6)]
+
+
+def test_a_failed_import_loads_nothing_and_says_why(conn):
+    conn.execute("CREATE OR REPLACE TABLE strict (a INT)")
+    with pytest.raises(Exception) as raised:
+        conn.import_from_iterable([(1,), ("not a number",)], "STRICT")
+    assert "not a number" in str(raised.value) or "22" in str(raised.value)
+    assert conn.execute("SELECT count(*) FROM strict").fetchval() == 0
+    assert conn.execute("SELECT 1").fetchval() == 1
+
+
+def test_a_transfer_without_its_tunnel_is_refused(conn):
+    with pytest.raises(pyexasol.ExaQueryError) as raised:
+        conn.execute("EXPORT (SELECT 1) INTO CSV AT 'http://127.0.0.1:424242' FILE '000.csv'")
+    assert raised.value.code == "08T01"
+
+
+def test_abort_query_from_another_thread_stops_a_running_statement(server):
+    import threading
+    import time
+    dsn, token, _ = server
+    conn = pyexasol.connect(dsn=dsn, user="sys", password=token, encryption=False)
+    conn.set_attr({"feedbackInterval": 1})
+    assert conn.attr["feedbackInterval"] == 1
+    started = time.monotonic()
+    threading.Timer(1.0, conn.abort_query).start()
+    with pytest.raises(pyexasol.ExaQueryError) as raised:
+        conn.execute("SELECT count(*) FROM generate_series(1, 100000000000) a")
+    assert raised.value.code == "57014"
+    assert time.monotonic() - started < 30
+    assert conn.execute("SELECT 'still here'").fetchval() == "still here"
+    conn.close()
+
+
+def test_result_set_header_offset_and_max_rows(conn):
+    conn.execute("CREATE OR REPLACE TABLE big AS SELECT * FROM generate_series(1, 3000)")
+    stmt = conn.execute("SELECT value FROM big")
+    handle = stmt.result_set_handle
+    header = conn.req({"command": "getResultSetHeader", "resultSetHandles": [handle]})
+    result = header["responseData"]["results"][0]["resultSet"]
+    assert (result["numRows"], result["numRowsInMessage"]) == (3000, 0)
+    assert conn.req({"command": "getOffset", "resultSetHandle": handle})["responseData"] == {"rowOffset": 0}
+    stmt.close()
+    conn.set_attr({"resultSetMaxRows": 10})
+    assert len(conn.execute("SELECT value FROM big").fetchall()) == 10
+    conn.set_attr({"resultSetMaxRows": 0})
+
+
+def test_metadata_commands_answer_what_the_session_sees(conn):
+    conn.execute("CREATE SCHEMA IF NOT EXISTS meta_s")
+    conn.execute("CREATE OR REPLACE TABLE meta_s.meta_t (a INT, b VARCHAR(10))")
+    assert conn.meta.schema_exists("META_S")
+    assert not conn.meta.schema_exists("NO_SUCH_SCHEMA")
+    assert conn.meta.table_exists(("META_S", "META_T"))
+    assert not conn.meta.table_exists(("META_S", "NO_SUCH_TABLE"))
+    assert "SELECT" in conn.meta.list_sql_keywords()
+    assert "META_S" in [r["SCHEMA_NAME"] for r in conn.meta.list_schemas()]
+    columns = conn.meta.execute_meta_nosql("getColumns", {"schema": "META_S", "table": "META_T"}).fetchall()
+    assert [(c["COLUMN_NAME"], c["ORDINAL_POSITION"]) for c in columns] == [("A", 1), ("B", 2)]
+    types = [t["TYPE_NAME"] for t in conn.meta.execute_meta_nosql("getTypeInfo").fetchall()]
+    assert "DECIMAL" in types and "VARCHAR" in types
+    conn.execute("CREATE OR REPLACE PYTHON3 SCALAR SCRIPT meta_s.twice(x DOUBLE) RETURNS DOUBLE AS\n"
+                 "def run(ctx):\n    return ctx.x * 2\n/")
+    scripts = conn.meta.execute_meta_nosql("getScripts", {"schema": "META_S"}).fetchall()
+    assert [s["SCRIPT_NAME"] for s in scripts] == ["TWICE"]
+
+
+def test_kill_session_ends_the_others_connection(server):
+    dsn, token, _ = server
+    victim = pyexasol.connect(dsn=dsn, user="sys", password=token, encryption=False)
+    admin = pyexasol.connect(dsn=dsn, user="sys", password=token, encryption=False)
+    assert victim.execute("SELECT 1").fetchval() == 1
+    admin.execute(f"KILL SESSION {victim.session_id()}")
+    # The server closed the connection: not a statement's error, the socket's.
+    with pytest.raises(pyexasol.ExaError) as raised:
+        victim.execute("SELECT 2")
+    assert not isinstance(raised.value, pyexasol.ExaQueryError), raised.value
+    assert admin.execute("SELECT 3").fetchval() == 3
+    admin.close()
+
+
+def test_declared_column_types_arrive_as_exasol_describes_them(conn):
+    conn.execute("CREATE OR REPLACE TABLE declared (v VARCHAR(20), c CHAR(3), d DECIMAL(10,2), n INT, "
+                 "ts TIMESTAMP, dt DATE, b BOOLEAN, f DOUBLE, i INTERVAL DAY TO SECOND, "
+                 "y INTERVAL YEAR TO MONTH)")
+    types = conn.execute("SELECT * FROM declared").columns()
+    assert types["V"] == {"type": "VARCHAR", "size": 20, "characterSet": "UTF8"}
+    assert types["C"]["type"] == "CHAR" and types["C"]["size"] == 3
+    assert types["D"] == {"type": "DECIMAL", "precision": 10, "scale": 2}
+    assert types["N"] == {"type": "DECIMAL", "precision": 18, "scale": 0}
+    assert types["TS"]["type"] == "TIMESTAMP" and types["TS"]["withLocalTimeZone"] is False
+    assert (types["DT"]["type"], types["B"]["type"], types["F"]["type"]) == ("DATE", "BOOLEAN", "DOUBLE")
+    assert types["I"]["type"] == "INTERVAL DAY TO SECOND"
+    assert types["Y"]["type"] == "INTERVAL YEAR TO MONTH"
+
+
+def _raw_login(dsn, token, compression=False):
+    """A raw WebSocket (pyexasol's own library) logged in as pyexasol does."""
+    import base64
+    import json
+    import websocket
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import padding
+    ws = websocket.create_connection(f"ws://{dsn}", timeout=20)
+    ws.send(json.dumps({"command": "login", "protocolVersion": 3}))
+    pem = json.loads(ws.recv())["responseData"]["publicKeyPem"].encode()
+    key = serialization.load_pem_public_key(pem)
+    password = base64.b64encode(key.encrypt(token.encode(), padding.PKCS1v15())).decode()
+    ws.send(json.dumps({"username": "sys", "password": password, "useCompression": compression}))
+    assert json.loads(ws.recv())["status"] == "ok"
+    return ws
+
+
+def test_malformed_frames_and_tunnels_get_errors_and_never_stop_the_server(server):
+    """A bounded fuzz of the port: mutated requests (bad JSON, unknown commands and fields,
+    wrong types, garbage frames) after a login, mutated logins before one, and mutated tunnel
+    requests; every request that is answered is answered with Exasol's error shape, and the
+    server serves pyexasol afterwards."""
+    import json
+    import random
+    import socket
+    import websocket
+    dsn, token, _ = server
+    host, port = dsn.rsplit(":", 1)
+    rng = random.Random(0x5EED)
+    valid = [
+        {"command": "execute", "sqlText": "SELECT 1"},
+        {"command": "fetch", "resultSetHandle": 1, "startPosition": 0, "numBytes": 1000},
+        {"command": "executePreparedStatement", "statementHandle": 1, "numColumns": 1, "numRows": 2,
+         "columns": [{"name": "P1"}], "data": [[1, 2]]},
+        {"command": "createPreparedStatement", "sqlText": "INSERT INTO t VALUES (?, ?)"},
+        {"command": "getColumns", "schema": None, "table": "%", "column": 5},
+        {"command": "setAttributes", "attributes": {"queryTimeout": -1, "feedbackInterval": "x",
+                                                    "resultSetMaxRows": 1e30}},
+        {"command": "execute", "sqlText": "EXPORT (SELECT 1) INTO CSV AT 'http://1.2.3.4:9' FILE '0.csv'"},
+        {"command": "execute", "sqlText": "IMPORT INTO t FROM CSV AT 'https://x:1' PUBLIC KEY 'y' FILE 'z'"},
+        {"command": "getResultSetHeader", "resultSetHandles": [None, -1, 2**70]},
+    ]
+
+    def mutate(text):
+        data = bytearray(text.encode())
+        kind = rng.randrange(5)
+        if kind == 0 and data:
+            for _ in range(rng.randrange(1, 5)):
+                i = rng.randrange(len(data))
+                data[i] ^= 1 << rng.randrange(8)
+        elif kind == 1 and data:
+            del data[rng.randrange(len(data)):]
+        elif kind == 2:
+            data += bytes(rng.randrange(256) for _ in range(rng.randrange(64)))
+        elif kind == 3:
+            data = bytearray(bytes(rng.randrange(256) for _ in range(rng.randrange(128))))
+        return bytes(data)
+
+    ws = _raw_login(dsn, token)
+    answered = 0
+    for _ in range(300):
+        frame = mutate(json.dumps(rng.choice(valid)))
+        try:
+            if rng.randrange(3) == 0:
+                ws.send_binary(frame)
+            else:
+                ws.send(frame.decode("utf-8", "replace"))
+            reply = json.loads(ws.recv())
+            assert reply["status"] in ("ok", "error"), reply
+            if reply["status"] == "error":
+                assert len(reply["exception"]["sqlCode"]) == 5, reply
+            answered += 1
+        except (websocket.WebSocketException, ConnectionError, OSError):
+            ws = _raw_login(dsn, token)
+    assert answered > 200
+
+    # Before a login, and on the tunnel's first bytes.
+    for _ in range(100):
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            if rng.randrange(2):
+                s.sendall(mutate("\x02\x21\x21\x02\x01\x00\x00\x00\x01\x00\x00\x00"))
+            else:
+                s.sendall(mutate("GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                                 "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                                 "Sec-WebSocket-Version: 13\r\n\r\n"))
+            try:
+                s.shutdown(socket.SHUT_WR)
+                s.recv(1024)
+            except OSError:
+                pass  # the server closed it first
+
+    c = pyexasol.connect(dsn=dsn, user="sys", password=token, encryption=False)
+    assert c.execute("SELECT 'alive'").fetchval() == "alive"
+    c.close()

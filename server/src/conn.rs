@@ -219,6 +219,11 @@ impl GuardedConn {
     pub(crate) fn state(&self) -> Arc<ConnState> {
         Arc::clone(&self.state)
     }
+
+    /// The address the client connected to.
+    pub(crate) fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.io.local_addr().ok()
+    }
 }
 
 impl Connected for GuardedConn {

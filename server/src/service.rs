@@ -9,6 +9,7 @@ use std::time::Instant;
 use accelsql_engine::datafusion::arrow::array::{Array, RecordBatch, UInt64Array};
 use accelsql_engine::datafusion::arrow::datatypes::{Schema, SchemaRef};
 use accelsql_engine::datafusion::common::{ScalarValue, TableReference};
+use accelsql_engine::datafusion::execution::SendableRecordBatchStream;
 use accelsql_engine::{Engine, EngineError};
 use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
 use arrow_flight::encode::FlightDataEncoderBuilder;
@@ -174,7 +175,7 @@ impl AccelsqlFlightSql {
     }
 
     /// Refuses a new statement of a user who has as many as allowed.
-    fn check_statement_cap(&self, client: &ClientSession) -> Result<()> {
+    pub(crate) fn check_statement_cap(&self, client: &ClientSession) -> Result<()> {
         let max = self.inner.max_statements_per_user;
         if client.user != "-" && self.inner.sessions.statements_of(&client.user) >= max {
             return Err(ServerError::TooManyUserStatements {
@@ -263,20 +264,48 @@ impl AccelsqlFlightSql {
     ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         let pending = self.execute(client, sql, params).await?;
         let schema = pending.stream.schema();
+        let (stream, log) = Self::split_pending(pending);
+        let result: Result<Vec<RecordBatch>, _> = stream.try_collect().await;
+        let result = result.map_err(EngineError::from);
+        match &result {
+            Ok(batches) => self.log_ended(&log, client, count(batches), None),
+            Err(e) => self.log_ended(&log, client, 0, Some(e.code())),
+        }
+        Ok((schema, result?))
+    }
+
+    /// Starts `sql` for a client that reads its batches itself (Exasol's HTTP transport):
+    /// the stream, and what [`Self::log_ended`] logs when the client has read it.
+    pub(crate) async fn run_started(
+        &self,
+        client: &Arc<ClientSession>,
+        sql: &str,
+    ) -> Result<(SendableRecordBatchStream, StatementLog)> {
+        let pending = self.execute(client, sql, &[]).await?;
+        Ok(Self::split_pending(pending))
+    }
+
+    fn split_pending(pending: PendingResult) -> (SendableRecordBatchStream, StatementLog) {
         let log = StatementLog {
             number: pending.number,
             statement_id: pending.statement_id,
-            sql: pending.sql.clone(),
+            sql: pending.sql,
             started: pending.started,
         };
-        let result: Result<Vec<RecordBatch>, _> = pending.stream.try_collect().await;
-        let result = result.map_err(EngineError::from);
-        let (rows, outcome) = match &result {
-            Ok(batches) => (count(batches), "ok".to_string()),
-            Err(e) => (0, format!("error[{}]", e.code())),
-        };
+        (pending.stream, log)
+    }
+
+    /// Logs the end of a statement as every statement's is: its `rows`, and the code it
+    /// failed with, if it did.
+    pub(crate) fn log_ended(
+        &self,
+        log: &StatementLog,
+        client: &ClientSession,
+        rows: u64,
+        failed: Option<&str>,
+    ) {
+        let outcome = failed.map_or_else(|| "ok".to_string(), |code| format!("error[{code}]"));
         self.log(&log.line(&self.inner.engine, client, rows, &outcome));
-        Ok((schema, result?))
     }
 
     /// The FlightInfo of an executed statement: its schema and its endpoints, one per output

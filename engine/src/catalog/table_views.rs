@@ -1,7 +1,9 @@
 //! Exasol's views of the engine's tables and their columns, in schema `sys`: `EXA_ALL_TABLES`
 //! and `EXA_ALL_COLUMNS` (the tables the session may read: its own, those granted to it, every
 //! one with `SELECT ANY TABLE`), `EXA_USER_TABLES` and `EXA_USER_COLUMNS` (those its user
-//! owns), with each table's owner. Names are shown as Exasol names them (upper
+//! owns), with each table's owner; `EXA_SCHEMAS` (the schemas) and `EXA_SQL_KEYWORDS` (the
+//! parser's keywords, `RESERVED` where it refuses them as a bare alias). Names are shown as
+//! Exasol names them (upper
 //! case for what SQL wrote unquoted; in the Exasol dialect, its name for each engine name), types
 //! with Exasol's names (`DECIMAL(19,0)`, `VARCHAR(2000000) UTF8`).
 
@@ -27,11 +29,13 @@ fn with_tables(table: Arc<SystemTable>) -> Arc<SystemTable> {
 }
 
 /// The views' names (lower case), reachable unqualified from any schema.
-pub(crate) const TABLE_VIEWS: [&str; 4] = [
+pub(crate) const TABLE_VIEWS: [&str; 6] = [
     "exa_all_tables",
     "exa_user_tables",
     "exa_all_columns",
     "exa_user_columns",
+    "exa_schemas",
+    "exa_sql_keywords",
 ];
 
 /// One column of a user table, as the views show it.
@@ -252,5 +256,73 @@ pub(crate) fn register(
         "sys.exa_user_columns",
         with_tables(table(&column_columns, columns(true))),
     )?;
+
+    let schemas: Box<Producer> = Box::new(move |_| {
+        let names = state
+            .upgrade()
+            .map(|s| session_schemas(&s.read(), hidden))
+            .unwrap_or_default();
+        Ok(vec![
+            strings(names.iter().map(|n| Some(n.clone()))),
+            strings(names.iter().map(|_| Some(SYS_USER.to_ascii_uppercase()))),
+            Arc::new(names.iter().map(|_| Some(false)).collect::<BooleanArray>()) as ArrayRef,
+            strings(names.iter().map(|_| None)),
+        ])
+    });
+    ctx.register_table(
+        "sys.exa_schemas",
+        table(
+            &[
+                ("schema_name", Utf8),
+                ("schema_owner", Utf8),
+                ("schema_is_virtual", Boolean),
+                ("schema_comment", Utf8),
+            ],
+            schemas,
+        ),
+    )?;
+    let keywords: Box<Producer> = Box::new(|_| {
+        use datafusion::sql::sqlparser::keywords::{
+            ALL_KEYWORDS, ALL_KEYWORDS_INDEX, RESERVED_FOR_COLUMN_ALIAS, RESERVED_FOR_TABLE_ALIAS,
+        };
+        let reserved = ALL_KEYWORDS_INDEX.iter().map(|k| {
+            Some(RESERVED_FOR_COLUMN_ALIAS.contains(k) || RESERVED_FOR_TABLE_ALIAS.contains(k))
+        });
+        Ok(vec![
+            strings(ALL_KEYWORDS.iter().map(|k| Some((*k).to_string()))),
+            Arc::new(reserved.collect::<BooleanArray>()) as ArrayRef,
+        ])
+    });
+    ctx.register_table(
+        "sys.exa_sql_keywords",
+        table(&[("keyword", Utf8), ("reserved", Boolean)], keywords),
+    )?;
     Ok(())
+}
+
+/// The schemas of the session's default catalog outside the engine's (`hidden`), named as the
+/// session's dialect shows them, sorted.
+fn session_schemas(state: &SessionState, hidden: &[&str]) -> Vec<String> {
+    let options = state.config_options();
+    let exasol = SqlDialect::of(options) == SqlDialect::Exasol;
+    let Some(catalog) = state
+        .catalog_list()
+        .catalog(&options.catalog.default_catalog)
+    else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = catalog
+        .schema_names()
+        .into_iter()
+        .filter(|n| !hidden.contains(&n.as_str()))
+        .map(|n| {
+            if exasol {
+                swap_case(&n)
+            } else {
+                exasol_name(&n)
+            }
+        })
+        .collect();
+    names.sort();
+    names
 }

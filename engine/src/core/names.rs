@@ -96,15 +96,15 @@ pub const SQL_TYPE_METADATA_KEY: &str = "accelsql.sql_type";
 /// A column's type as Exasol describes it: its name (`DECIMAL(18,0)`, `VARCHAR(10) UTF8`), and
 /// the digits, scale and length `EXA_ALL_COLUMNS` and drivers show.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ExasolType {
+pub struct ExasolType {
     /// The type's name with its parameters.
-    pub(crate) name: String,
+    pub name: String,
     /// Total digits of a number (`DOUBLE`: 64, as Exasol says).
-    pub(crate) precision: Option<u64>,
+    pub precision: Option<u64>,
     /// Digits after the point of an exact number.
-    pub(crate) scale: Option<u64>,
+    pub scale: Option<u64>,
     /// Characters of a string (a number's digits, as `COLUMN_MAXSIZE` shows them).
-    pub(crate) size: Option<u64>,
+    pub size: Option<u64>,
 }
 
 impl ExasolType {
@@ -129,7 +129,7 @@ impl ExasolType {
 
 /// The Exasol type of a column: the SQL type its field's [`SQL_TYPE_METADATA_KEY`] declares,
 /// else the one of its Arrow type ([`exasol_type_of`]).
-pub(crate) fn exasol_field_type(field: &datafusion::arrow::datatypes::Field) -> ExasolType {
+pub fn exasol_field_type(field: &datafusion::arrow::datatypes::Field) -> ExasolType {
     use crate::udf_runtime::script::SqlType;
     let declared = field
         .metadata()

@@ -401,6 +401,12 @@ impl Session {
         self.identity.kill.is_killed()
     }
 
+    /// Completes once this session is ended by `KILL SESSION` (a server then closes the
+    /// session's connection).
+    pub async fn killed(&self) {
+        self.identity.kill.killed().await;
+    }
+
     /// `KILL SESSION id`: ends session `id` of this engine — its running and waiting
     /// statements stop (their leases and workers freed, error 57P01) and it takes no more. A
     /// session may end itself; ending another needs a session that may see every session (the

@@ -26,7 +26,7 @@ use crate::plan::empty_strings::{empty_strings_as_null, nullable_strings};
 
 /// `text` as the engine reads an Exasol-dialect statement (see the module docs); unchanged
 /// when it has nothing to change (or does not tokenize: the parser then says why).
-pub(crate) fn exasol_text(text: &str) -> String {
+pub fn exasol_text(text: &str) -> String {
     let dialect = GenericDialect {};
     let Ok(mut tokens) = Tokenizer::new(&dialect, text)
         .with_unescape(false)

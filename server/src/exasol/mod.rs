@@ -7,7 +7,15 @@
 //! encrypted by it (PKCS#1 v1.5, base64), then one request and one answer at a time. After a
 //! login that asked for `useCompression`, every message is zlib-compressed, in binary frames.
 //! Results travel column by column (`data[column][row]`); a result of more than
-//! [`FIRST_ROWS`] rows leaves the rest behind a `resultSetHandle` for `fetch`.
+//! [`FIRST_ROWS`] rows leaves the rest behind a `resultSetHandle` for `fetch`. A statement runs
+//! while the connection still reads: `abortQuery` stops it, and a Pong frame goes out every
+//! `feedbackInterval` seconds until it ends. pyexasol's HTTP transport (`export_to_pandas`,
+//! `import_from_pandas`) has its own modules: `transport.rs` (tunnels, HTTP) and `transfer.rs`
+//! (the `EXPORT`/`IMPORT` statements).
+
+mod metadata;
+mod transfer;
+mod transport;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -16,7 +24,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use accelsql_engine::datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use accelsql_engine::datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use accelsql_engine::datafusion::arrow::datatypes::{DataType, Field, SchemaRef, TimeUnit};
 use accelsql_engine::datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use accelsql_engine::datafusion::common::ScalarValue;
 use accelsql_engine::datafusion::sql::sqlparser::dialect::GenericDialect;
@@ -34,6 +42,7 @@ use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
+use self::transport::{TUNNEL_REQUEST, Tunnels};
 use crate::conn;
 use crate::service::{AccelsqlFlightSql, affected_rows};
 use crate::sessions::{Caller, ClientSession};
@@ -46,6 +55,10 @@ const MAX_MESSAGE: usize = 64 << 20;
 
 /// The highest protocol version spoken.
 const PROTOCOL: u64 = 3;
+
+/// The Exasol release announced at login: 8.32 and later pin the HTTP transport's TLS key
+/// (`PUBLIC KEY 'sha256//…'` in pyexasol's `EXPORT`/`IMPORT`), which the server checks.
+const RELEASE_VERSION: &str = "8.32.0";
 
 /// The server's login key: clients encrypt passwords with its public half.
 pub(crate) struct LoginKey {
@@ -159,10 +172,12 @@ pub(crate) async fn serve(
     tls: Arc<PortTls>,
 ) {
     let connections = Arc::clone(&service.inner().connections);
+    let tunnels = Arc::new(Tunnels::default());
     let mut incoming = std::pin::pin!(conn::incoming(listener, connections));
     while let Some(conn) = incoming.next().await {
         let Ok(conn) = conn else { continue };
         let (service, key, tls) = (service.clone(), Arc::clone(&key), Arc::clone(&tls));
+        let tunnels = Arc::clone(&tunnels);
         tokio::spawn(async move {
             let state = conn.state();
             let mut conn = Prefixed {
@@ -177,13 +192,28 @@ pub(crate) async fn serve(
                 return;
             }
             conn.first = Some(byte[0]);
-            // 0x16: a TLS handshake record.
+            let context = Shared {
+                service: service.clone(),
+                key,
+                tunnels: Arc::clone(&tunnels),
+            };
+            // 0x16: a TLS handshake record; 0x02: pyexasol's tunnel request (HTTP transport),
+            // plain also where the port is TLS (the client then being the TLS server).
             if byte[0] == 0x16 {
                 if let Ok(stream) = tls.acceptor.accept(conn).await {
-                    Connection::run(stream, state, service, key, true).await;
+                    Connection::run(stream, state, context, true).await;
+                }
+            } else if byte[0] == TUNNEL_REQUEST[0] {
+                let local = conn.inner.local_addr();
+                if let Err(e) = tunnels.open(conn.inner, byte[0], local).await {
+                    service.log(&format!(
+                        "Exasol-protocol tunnel from {} refused: {}",
+                        state.peer.map_or("?".into(), |p| p.to_string()),
+                        e.0
+                    ));
                 }
             } else if tls.plain_allowed {
-                Connection::run(conn, state, service, key, false).await;
+                Connection::run(conn, state, context, false).await;
             } else {
                 service.log(&format!(
                     "Exasol-protocol connection from {} refused: not TLS (use encryption=True)",
@@ -238,14 +268,25 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
 
 /// A result the client has not fetched to its end.
 struct Pending {
+    schema: SchemaRef,
     batches: Vec<RecordBatch>,
     rows: usize,
+}
+
+/// What every connection of the port shares.
+struct Shared {
+    service: AccelsqlFlightSql,
+    key: Arc<LoginKey>,
+    tunnels: Arc<Tunnels>,
 }
 
 /// One client's connection.
 struct Connection {
     service: AccelsqlFlightSql,
     key: Arc<LoginKey>,
+    tunnels: Arc<Tunnels>,
+    /// The client's address (a tunnel must come from it).
+    peer: Option<std::net::SocketAddr>,
     compressed: bool,
     /// The bearer token and session, once logged in.
     session: Option<(String, Arc<ClientSession>)>,
@@ -255,6 +296,10 @@ struct Connection {
     next_handle: i64,
     autocommit: bool,
     query_timeout: u64,
+    /// Seconds between heartbeats while a statement runs (0: none).
+    feedback_interval: u64,
+    /// The most rows a result set has (0: no limit; `resultSetMaxRows`).
+    max_rows: u64,
     /// Whether the connection is TLS.
     encrypted: bool,
 }
@@ -277,13 +322,8 @@ impl Refusal {
 type Answer = Result<Value, Refusal>;
 
 impl Connection {
-    async fn run<S>(
-        conn: S,
-        state: Arc<conn::ConnState>,
-        service: AccelsqlFlightSql,
-        key: Arc<LoginKey>,
-        encrypted: bool,
-    ) where
+    async fn run<S>(conn: S, state: Arc<conn::ConnState>, context: Shared, encrypted: bool)
+    where
         S: AsyncRead + AsyncWrite + Unpin,
     {
         let config = WebSocketConfig::default()
@@ -294,8 +334,10 @@ impl Connection {
             return;
         };
         let mut this = Self {
-            service,
-            key,
+            service: context.service,
+            key: context.key,
+            tunnels: context.tunnels,
+            peer: state.peer,
             compressed: false,
             session: None,
             results: HashMap::new(),
@@ -303,12 +345,32 @@ impl Connection {
             next_handle: 1,
             autocommit: true,
             query_timeout: 0,
+            feedback_interval: 1,
+            max_rows: 0,
             encrypted,
         };
         let peer = state.peer;
         // Before a login: `login`, then the credentials.
         let mut offered_key = false;
-        while let Some(Ok(message)) = ws.next().await {
+        loop {
+            let message = match &this.session {
+                Some((_, client)) => {
+                    let client = Arc::clone(client);
+                    tokio::select! {
+                        message = ws.next() => message,
+                        () = client.session.killed() => {
+                            this.service.log(&format!(
+                                "session={} ended by KILL SESSION: its Exasol-protocol \
+                                 connection is closed",
+                                client.id
+                            ));
+                            break;
+                        }
+                    }
+                }
+                None => ws.next().await,
+            };
+            let Some(Ok(message)) = message else { break };
             let text = match message {
                 Message::Text(t) => t.as_str().to_string(),
                 Message::Binary(b) if this.compressed => match inflate(&b) {
@@ -346,7 +408,12 @@ impl Connection {
                 }
             } else {
                 let end = command == "disconnect";
-                (this.command(command, &request).await, false, end)
+                let (compressed, every) = (this.compressed, this.feedback_interval);
+                let work = this.command(command, &request);
+                let Some(answer) = run_beside(work, &mut ws, compressed, every).await else {
+                    break;
+                };
+                (answer, false, end)
             };
             let reply = match reply {
                 Ok(data) => data,
@@ -459,7 +526,7 @@ impl Connection {
         Ok(ok(json!({
             "sessionId": session_id,
             "protocolVersion": PROTOCOL,
-            "releaseVersion": "8.0.0",
+            "releaseVersion": RELEASE_VERSION,
             "databaseName": "accelsql",
             "productName": "accelsql",
             "maxDataMessageSize": MAX_MESSAGE,
@@ -479,11 +546,13 @@ impl Connection {
     }
 
     async fn command(&mut self, command: &str, request: &Value) -> Answer {
+        if command != "setAttributes"
+            && let Some(attributes) = request.get("attributes")
+        {
+            self.set_attributes(attributes).await?;
+        }
         match command {
             "execute" => {
-                if let Some(attributes) = request.get("attributes") {
-                    self.set_attributes(attributes).await?;
-                }
                 let sql = request["sqlText"]
                     .as_str()
                     .ok_or_else(|| Refusal::new("08P01", "execute needs sqlText"))?;
@@ -502,6 +571,30 @@ impl Connection {
                 Ok(ok(json!({"numResults": results.len(), "results": results})))
             }
             "fetch" => self.fetch(request),
+            "getResultSetHeader" => {
+                let handles = request["resultSetHandles"].as_array().ok_or_else(|| {
+                    Refusal::new("08P01", "getResultSetHeader needs resultSetHandles")
+                })?;
+                let mut results = Vec::with_capacity(handles.len());
+                for handle in handles {
+                    let handle = handle.as_i64().unwrap_or(-1);
+                    let pending = self.pending(handle)?;
+                    results.push(json!({"resultType": "resultSet", "resultSet": {
+                        "resultSetHandle": handle,
+                        "numColumns": pending.schema.fields().len(),
+                        "numRows": pending.rows,
+                        "numRowsInMessage": 0,
+                        "columns": column_types(&pending.schema),
+                    }}));
+                }
+                Ok(ok(json!({"numResults": results.len(), "results": results})))
+            }
+            // One connection reads a whole result: its rows start at 0.
+            "getOffset" => {
+                let handle = request["resultSetHandle"].as_i64().unwrap_or(-1);
+                self.pending(handle)?;
+                Ok(ok(json!({"rowOffset": 0})))
+            }
             "createPreparedStatement" => {
                 let sql = request["sqlText"].as_str().ok_or_else(|| {
                     Refusal::new("08P01", "createPreparedStatement needs sqlText")
@@ -511,7 +604,10 @@ impl Connection {
                 self.next_handle += 1;
                 self.prepared.insert(handle, (sql.to_string(), params));
                 let columns: Vec<Value> = (1..=params)
-                    .map(|i| json!({"name": format!("P{i}"), "dataType": data_type(&DataType::Utf8)}))
+                    .map(|i| {
+                        let field = Field::new(format!("P{i}"), DataType::Utf8, true);
+                        json!({"name": field.name(), "dataType": data_type(&field)})
+                    })
                     .collect();
                 Ok(ok(json!({
                     "statementHandle": handle,
@@ -520,6 +616,12 @@ impl Connection {
                 })))
             }
             "executePreparedStatement" => self.execute_prepared(request).await,
+            command if metadata::COMMANDS.contains(&command) => {
+                let (sql, params) = metadata::query(command, request)
+                    .ok_or_else(|| Refusal::new("0A000", format!("{command} is not answered")))?;
+                let result = self.execute_with(&sql, &params).await?;
+                Ok(ok(json!({"numResults": 1, "results": [result]})))
+            }
             "closePreparedStatement" => {
                 if let Some(handle) = request["statementHandle"].as_i64() {
                     self.prepared.remove(&handle);
@@ -541,7 +643,7 @@ impl Connection {
             }
             "getHosts" => Ok(ok(json!({"numNodes": 1, "nodes": ["127.0.0.1"]}))),
             "disconnect" => Ok(ok(json!({}))),
-            // Statements run one at a time and this one has ended: nothing to stop.
+            // Nothing runs (a running statement's abortQuery is `run_beside`'s).
             "abortQuery" => Ok(ok(json!({}))),
             other => Err(Refusal::new(
                 "0A000",
@@ -607,6 +709,15 @@ impl Connection {
     /// Runs one statement with `params` for its `?`s.
     async fn execute_with(&mut self, sql: &str, params: &[ScalarValue]) -> Answer {
         let client = self.client()?;
+        let refusal = |e: transfer::TransferError| Refusal::new(&e.code, e.text);
+        if let Some(transfer) = transfer::parse(sql).map_err(refusal)? {
+            let peer = self.peer.map(|p| p.ip());
+            let rows = transfer
+                .run(&self.service, &client, &self.tunnels, peer)
+                .await
+                .map_err(refusal)?;
+            return Ok(json!({"resultType": "rowCount", "rowCount": rows}));
+        }
         let (schema, batches) = self
             .service
             .run_collect(&client, sql, params)
@@ -616,12 +727,11 @@ impl Connection {
             let rows = affected_rows(&batches).max(0);
             return Ok(json!({"resultType": "rowCount", "rowCount": rows}));
         }
-        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-        let columns: Vec<Value> = schema
-            .fields()
-            .iter()
-            .map(|f| json!({"name": f.name(), "dataType": data_type(f.data_type())}))
-            .collect();
+        let mut rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        if self.max_rows > 0 {
+            rows = rows.min(usize::try_from(self.max_rows).unwrap_or(usize::MAX));
+        }
+        let columns = column_types(&schema);
         let first = rows.min(FIRST_ROWS);
         let mut result = json!({
             "numColumns": schema.fields().len(),
@@ -633,7 +743,14 @@ impl Connection {
         if rows > first {
             let handle = self.next_handle;
             self.next_handle += 1;
-            self.results.insert(handle, Pending { batches, rows });
+            self.results.insert(
+                handle,
+                Pending {
+                    schema,
+                    batches,
+                    rows,
+                },
+            );
             result["resultSetHandle"] = json!(handle);
         }
         Ok(json!({"resultType": "resultSet", "resultSet": result}))
@@ -644,10 +761,7 @@ impl Connection {
         let handle = request["resultSetHandle"]
             .as_i64()
             .ok_or_else(|| Refusal::new("08P01", "fetch needs resultSetHandle"))?;
-        let pending = self
-            .results
-            .get(&handle)
-            .ok_or_else(|| Refusal::new("08P01", format!("no result set {handle}")))?;
+        let pending = self.pending(handle)?;
         let start = usize::try_from(request["startPosition"].as_u64().unwrap_or(0))
             .unwrap_or(usize::MAX)
             .min(pending.rows);
@@ -665,7 +779,20 @@ impl Connection {
         Ok(ok(json!({"numRows": count, "data": data})))
     }
 
+    /// The kept result of `handle`.
+    fn pending(&self, handle: i64) -> Result<&Pending, Refusal> {
+        self.results
+            .get(&handle)
+            .ok_or_else(|| Refusal::new("08P01", format!("no result set {handle}")))
+    }
+
     async fn set_attributes(&mut self, attributes: &Value) -> Result<(), Refusal> {
+        if let Some(seconds) = attributes["feedbackInterval"].as_u64() {
+            self.feedback_interval = seconds;
+        }
+        if let Some(rows) = attributes["resultSetMaxRows"].as_u64() {
+            self.max_rows = rows;
+        }
         let client = self.client()?;
         let mut statements = Vec::new();
         if let Some(on) = attributes["autocommit"].as_bool()
@@ -705,6 +832,8 @@ impl Connection {
             "autocommit": self.autocommit,
             "currentSchema": schema,
             "queryTimeout": self.query_timeout,
+            "feedbackInterval": self.feedback_interval,
+            "resultSetMaxRows": self.max_rows,
             "compressionEnabled": self.compressed,
             "encryptionEnabled": self.encrypted,
             "dateFormat": "YYYY-MM-DD",
@@ -713,6 +842,75 @@ impl Connection {
         });
         reply
     }
+}
+
+/// Runs `work` (a command) while still reading `ws`: `abortQuery` stops it (57014, and what
+/// it held, its GPU lease included, is dropped), a Pong frame goes out every `every` seconds
+/// (Exasol's heartbeat), and any other request is answered that a statement runs. `None` when
+/// the client went away.
+async fn run_beside<S, E>(
+    work: impl std::future::Future<Output = Answer>,
+    ws: &mut S,
+    compressed: bool,
+    every: u64,
+) -> Option<Answer>
+where
+    S: futures::Stream<Item = Result<Message, E>> + futures::Sink<Message> + Unpin,
+{
+    let mut work = std::pin::pin!(work);
+    let period = std::time::Duration::from_secs(every.max(1));
+    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    loop {
+        tokio::select! {
+            answer = &mut work => return Some(answer),
+            message = ws.next() => {
+                let text = match message? {
+                    Ok(Message::Text(t)) => t.as_str().to_string(),
+                    Ok(Message::Binary(b)) if compressed => inflate(&b)?,
+                    Ok(Message::Binary(b)) => String::from_utf8_lossy(&b).into_owned(),
+                    Ok(Message::Close(_)) | Err(_) => return None,
+                    Ok(_) => continue,
+                };
+                let command = serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .and_then(|r| r["command"].as_str().map(str::to_string));
+                if command.as_deref() == Some("abortQuery") {
+                    return Some(Err(Refusal::new(
+                        "57014",
+                        "the statement was aborted by the client (abortQuery)",
+                    )));
+                }
+                let busy = error_json(&Refusal::new(
+                    "08P01",
+                    "a statement is running on this connection: wait for its answer or send \
+                     abortQuery",
+                ));
+                let text = busy.to_string();
+                let reply = if compressed {
+                    Message::Binary(deflate(text.as_bytes()).into())
+                } else {
+                    Message::Text(text.into())
+                };
+                if ws.send(reply).await.is_err() {
+                    return None;
+                }
+            }
+            _ = beat.tick(), if every > 0 => {
+                if ws.send(Message::Pong(Default::default())).await.is_err() {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// The `columns` of a result set: names and Exasol's data types.
+fn column_types(schema: &SchemaRef) -> Vec<Value> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| json!({"name": f.name(), "dataType": data_type(f)}))
+        .collect()
 }
 
 fn ok(data: Value) -> Value {
@@ -833,33 +1031,53 @@ fn scalar(value: &Value) -> ScalarValue {
     }
 }
 
-/// Exasol's type of an Arrow column.
-fn data_type(t: &DataType) -> Value {
-    match t {
-        DataType::Int8 | DataType::Int16 | DataType::UInt8 | DataType::UInt16 => {
-            json!({"type": "DECIMAL", "precision": 9, "scale": 0})
-        }
-        DataType::Int32 | DataType::UInt32 => {
-            json!({"type": "DECIMAL", "precision": 18, "scale": 0})
-        }
-        DataType::Int64 | DataType::UInt64 => {
-            json!({"type": "DECIMAL", "precision": 36, "scale": 0})
-        }
-        DataType::Decimal32(p, s)
-        | DataType::Decimal64(p, s)
-        | DataType::Decimal128(p, s)
-        | DataType::Decimal256(p, s) => {
-            json!({"type": "DECIMAL", "precision": p, "scale": s})
-        }
-        DataType::Float16 | DataType::Float32 | DataType::Float64 => json!({"type": "DOUBLE"}),
-        DataType::Boolean => json!({"type": "BOOLEAN"}),
-        DataType::Date32 | DataType::Date64 => json!({"type": "DATE", "size": 4}),
-        DataType::Timestamp(_, zone) => json!({
-            "type": "TIMESTAMP",
-            "withLocalTimeZone": zone.is_some(),
-            "fraction": 6,
-        }),
-        _ => json!({"type": "VARCHAR", "size": 2_000_000, "characterSet": "UTF8"}),
+/// The `dataType` of a column as Exasol describes it, from the engine's Exasol type of its
+/// field (the declared SQL type where the field carries one: `VARCHAR(100) UTF8`,
+/// `DECIMAL(18,2)`, `HASHTYPE(16 BYTE)`, `GEOMETRY(4326)`; else its Arrow type's).
+fn data_type(field: &Field) -> Value {
+    let t = accelsql_engine::exasol_field_type(field);
+    let name = t.name.to_ascii_uppercase();
+    // The numbers inside the name's parentheses: `DAY(2) TO SECOND(3)` gives 2 and 3.
+    let numbers: Vec<u64> = name
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let first = numbers.first().copied();
+    if name.starts_with("DECIMAL") {
+        json!({"type": "DECIMAL", "precision": t.precision.or(first).unwrap_or(36),
+               "scale": t.scale.unwrap_or(0)})
+    } else if name.starts_with("DOUBLE") || name.starts_with("FLOAT") {
+        json!({"type": "DOUBLE"})
+    } else if name.starts_with("BOOLEAN") {
+        json!({"type": "BOOLEAN"})
+    } else if name.starts_with("DATE") {
+        json!({"type": "DATE", "size": 4})
+    } else if name.starts_with("TIMESTAMP") {
+        json!({"type": "TIMESTAMP", "size": 8, "withLocalTimeZone": name.contains("LOCAL TIME ZONE")})
+    } else if name.starts_with("INTERVAL YEAR") {
+        json!({"type": "INTERVAL YEAR TO MONTH", "size": 4, "precision": first.unwrap_or(2)})
+    } else if name.starts_with("INTERVAL") {
+        json!({"type": "INTERVAL DAY TO SECOND", "size": 8, "precision": first.unwrap_or(2),
+               "fraction": numbers.get(1).copied().unwrap_or(3)})
+    } else if name.starts_with("GEOMETRY") {
+        json!({"type": "GEOMETRY", "srid": first.unwrap_or(0)})
+    } else if name.starts_with("HASHTYPE") {
+        // Shown as hex: two characters a byte (`HASHTYPE(16 BYTE)`: 32).
+        json!({"type": "HASHTYPE", "size": first.unwrap_or(16) * 2})
+    } else if name.starts_with("CHAR") || name.starts_with("VARCHAR") {
+        let set = if name.ends_with("ASCII") {
+            "ASCII"
+        } else {
+            "UTF8"
+        };
+        let kind = if name.starts_with("CHAR") {
+            "CHAR"
+        } else {
+            "VARCHAR"
+        };
+        json!({"type": kind, "size": t.size.or(first).unwrap_or(2_000_000), "characterSet": set})
+    } else {
+        json!({"type": "VARCHAR", "size": 2_000_000, "characterSet": "UTF8"})
     }
 }
 
