@@ -10,6 +10,9 @@ import accelsql
 # Servers and shells the tests start keep their tables in memory unless a test names a data
 # directory (their default is the user's data folder).
 os.environ.setdefault("ACCELSQL_DATA_DIR", ":memory:")
+# sqlalchemy-exasol would report each connection to Exasol's telemetry service: the tests
+# reach 127.0.0.1 only.
+os.environ.setdefault("EXASOL_TELEMETRY_DISABLE", "1")
 
 _names = itertools.count()
 
@@ -50,3 +53,27 @@ def accelsql_binary():
             pytest.fail(f"the accelsql binary is missing at {path}")
         pytest.skip(f"SKIPPED: no accelsql binary at {path}")
     return path
+
+
+@pytest.fixture(scope="module")
+def exasol_server(tmp_path_factory, accelsql_binary):
+    """An `accelsql serve --exasol-port` of one simulated GPU, for the module: its Exasol
+    address (HOST:PORT), its token (the password of `sys`), its TLS certificate's fingerprint."""
+    import re
+    import subprocess
+
+    tmp = tmp_path_factory.mktemp("exasol")
+    proc = subprocess.Popen(
+        [accelsql_binary, "serve", "--listen", "127.0.0.1:0", "--exasol-port", "0", "--simulated-gpus", "1",
+         "--data-dir", str(tmp / "data"), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    lines = [proc.stdout.readline() for _ in range(4)]
+    token = re.match(r"token: (\S+)", lines[1]).group(1)
+    dsn = re.match(r"exasol: (\S+)", lines[2]).group(1)
+    fingerprint = re.match(r"exasol-fingerprint: ([0-9A-F]{64})$", lines[3].strip()).group(1)
+    yield dsn, token, fingerprint
+    proc.terminate()
+    assert proc.wait(timeout=20) == 0

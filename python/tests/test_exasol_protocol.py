@@ -3,8 +3,6 @@ password), runs statements and fetches results over Exasol's WebSocket API, on t
 users and sessions as the Flight SQL port."""
 
 import os
-import re
-import subprocess
 
 import pytest
 
@@ -12,22 +10,8 @@ pyexasol = pytest.importorskip("pyexasol") if not os.environ.get("CI") else __im
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, accelsql_binary):
-    tmp = tmp_path_factory.mktemp("exasol")
-    proc = subprocess.Popen(
-        [accelsql_binary, "serve", "--listen", "127.0.0.1:0", "--exasol-port", "0", "--simulated-gpus", "1",
-         "--data-dir", str(tmp / "data"), "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    lines = [proc.stdout.readline() for _ in range(4)]
-    token = re.match(r"token: (\S+)", lines[1]).group(1)
-    dsn = re.match(r"exasol: (\S+)", lines[2]).group(1)
-    fingerprint = re.match(r"exasol-fingerprint: ([0-9A-F]{64})$", lines[3].strip()).group(1)
-    yield dsn, token, fingerprint
-    proc.terminate()
-    assert proc.wait(timeout=20) == 0
+def server(exasol_server):
+    return exasol_server
 
 
 @pytest.fixture(params=[False, True], ids=["plain", "compressed"])

@@ -30,8 +30,9 @@ pub(crate) use super::system_table::{Producer, SystemContext, SystemTable, Table
 pub(crate) const SYSTEM_SCHEMA: &str = "sys";
 
 /// The tables of [`SYSTEM_SCHEMA`], which an unqualified name reaches from any schema.
-pub(crate) const SYSTEM_TABLES: [&str; 6] = [
+pub(crate) const SYSTEM_TABLES: [&str; 7] = [
     "exa_metadata",
+    "exa_parameters",
     "exa_all_scripts",
     "exa_user_scripts",
     "exa_all_connections",
@@ -360,6 +361,31 @@ pub(crate) fn register(
                     strings(rows.iter().map(|r| Some(r.0.to_string()))),
                     strings(rows.iter().map(|r| Some(r.1.clone()))),
                     strings(rows.iter().map(|r| Some(r.2.to_string()))),
+                ])
+            }),
+        ),
+    )?;
+
+    // The formats in which the engine's Exasol clients (the Exasol port, the shell) show
+    // dates, timestamps and numbers; drivers check them before they parse values.
+    ctx.register_table(
+        "sys.exa_parameters",
+        table(
+            &[
+                ("parameter_name", Utf8),
+                ("session_value", Utf8),
+                ("system_value", Utf8),
+            ],
+            Box::new(|_| {
+                let rows = [
+                    ("NLS_DATE_FORMAT", "YYYY-MM-DD"),
+                    ("NLS_TIMESTAMP_FORMAT", "YYYY-MM-DD HH24:MI:SS.FF6"),
+                    ("NLS_NUMERIC_CHARACTERS", ".,"),
+                ];
+                Ok(vec![
+                    strings(rows.iter().map(|r| Some(r.0.to_string()))),
+                    strings(rows.iter().map(|r| Some(r.1.to_string()))),
+                    strings(rows.iter().map(|r| Some(r.1.to_string()))),
                 ])
             }),
         ),

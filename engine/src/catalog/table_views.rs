@@ -29,13 +29,16 @@ fn with_tables(table: Arc<SystemTable>) -> Arc<SystemTable> {
 }
 
 /// The views' names (lower case), reachable unqualified from any schema.
-pub(crate) const TABLE_VIEWS: [&str; 6] = [
+pub(crate) const TABLE_VIEWS: [&str; 9] = [
     "exa_all_tables",
     "exa_user_tables",
     "exa_all_columns",
     "exa_user_columns",
     "exa_schemas",
     "exa_sql_keywords",
+    "exa_all_objects",
+    "exa_all_views",
+    "exa_all_constraint_columns",
 ];
 
 /// One column of a user table, as the views show it.
@@ -48,12 +51,16 @@ struct ColumnRow {
     position: u64,
 }
 
-/// One table as the views show it: its columns and owner.
+/// One table (or view) as the views show it: its columns and owner.
 struct TableRow {
     schema: String,
     table: String,
     owner: String,
     columns: Vec<ColumnRow>,
+    /// `TABLE` or `VIEW`.
+    kind: &'static str,
+    /// A view's definition.
+    text: Option<String>,
 }
 
 /// The tables of the session's default catalog that the session may read, outside the
@@ -101,10 +108,12 @@ fn session_tables(
             let stored = tables
                 .store()
                 .and_then(|s| s.cached_snapshot(&schema_name, &table_name));
-            let (fields, owner) = match stored {
+            let (fields, owner, kind, text) = match stored {
                 Some(snapshot) => (
                     std::sync::Arc::clone(&snapshot.schema.logical),
                     snapshot.owner.clone(),
+                    "TABLE",
+                    None,
                 ),
                 None => {
                     // Tables in memory and over files answer at once; one that would wait is
@@ -112,7 +121,13 @@ fn session_tables(
                     let Some(Ok(Some(table))) = schema.table(&table_name).now_or_never() else {
                         continue;
                     };
-                    (table.schema(), tables.memory_owner(&key))
+                    let view = table.table_type() == datafusion::datasource::TableType::View;
+                    (
+                        table.schema(),
+                        tables.memory_owner(&key),
+                        if view { "VIEW" } else { "TABLE" },
+                        table.get_table_definition().map(str::to_string),
+                    )
                 }
             };
             let owner = owner.unwrap_or_else(|| SYS_USER.to_string());
@@ -144,6 +159,8 @@ fn session_tables(
                 table: shown(&table_name),
                 owner: exasol_name(&owner),
                 columns,
+                kind,
+                text,
             });
         }
     }
@@ -164,10 +181,13 @@ pub(crate) fn register(
         let state = state.clone();
         let who = Arc::clone(who);
         Box::new(move |engine| {
-            let rows = state
+            let rows: Vec<TableRow> = state
                 .upgrade()
                 .map(|s| session_tables(&s.read(), engine, &who, hidden, own))
-                .unwrap_or_default();
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|t| t.kind == "TABLE")
+                .collect();
             Ok(vec![
                 strings(rows.iter().map(|t| Some(t.schema.clone()))),
                 strings(rows.iter().map(|t| Some(t.table.clone()))),
@@ -207,6 +227,10 @@ pub(crate) fn register(
                 .iter()
                 .flat_map(|t| t.columns.iter().map(|_| t.owner.clone()))
                 .collect();
+            let kinds: Vec<&str> = tables
+                .iter()
+                .flat_map(|t| t.columns.iter().map(|_| t.kind))
+                .collect();
             let rows: Vec<ColumnRow> = tables.into_iter().flat_map(|t| t.columns).collect();
             let text = |f: &dyn Fn(&ColumnRow) -> Option<String>| strings(rows.iter().map(f));
             let number = |f: &dyn Fn(&ColumnRow) -> Option<u64>| -> ArrayRef {
@@ -215,7 +239,7 @@ pub(crate) fn register(
             Ok(vec![
                 text(&|r| Some(r.schema.clone())),
                 text(&|r| Some(r.table.clone())),
-                text(&|_| Some("TABLE".into())),
+                strings(kinds.iter().map(|k| Some((*k).to_string()))),
                 text(&|r| Some(r.name.clone())),
                 text(&|r| Some(r.sql_type.name.clone())),
                 number(&|r| r.sql_type.size),
@@ -230,6 +254,8 @@ pub(crate) fn register(
                 text(&|_| None),
                 strings(owners.into_iter().map(Some)),
                 text(&|_| None),
+                text(&|_| None),
+                Arc::new(rows.iter().map(|_| Some(false)).collect::<BooleanArray>()) as ArrayRef,
             ])
         })
     };
@@ -247,6 +273,8 @@ pub(crate) fn register(
         ("column_default", Utf8),
         ("column_owner", Utf8),
         ("column_comment", Utf8),
+        ("column_identity", Utf8),
+        ("column_is_distribution_key", Boolean),
     ];
     ctx.register_table(
         "sys.exa_all_columns",
@@ -255,6 +283,105 @@ pub(crate) fn register(
     ctx.register_table(
         "sys.exa_user_columns",
         with_tables(table(&column_columns, columns(true))),
+    )?;
+
+    let objects: Box<Producer> = {
+        let state = state.clone();
+        let who = Arc::clone(who);
+        Box::new(move |engine| {
+            let rows = state
+                .upgrade()
+                .map(|s| session_tables(&s.read(), engine, &who, hidden, false))
+                .unwrap_or_default();
+            Ok(vec![
+                strings(rows.iter().map(|t| Some(t.table.clone()))),
+                strings(rows.iter().map(|t| Some(t.kind.to_string()))),
+                strings(rows.iter().map(|t| Some(t.owner.clone()))),
+                strings(rows.iter().map(|t| Some(t.schema.clone()))),
+                strings(rows.iter().map(|_| Some("SCHEMA".to_string()))),
+                Arc::new(rows.iter().map(|_| Some(false)).collect::<BooleanArray>()) as ArrayRef,
+                strings(rows.iter().map(|_| None)),
+            ])
+        })
+    };
+    ctx.register_table(
+        "sys.exa_all_objects",
+        with_tables(table(
+            &[
+                ("object_name", Utf8),
+                ("object_type", Utf8),
+                ("owner", Utf8),
+                ("root_name", Utf8),
+                ("root_type", Utf8),
+                ("object_is_virtual", Boolean),
+                ("object_comment", Utf8),
+            ],
+            objects,
+        )),
+    )?;
+    let views: Box<Producer> = {
+        let state = state.clone();
+        let who = Arc::clone(who);
+        Box::new(move |engine| {
+            let rows: Vec<TableRow> = state
+                .upgrade()
+                .map(|s| session_tables(&s.read(), engine, &who, hidden, false))
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|t| t.kind == "VIEW")
+                .collect();
+            Ok(vec![
+                strings(rows.iter().map(|t| Some(t.schema.clone()))),
+                strings(rows.iter().map(|t| Some(t.table.clone()))),
+                strings(rows.iter().map(|t| Some(t.schema.clone()))),
+                strings(rows.iter().map(|t| Some(t.owner.clone()))),
+                strings(rows.iter().map(|t| t.text.clone())),
+                strings(rows.iter().map(|_| None)),
+            ])
+        })
+    };
+    ctx.register_table(
+        "sys.exa_all_views",
+        with_tables(table(
+            &[
+                ("view_schema", Utf8),
+                ("view_name", Utf8),
+                ("scope_schema", Utf8),
+                ("view_owner", Utf8),
+                ("view_text", Utf8),
+                ("view_comment", Utf8),
+            ],
+            views,
+        )),
+    )?;
+    // accelsql keeps no constraints: the view is there, with Exasol's columns, and empty.
+    let constraint_columns = [
+        "constraint_schema",
+        "constraint_table",
+        "constraint_type",
+        "constraint_name",
+        "constraint_owner",
+        "column_name",
+        "referenced_schema",
+        "referenced_table",
+        "referenced_column",
+    ];
+    let mut no_constraints: Vec<(&str, DataType)> =
+        constraint_columns.iter().map(|c| (*c, Utf8)).collect();
+    no_constraints.push(("ordinal_position", UInt64));
+    ctx.register_table(
+        "sys.exa_all_constraint_columns",
+        table(
+            &no_constraints,
+            Box::new(move |_| {
+                let mut columns: Vec<ArrayRef> = constraint_columns
+                    .iter()
+                    .map(|_| strings(std::iter::empty::<Option<String>>()))
+                    .collect();
+                columns.push(Arc::new(UInt64Array::from(Vec::<u64>::new())));
+                Ok(columns)
+            }),
+        ),
     )?;
 
     let schemas: Box<Producer> = Box::new(move |_| {

@@ -25,11 +25,19 @@ fn pattern(request: &Value, field: &str) -> ScalarValue {
 /// The query that answers `command` (one of [`COMMANDS`]) and its parameters.
 pub(crate) fn query(command: &str, request: &Value) -> Option<(String, Vec<ScalarValue>)> {
     let p = |field| pattern(request, field);
-    // `tableTypes`: the views hold tables only (a list without "TABLE" asks for none).
-    let tables_too = request["tableTypes"]
-        .as_array()
-        .is_none_or(|types| types.iter().any(|t| t.as_str() == Some("TABLE")));
-    let types = if tables_too { "" } else { " AND FALSE" };
+    // `tableTypes`: which of TABLE and VIEW (accelsql has no system tables to list).
+    let kinds: Vec<&str> = match request["tableTypes"].as_array() {
+        None => vec!["TABLE", "VIEW"],
+        Some(types) => ["TABLE", "VIEW"]
+            .into_iter()
+            .filter(|k| types.iter().any(|t| t.as_str() == Some(k)))
+            .collect(),
+    };
+    let types = if kinds.is_empty() {
+        " AND FALSE".to_string()
+    } else {
+        format!(" AND {{kind}} IN ('{}')", kinds.join("', '"))
+    };
     let (sql, params) = match command {
         "getSchemas" => (
             "SELECT schema_name AS table_schem, CAST(NULL AS VARCHAR(128)) AS table_catalog \
@@ -39,10 +47,11 @@ pub(crate) fn query(command: &str, request: &Value) -> Option<(String, Vec<Scala
         ),
         "getTables" => (
             format!(
-                "SELECT CAST(NULL AS VARCHAR(128)) AS table_cat, table_schema AS table_schem, \
-                 table_name, 'TABLE' AS table_type, table_comment AS remarks \
-                 FROM sys.exa_all_tables WHERE table_schema LIKE ? AND table_name LIKE ?{types} \
-                 ORDER BY 2, 3"
+                "SELECT CAST(NULL AS VARCHAR(128)) AS table_cat, root_name AS table_schem, \
+                 object_name AS table_name, object_type AS table_type, object_comment AS remarks \
+                 FROM sys.exa_all_objects WHERE root_name LIKE ? AND object_name LIKE ?{} \
+                 ORDER BY 2, 3",
+                types.replace("{kind}", "object_type")
             ),
             vec![p("schema"), p("table")],
         ),
@@ -54,7 +63,8 @@ pub(crate) fn query(command: &str, request: &Value) -> Option<(String, Vec<Scala
                  column_is_nullable AS is_nullable, column_default AS column_def, \
                  column_ordinal_position AS ordinal_position, column_comment AS remarks \
                  FROM sys.exa_all_columns WHERE column_schema LIKE ? AND column_table LIKE ? \
-                 AND column_name LIKE ?{types} ORDER BY 2, 3, column_ordinal_position"
+                 AND column_name LIKE ?{} ORDER BY 2, 3, column_ordinal_position",
+                types.replace("{kind}", "column_object_type")
             ),
             vec![p("schema"), p("table"), p("column")],
         ),
@@ -94,7 +104,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn patterns_default_to_every_name_and_types_without_table_ask_for_none() {
+    fn patterns_default_to_every_name_and_types_choose_tables_or_views() {
         let (sql, params) = query("getTables", &json!({"schema": "S%"})).unwrap();
         assert_eq!(
             params,
@@ -103,9 +113,11 @@ mod tests {
                 ScalarValue::Utf8(Some("%".into()))
             ]
         );
-        assert!(!sql.contains("AND FALSE"));
+        assert!(sql.contains("object_type IN ('TABLE', 'VIEW')"), "{sql}");
         let (sql, _) = query("getTables", &json!({"tableTypes": ["VIEW"]})).unwrap();
-        assert!(sql.contains("AND FALSE"));
+        assert!(sql.contains("object_type IN ('VIEW')"), "{sql}");
+        let (sql, _) = query("getColumns", &json!({"tableTypes": ["SYSTEM TABLE"]})).unwrap();
+        assert!(sql.contains("AND FALSE"), "{sql}");
         assert!(query("getUsers", &json!({})).is_none());
         assert!(COMMANDS.iter().all(|c| query(c, &json!({})).is_some()));
     }
