@@ -30,8 +30,8 @@ pub(crate) struct ServeArgs {
     /// The output's lines `exasol: HOST:PORT` and `exasol-fingerprint: HEX` say where and
     /// which TLS certificate it shows (--tls-cert, else a self-signed one made at start:
     /// `dsn='HOST/HEX:PORT'`). Plain WebSocket beside TLS on loopback only (or with
-    /// --allow-cleartext-passwords).
-    #[arg(long, value_name = "PORT")]
+    /// --allow-cleartext-passwords). `--exasol-port` alone: Exasol's own port, 8563.
+    #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "8563")]
     exasol_port: Option<u16>,
     /// Keep tables, scripts, users and connections in DIR, so that they survive a restart
     /// [default: $ACCELSQL_DATA_DIR, else ~/.local/share/accelsql].
@@ -444,5 +444,20 @@ mod tests {
         let add = Cli::try_parse_from(["accelsql", "serve", "add-user", "--users", "u", "alice"])
             .unwrap();
         assert!(matches!(add.command, Some(crate::Command::Serve(_))));
+    }
+
+    #[test]
+    fn the_exasol_port_alone_is_exasols_own() {
+        let port = |args: &[&str]| {
+            let cli = Cli::try_parse_from([&["accelsql", "serve"], args].concat()).unwrap();
+            match cli.command {
+                Some(crate::Command::Serve(serve)) => serve.exasol_port,
+                _ => panic!("not serve"),
+            }
+        };
+        assert_eq!(port(&["--exasol-port"]), Some(8563));
+        assert_eq!(port(&["--exasol-port", "9000"]), Some(9000));
+        assert_eq!(port(&["--exasol-port", "--in-memory"]), Some(8563));
+        assert_eq!(port(&[]), None);
     }
 }

@@ -337,3 +337,36 @@ def test_malformed_frames_and_tunnels_get_errors_and_never_stop_the_server(serve
     c = pyexasol.connect(dsn=dsn, user="sys", password=token, encryption=False)
     assert c.execute("SELECT 'alive'").fetchval() == "alive"
     c.close()
+
+
+def test_the_port_on_a_cluster_front_end(accelsql_binary):
+    """`serve --cluster … --exasol-port`: pyexasol's statements and its HTTP transport run on a
+    two-node cluster; both processes are stopped by their pids."""
+    import re
+    import signal
+    import subprocess
+    cluster = subprocess.Popen([accelsql_binary, "cluster", "local", "--executors", "2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    server = None
+    try:
+        scheduler = re.match(r"scheduler: (\S+)", cluster.stdout.readline()).group(1)
+        secret = re.match(r"secret-file: (\S*)", cluster.stdout.readline()).group(1)
+        server = subprocess.Popen(
+            [accelsql_binary, "serve", "--listen", "127.0.0.1:0", "--exasol-port", "0", "--in-memory",
+             "--quiet", "--cluster", scheduler, "--cluster-secret-file", secret],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        lines = [server.stdout.readline() for _ in range(3)]
+        token = re.match(r"token: (\S+)", lines[1]).group(1)
+        dsn = re.match(r"exasol: (\S+)", lines[2]).group(1)
+        c = pyexasol.connect(dsn=dsn, user="sys", password=token, encryption=False)
+        c.execute("CREATE TABLE spread AS SELECT * FROM generate_series(1, 10000)")
+        assert c.execute("SELECT count(*), sum(value) FROM spread").fetchone() == (10000, 50005000)
+        assert len(c.export_to_pandas("SELECT * FROM spread")) == 10000
+        assert c.execute("SELECT param_value FROM exa_metadata WHERE param_name = 'nodeCount'").fetchval() == "2"
+        c.close()
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+        cluster.send_signal(signal.SIGTERM)
+        cluster.wait(timeout=60)
