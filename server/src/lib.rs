@@ -56,6 +56,7 @@ use crate::sessions::SessionLimits;
 
 pub use auth::{DEFAULT_ROUNDS, Users, add_user, hash_entry, parse_basic};
 pub use error::{CODE_METADATA_KEY, Result, ServerError, coded_status, grpc_code, status_code};
+pub use exasol::read_request as read_exasol_request;
 pub use results::LogSink;
 pub use service::AccelsqlFlightSql;
 

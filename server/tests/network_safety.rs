@@ -100,6 +100,88 @@ fn code_of(e: &FlightError) -> (Code, String) {
     }
 }
 
+/// A minimal client of the Exasol port, sending what pyexasol sends: a login with the token
+/// encrypted by the server's RSA key, then one request and one answer at a time.
+struct ExaClient {
+    ws: tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    last: String,
+}
+
+impl ExaClient {
+    async fn login(addr: std::net::SocketAddr, user: &str, token: &str) -> Self {
+        use rsa::pkcs1::DecodeRsaPublicKey;
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}"), stream)
+            .await
+            .unwrap();
+        let mut c = Self {
+            ws,
+            last: String::new(),
+        };
+        let offer = c
+            .request(serde_json::json!({"command": "login", "protocolVersion": 3}))
+            .await;
+        let pem = offer["responseData"]["publicKeyPem"].as_str().unwrap();
+        let key = rsa::RsaPublicKey::from_pkcs1_pem(pem).unwrap();
+        let sealed = key
+            .encrypt(
+                &mut rand::thread_rng(),
+                rsa::Pkcs1v15Encrypt,
+                token.as_bytes(),
+            )
+            .unwrap();
+        use base64::Engine as _;
+        let password = base64::engine::general_purpose::STANDARD.encode(sealed);
+        let reply = c
+            .request(serde_json::json!({"username": user, "password": password}))
+            .await;
+        assert_eq!(reply["status"], "ok", "{reply}");
+        c
+    }
+
+    async fn send(&mut self, request: serde_json::Value) {
+        use futures::SinkExt;
+        let text = request.to_string();
+        self.last = text.chars().take(80).collect();
+        self.ws
+            .send(tokio_tungstenite::tungstenite::Message::Text(text.into()))
+            .await
+            .unwrap();
+    }
+
+    /// The next answer (heartbeats skipped).
+    async fn answer(&mut self) -> serde_json::Value {
+        use futures::StreamExt;
+        use tokio_tungstenite::tungstenite::Message;
+        loop {
+            match self.ws.next().await {
+                Some(Ok(Message::Text(t))) => return serde_json::from_str(&t).unwrap(),
+                Some(Ok(_)) => continue,
+                other => panic!(
+                    "the Exasol port closed the connection after {}: {other:?}",
+                    self.last
+                ),
+            }
+        }
+    }
+
+    async fn request(&mut self, request: serde_json::Value) -> serde_json::Value {
+        self.send(request).await;
+        self.answer().await
+    }
+
+    /// Runs `sql`: `Err(code)` for an error answer.
+    async fn execute(&mut self, sql: &str) -> Result<serde_json::Value, String> {
+        let reply = self
+            .request(serde_json::json!({"command": "execute", "sqlText": sql}))
+            .await;
+        match reply["status"].as_str() {
+            Some("ok") => Ok(reply),
+            _ => Err(reply["exception"]["sqlCode"].as_str().unwrap().to_string()),
+        }
+    }
+}
+
 fn mt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
@@ -614,8 +696,11 @@ fn soak_many_clients_with_timeouts_cancels_and_idle_connections_lose_nothing() {
         let server = ServerHandle::start(
             engine.clone(),
             ServerOptions {
-                handshake_timeout: Duration::from_secs(2),
+                // Short, for the idle strangers below; long enough for an Exasol-protocol login
+                // (two round trips and an RSA decryption) on two busy cores in a debug build.
+                handshake_timeout: Duration::from_secs(4),
                 session_grace: Duration::from_millis(500),
+                exasol_listen: Some("127.0.0.1:0".parse().unwrap()),
                 ..options()
             },
         )
@@ -794,8 +879,78 @@ fn soak_many_clients_with_timeouts_cancels_and_idle_connections_lose_nothing() {
                 done
             })
         };
+        // Clients of the Exasol port beside them, on the same engine and lease: GPU statements,
+        // script calls, an abortQuery of a GPU statement that holds or waits for the lease
+        // (57014 at once), and a client that disconnects while its GPU statement runs.
+        let exasol_clients: Vec<_> = (0..4)
+            .map(|i| {
+                let addr = server.exasol_addr().unwrap();
+                let token = server.token().unwrap().to_string();
+                tokio::spawn(async move {
+                    let mut c = ExaClient::login(addr, &format!("exa{i}"), &token).await;
+                    let (mut answered, mut aborted, mut walked) = (0usize, 0usize, 0usize);
+                    let mut codes = std::collections::BTreeMap::<String, usize>::new();
+                    let mut j = i;
+                    while Instant::now() < until {
+                        j += 1;
+                        match j % 4 {
+                            0 | 1 => {
+                                let sql = if j % 4 == 0 {
+                                    "SELECT slow_gpu(5)"
+                                } else {
+                                    "SELECT sum(twice(value)) FROM generate_series(1, 2000)"
+                                };
+                                match c.execute(sql).await {
+                                    Ok(_) => answered += 1,
+                                    Err(code) => *codes.entry(code).or_default() += 1,
+                                }
+                            }
+                            2 => {
+                                c.send(serde_json::json!({
+                                    "command": "execute", "sqlText": "SELECT slow_gpu(3000)"
+                                }))
+                                .await;
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                                let started = Instant::now();
+                                c.send(serde_json::json!({"command": "abortQuery"})).await;
+                                let reply = c.answer().await;
+                                let code = reply["exception"]["sqlCode"].as_str().unwrap_or("ok");
+                                assert_eq!(code, "57014", "{reply}");
+                                assert!(started.elapsed() < Duration::from_secs(2));
+                                aborted += 1;
+                            }
+                            _ => {
+                                c.send(serde_json::json!({
+                                    "command": "execute", "sqlText": "SELECT slow_gpu(3000)"
+                                }))
+                                .await;
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                drop(c);
+                                walked += 1;
+                                c = ExaClient::login(addr, &format!("exa{i}"), &token).await;
+                            }
+                        }
+                    }
+                    (answered, aborted, walked, codes)
+                })
+            })
+            .collect();
         let mut ok = [0usize; 5];
         let mut codes = std::collections::BTreeMap::<String, usize>::new();
+        let (mut exa_answered, mut exa_aborted, mut exa_walked) = (0, 0, 0);
+        for client in exasol_clients {
+            let (a, b, w, c) = client.await.unwrap();
+            (exa_answered, exa_aborted, exa_walked) =
+                (exa_answered + a, exa_aborted + b, exa_walked + w);
+            for (code, n) in c {
+                *codes.entry(code).or_default() += n;
+            }
+        }
+        eprintln!(
+            "soak: Exasol port: {exa_answered} answered, {exa_aborted} aborted, \
+             {exa_walked} walked away"
+        );
+        assert!(exa_answered > 0 && exa_aborted > 0 && exa_walked > 0);
         let (guessed, relogged) = (guesses.await.unwrap(), relogins.await.unwrap());
         eprintln!("soak: {guessed} wrong passwords refused; client0 logged in {relogged} times");
         assert!(guessed > 0 && relogged > 0);

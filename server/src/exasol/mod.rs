@@ -478,7 +478,13 @@ impl Connection {
         } else {
             let user = request["username"].as_str().unwrap_or_default().to_string();
             let sent = request["password"].as_str().unwrap_or_default();
-            let Some(password) = self.key.decrypt(sent) else {
+            // An RSA private-key operation: off the runtime's threads.
+            let (key, sent) = (Arc::clone(&self.key), sent.to_string());
+            let password = tokio::task::spawn_blocking(move || key.decrypt(&sent))
+                .await
+                .ok()
+                .flatten();
+            let Some(password) = password else {
                 return Err(Refusal::new(
                     "08004",
                     "the password was not encrypted with this server's login key",
@@ -841,6 +847,33 @@ impl Connection {
             "numericCharacters": ".,",
         });
         reply
+    }
+}
+
+/// Reads `frame` as the port reads a request, without a connection: the frame (zlib or not),
+/// its JSON, and the statement texts and values it carries (an `EXPORT`/`IMPORT` through HTTP, a
+/// prepared `INSERT`'s expansion to all its rows, a metadata command's query, parameter data).
+/// For the fuzz targets: nothing a client sends may panic here.
+#[doc(hidden)]
+pub fn read_request(frame: &[u8]) {
+    let text = inflate(frame).unwrap_or_else(|| String::from_utf8_lossy(frame).into_owned());
+    let Ok(request) = serde_json::from_str::<Value>(&text) else {
+        return;
+    };
+    let command = request["command"].as_str().unwrap_or_default();
+    if let Some(sql) = request["sqlText"].as_str() {
+        let _ = transfer::parse(sql);
+        if placeholders(sql).is_ok() {
+            let rows = request["numRows"].as_u64().unwrap_or(1).min(1000);
+            let _ = values_of_rows(sql, usize::try_from(rows).unwrap_or(1));
+        }
+    }
+    if metadata::COMMANDS.contains(&command) {
+        let _ = metadata::query(command, &request);
+    }
+    if let Some(columns) = request["data"].as_array() {
+        let values = columns.iter().filter_map(Value::as_array).flatten();
+        let _ = values.map(scalar).count();
     }
 }
 

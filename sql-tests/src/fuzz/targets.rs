@@ -110,6 +110,16 @@ const EXASOL_SEEDS: &[&str] = &[
     "SELECT TO_CHAR(DATE '2020-01-02', 'YYYY-MM-DD'), ADD_DAYS(DATE '2020-01-01', 3)",
 ];
 
+/// Requests of Exasol's WebSocket API as pyexasol sends them (the Exasol port).
+const EXASOL_REQUEST_SEEDS: &[&str] = &[
+    r#"{"command":"execute","sqlText":"EXPORT (\nSELECT a, 'x)' FROM t -- (\n) INTO CSV AT 'https://10.0.0.1:4242' PUBLIC KEY 'sha256//abc=' FILE '000.gz' WITH COLUMN NAMES"}"#,
+    r#"{"command":"execute","sqlText":"IMPORT INTO s.t(a, \"B\") FROM CSV AT 'http://1.2.3.4:5' FILE '000.csv' ENCODING = 'UTF8' NULL = 'NA' SKIP = 1 ROW SEPARATOR = 'CRLF' COLUMN SEPARATOR = ';'"}"#,
+    r#"{"command":"executePreparedStatement","statementHandle":1,"numColumns":2,"numRows":2,"columns":[{"name":"A"},{"name":"B"}],"data":[[1,2.5],["x",null]]}"#,
+    r#"{"command":"createPreparedStatement","sqlText":"INSERT INTO t (a, b) VALUES (?, ?)","numRows":3}"#,
+    r#"{"command":"getColumns","schema":"S%","table":null,"column":"%","tableTypes":["TABLE","VIEW"]}"#,
+    r#"{"command":"setAttributes","attributes":{"autocommit":false,"queryTimeout":5,"feedbackInterval":1,"resultSetMaxRows":10}}"#,
+];
+
 const ANNOTATION_SEEDS: &[&str] = &[
     "GpuNvidia",
     "GpuNvidia|None",
@@ -210,6 +220,19 @@ pub const TARGETS: &[Target] = &[
         run: Run::Direct(|input| {
             if let Input::Bytes(bytes) = input {
                 let _ = accelsql_engine::udf_runtime::script::decode_worker_frame(bytes);
+            }
+            Ok(())
+        }),
+    },
+    Target {
+        name: "exasol_requests",
+        input: |rng| {
+            let seed = rng.pick(EXASOL_REQUEST_SEEDS);
+            Input::Bytes(mutate_bytes(seed.as_bytes(), rng))
+        },
+        run: Run::Direct(|input| {
+            if let Input::Bytes(bytes) = input {
+                accelsql_server::read_exasol_request(bytes);
             }
             Ok(())
         }),
