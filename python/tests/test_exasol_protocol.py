@@ -161,7 +161,7 @@ def test_a_failed_import_loads_nothing_and_says_why(conn):
 def test_a_transfer_without_its_tunnel_is_refused(conn):
     with pytest.raises(pyexasol.ExaQueryError) as raised:
         conn.execute("EXPORT (SELECT 1) INTO CSV AT 'http://127.0.0.1:424242' FILE '000.csv'")
-    assert raised.value.code == "08T01"
+    assert raised.value.code == "08H01"
 
 
 def test_abort_query_from_another_thread_stops_a_running_statement(server):

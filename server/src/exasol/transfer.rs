@@ -20,7 +20,7 @@ use crate::service::AccelsqlFlightSql;
 use crate::sessions::ClientSession;
 
 /// The code of a transfer whose tunnel is missing or broke.
-pub(crate) const TRANSFER_FAILED: &str = "08T01";
+pub(crate) const TRANSFER_FAILED: &str = "08H01";
 
 /// The code of a statement of the transfers' grammar that accelsql does not run.
 const NOT_SUPPORTED: &str = "0A000";
@@ -551,7 +551,7 @@ impl Transfer {
                         .iter()
                         .position(|f| f.name() == want)
                         .ok_or_else(|| {
-                            TransferError::new("42703", format!("table {table} has no column {c}"))
+                            TransferError::new("42000", format!("table {table} has no column {c}"))
                         })
                 })
                 .collect::<Result<_, _>>()?,
