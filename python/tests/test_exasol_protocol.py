@@ -370,3 +370,38 @@ def test_the_port_on_a_cluster_front_end(accelsql_binary):
             server.wait(timeout=30)
         cluster.send_signal(signal.SIGTERM)
         cluster.wait(timeout=60)
+
+
+def test_a_million_rows_of_every_type_round_trip_compressed_and_encrypted(server):
+    """The issue's size: 1M rows of seven types through pyexasol's HTTP transport, both ways,
+    gzip-compressed inside TLS, checked value by value."""
+    np = pytest.importorskip("numpy")
+    pd = pytest.importorskip("pandas")
+    dsn, token, fingerprint = server
+    host, port = dsn.rsplit(":", 1)
+    conn = pyexasol.connect(dsn=f"{host}/{fingerprint}:{port}", user="sys", password=token,
+                            encryption=True, compression=True)
+    conn.execute("CREATE OR REPLACE TABLE million (i DECIMAL(18,0), d DECIMAL(12,2), f DOUBLE, "
+                 "s VARCHAR(100), b BOOLEAN, dt DATE, ts TIMESTAMP)")
+    n = 1_000_000
+    frame = pd.DataFrame({
+        "I": np.arange(n),
+        "D": np.round(np.arange(n) % 100_000 / 100, 2),
+        "F": np.arange(n) / 4,
+        "S": [None if i % 11 == 0 else f"s{i % 1000},\"{i}\"" for i in range(n)],
+        "B": np.arange(n) % 3 == 0,
+        "DT": (pd.Timestamp("2024-01-01") + pd.to_timedelta(np.arange(n) % 3650, unit="D")).date,
+        "TS": pd.Timestamp("2024-01-01") + pd.to_timedelta(np.arange(n) * 1001, unit="ms"),
+    })
+    conn.import_from_pandas(frame, "MILLION")
+    back = conn.export_to_pandas("SELECT * FROM million ORDER BY i")
+    conn.close()
+    assert back.shape == (n, 7)
+    assert (back["I"].to_numpy() == frame["I"].to_numpy()).all()
+    assert np.allclose(back["D"].to_numpy(), frame["D"].to_numpy())
+    assert (back["F"].to_numpy() == frame["F"].to_numpy()).all()
+    assert back["S"].isna().sum() == frame["S"].isna().sum()
+    assert (back["S"].fillna("") == frame["S"].fillna("")).all()
+    assert (back["B"].to_numpy() == frame["B"].to_numpy()).all()
+    assert (pd.to_datetime(back["DT"]).dt.date == pd.Series(frame["DT"])).all()
+    assert (pd.to_datetime(back["TS"]) == frame["TS"]).all()

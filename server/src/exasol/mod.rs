@@ -718,10 +718,23 @@ impl Connection {
         let refusal = |e: transfer::TransferError| Refusal::new(&e.code, e.text);
         if let Some(transfer) = transfer::parse(sql).map_err(refusal)? {
             let peer = self.peer.map(|p| p.ip());
-            let rows = transfer
-                .run(&self.service, &client, &self.tunnels, peer)
-                .await
-                .map_err(refusal)?;
+            let run = transfer.run(&self.service, &client, &self.tunnels, peer);
+            // The session's QUERY_TIMEOUT bounds the transfer's I/O with the client too.
+            let rows = if self.query_timeout > 0 {
+                let limit = std::time::Duration::from_secs(self.query_timeout);
+                tokio::time::timeout(limit, run).await.map_err(|_| {
+                    Refusal::new(
+                        "57T01",
+                        format!(
+                            "the transfer ran longer than QUERY_TIMEOUT ({} s)",
+                            self.query_timeout
+                        ),
+                    )
+                })?
+            } else {
+                run.await
+            }
+            .map_err(refusal)?;
             return Ok(json!({"resultType": "rowCount", "rowCount": rows}));
         }
         let (schema, batches) = self
