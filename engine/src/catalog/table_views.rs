@@ -167,6 +167,19 @@ fn session_tables(
     rows
 }
 
+/// Reads the tables (and views) the session may read (`true`: those its user owns).
+type ReadTables = dyn Fn(&SystemContext, bool) -> Vec<TableRow> + Send + Sync;
+
+/// A producer whose columns `make` builds from what `read` reads at each scan.
+fn over_tables(
+    read: &Arc<ReadTables>,
+    own: bool,
+    make: impl Fn(Vec<TableRow>) -> Vec<ArrayRef> + Send + Sync + 'static,
+) -> Box<Producer> {
+    let read = Arc::clone(read);
+    Box::new(move |engine| Ok(make(read(engine, own))))
+}
+
 /// Registers the views in `sys` (see the module docs); the tables of schemas `hidden` (the
 /// engine's own) are left out.
 pub(crate) fn register(
@@ -177,18 +190,19 @@ pub(crate) fn register(
 ) -> DfResult<()> {
     use DataType::{Boolean, UInt64, Utf8};
     let state = Arc::downgrade(&ctx.state_ref());
-    let tables = |own: bool| -> Box<Producer> {
-        let state = state.clone();
-        let who = Arc::clone(who);
-        Box::new(move |engine| {
-            let rows: Vec<TableRow> = state
+    let read: Arc<ReadTables> = {
+        let (state, who) = (std::sync::Weak::clone(&state), Arc::clone(who));
+        Arc::new(move |engine, own| {
+            state
                 .upgrade()
                 .map(|s| session_tables(&s.read(), engine, &who, hidden, own))
                 .unwrap_or_default()
-                .into_iter()
-                .filter(|t| t.kind == "TABLE")
-                .collect();
-            Ok(vec![
+        })
+    };
+    let tables = |own: bool| {
+        over_tables(&read, own, |rows| {
+            let rows: Vec<TableRow> = rows.into_iter().filter(|t| t.kind == "TABLE").collect();
+            vec![
                 strings(rows.iter().map(|t| Some(t.schema.clone()))),
                 strings(rows.iter().map(|t| Some(t.table.clone()))),
                 strings(rows.iter().map(|t| Some(t.owner.clone()))),
@@ -196,7 +210,7 @@ pub(crate) fn register(
                     rows.iter().map(|t| t.columns.len() as u64),
                 )) as ArrayRef,
                 strings(rows.iter().map(|_| None)),
-            ])
+            ]
         })
     };
     let table_columns = [
@@ -215,14 +229,8 @@ pub(crate) fn register(
         with_tables(table(&table_columns, tables(true))),
     )?;
 
-    let columns = |own: bool| -> Box<Producer> {
-        let state = state.clone();
-        let who = Arc::clone(who);
-        Box::new(move |engine| {
-            let tables = state
-                .upgrade()
-                .map(|s| session_tables(&s.read(), engine, &who, hidden, own))
-                .unwrap_or_default();
+    let columns = |own: bool| {
+        over_tables(&read, own, |tables| {
             let owners: Vec<String> = tables
                 .iter()
                 .flat_map(|t| t.columns.iter().map(|_| t.owner.clone()))
@@ -236,7 +244,7 @@ pub(crate) fn register(
             let number = |f: &dyn Fn(&ColumnRow) -> Option<u64>| -> ArrayRef {
                 Arc::new(rows.iter().map(f).collect::<UInt64Array>())
             };
-            Ok(vec![
+            vec![
                 text(&|r| Some(r.schema.clone())),
                 text(&|r| Some(r.table.clone())),
                 strings(kinds.iter().map(|k| Some((*k).to_string()))),
@@ -256,7 +264,7 @@ pub(crate) fn register(
                 text(&|_| None),
                 text(&|_| None),
                 Arc::new(rows.iter().map(|_| Some(false)).collect::<BooleanArray>()) as ArrayRef,
-            ])
+            ]
         })
     };
     let column_columns = [
@@ -285,25 +293,17 @@ pub(crate) fn register(
         with_tables(table(&column_columns, columns(true))),
     )?;
 
-    let objects: Box<Producer> = {
-        let state = state.clone();
-        let who = Arc::clone(who);
-        Box::new(move |engine| {
-            let rows = state
-                .upgrade()
-                .map(|s| session_tables(&s.read(), engine, &who, hidden, false))
-                .unwrap_or_default();
-            Ok(vec![
-                strings(rows.iter().map(|t| Some(t.table.clone()))),
-                strings(rows.iter().map(|t| Some(t.kind.to_string()))),
-                strings(rows.iter().map(|t| Some(t.owner.clone()))),
-                strings(rows.iter().map(|t| Some(t.schema.clone()))),
-                strings(rows.iter().map(|_| Some("SCHEMA".to_string()))),
-                Arc::new(rows.iter().map(|_| Some(false)).collect::<BooleanArray>()) as ArrayRef,
-                strings(rows.iter().map(|_| None)),
-            ])
-        })
-    };
+    let objects = over_tables(&read, false, |rows| {
+        vec![
+            strings(rows.iter().map(|t| Some(t.table.clone()))),
+            strings(rows.iter().map(|t| Some(t.kind.to_string()))),
+            strings(rows.iter().map(|t| Some(t.owner.clone()))),
+            strings(rows.iter().map(|t| Some(t.schema.clone()))),
+            strings(rows.iter().map(|_| Some("SCHEMA".to_string()))),
+            Arc::new(rows.iter().map(|_| Some(false)).collect::<BooleanArray>()) as ArrayRef,
+            strings(rows.iter().map(|_| None)),
+        ]
+    });
     ctx.register_table(
         "sys.exa_all_objects",
         with_tables(table(
@@ -319,27 +319,17 @@ pub(crate) fn register(
             objects,
         )),
     )?;
-    let views: Box<Producer> = {
-        let state = state.clone();
-        let who = Arc::clone(who);
-        Box::new(move |engine| {
-            let rows: Vec<TableRow> = state
-                .upgrade()
-                .map(|s| session_tables(&s.read(), engine, &who, hidden, false))
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|t| t.kind == "VIEW")
-                .collect();
-            Ok(vec![
-                strings(rows.iter().map(|t| Some(t.schema.clone()))),
-                strings(rows.iter().map(|t| Some(t.table.clone()))),
-                strings(rows.iter().map(|t| Some(t.schema.clone()))),
-                strings(rows.iter().map(|t| Some(t.owner.clone()))),
-                strings(rows.iter().map(|t| t.text.clone())),
-                strings(rows.iter().map(|_| None)),
-            ])
-        })
-    };
+    let views = over_tables(&read, false, |rows| {
+        let rows: Vec<TableRow> = rows.into_iter().filter(|t| t.kind == "VIEW").collect();
+        vec![
+            strings(rows.iter().map(|t| Some(t.schema.clone()))),
+            strings(rows.iter().map(|t| Some(t.table.clone()))),
+            strings(rows.iter().map(|t| Some(t.schema.clone()))),
+            strings(rows.iter().map(|t| Some(t.owner.clone()))),
+            strings(rows.iter().map(|t| t.text.clone())),
+            strings(rows.iter().map(|_| None)),
+        ]
+    });
     ctx.register_table(
         "sys.exa_all_views",
         with_tables(table(
