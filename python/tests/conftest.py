@@ -55,10 +55,17 @@ def accelsql_binary():
     return path
 
 
+class _ExasolServer(tuple):
+    """(Exasol address, token, fingerprint), and the Flight SQL URL as `.flight`."""
+
+    flight = None
+
+
 @pytest.fixture(scope="module")
 def exasol_server(tmp_path_factory, accelsql_binary):
     """An `accelsql serve --exasol-port` of one simulated GPU, for the module: its Exasol
-    address (HOST:PORT), its token (the password of `sys`), its TLS certificate's fingerprint."""
+    address (HOST:PORT), its token (the password of `sys`), its TLS certificate's fingerprint, and
+    its Flight SQL URL as `.flight`."""
     import re
     import subprocess
 
@@ -74,6 +81,8 @@ def exasol_server(tmp_path_factory, accelsql_binary):
     token = re.match(r"token: (\S+)", lines[1]).group(1)
     dsn = re.match(r"exasol: (\S+)", lines[2]).group(1)
     fingerprint = re.match(r"exasol-fingerprint: ([0-9A-F]{64})$", lines[3].strip()).group(1)
-    yield dsn, token, fingerprint
+    server = _ExasolServer((dsn, token, fingerprint))
+    server.flight = re.match(r"listening: (\S+)", lines[0]).group(1)
+    yield server
     proc.terminate()
     assert proc.wait(timeout=20) == 0

@@ -405,3 +405,22 @@ def test_a_million_rows_of_every_type_round_trip_compressed_and_encrypted(server
     assert (back["B"].to_numpy() == frame["B"].to_numpy()).all()
     assert (pd.to_datetime(back["DT"]).dt.date == pd.Series(frame["DT"])).all()
     assert (pd.to_datetime(back["TS"]) == frame["TS"]).all()
+
+
+def test_sessions_of_both_front_doors_show_in_one_system_table(server):
+    import accelsql
+    dsn, token, _ = server
+    exa = pyexasol.connect(dsn=dsn, user="sys", password=token, encryption=False)
+    flight = accelsql.connect(server.flight, user="sys", password=token)
+    rows = exa.execute("SELECT session_id, client, status FROM exa_all_sessions").fetchall()
+    clients = {int(session): client for session, client, _ in rows}
+    assert clients[int(exa.session_id())].lower().startswith("exasol websocket (pyexasol"), clients
+    assert "Flight SQL" in clients.values(), clients
+    assert {status for _, _, status in rows} == {"ACTIVE"}
+    # Seen from the Flight side too, and ended from there.
+    flight_rows = flight.execute("SELECT session_id FROM exa_all_sessions").fetchall()
+    assert int(exa.session_id()) in [int(r[0]) for r in flight_rows]
+    flight.execute(f"KILL SESSION {exa.session_id()}")
+    with pytest.raises(pyexasol.ExaError):
+        exa.execute("SELECT 1")
+    flight.close()

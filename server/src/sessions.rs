@@ -570,6 +570,8 @@ impl Sessions {
                 session
             }
         };
+        // The Exasol port says its own when it logs in.
+        session.set_client("Flight SQL");
         Ok(Arc::new(ClientSession::new(id, user.to_string(), session)))
     }
 

@@ -30,9 +30,10 @@ pub(crate) use super::system_table::{Producer, SystemContext, SystemTable, Table
 pub(crate) const SYSTEM_SCHEMA: &str = "sys";
 
 /// The tables of [`SYSTEM_SCHEMA`], which an unqualified name reaches from any schema.
-pub(crate) const SYSTEM_TABLES: [&str; 7] = [
+pub(crate) const SYSTEM_TABLES: [&str; 8] = [
     "exa_metadata",
     "exa_parameters",
+    "exa_all_sessions",
     "exa_all_scripts",
     "exa_user_scripts",
     "exa_all_connections",
@@ -361,6 +362,71 @@ pub(crate) fn register(
                     strings(rows.iter().map(|r| Some(r.0.to_string()))),
                     strings(rows.iter().map(|r| Some(r.1.clone()))),
                     strings(rows.iter().map(|r| Some(r.2.to_string()))),
+                ])
+            }),
+        ),
+    )?;
+
+    // The engine's live sessions: all of them for a session that sees every session's SQL
+    // (the embedding program's, a server's admin), else its own user's.
+    let viewer = Arc::clone(who);
+    ctx.register_table(
+        "sys.exa_all_sessions",
+        table(
+            &[
+                ("session_id", DataType::UInt64),
+                ("user_name", Utf8),
+                ("status", Utf8),
+                (
+                    "login_time",
+                    DataType::Timestamp(TimeUnit::Microsecond, None),
+                ),
+                ("client", Utf8),
+            ],
+            Box::new(move |engine| {
+                let sees_all = viewer.viewer().sees_all;
+                let mut sessions: Vec<_> = engine
+                    .state
+                    .sessions
+                    .all()
+                    .into_iter()
+                    .filter(|s| {
+                        sees_all
+                            || s.id == viewer.id
+                            || (s.account() == viewer.account() && s.user() == viewer.user())
+                    })
+                    .collect();
+                sessions.sort_by_key(|s| s.id);
+                let micros = |t: std::time::SystemTime| {
+                    t.duration_since(std::time::UNIX_EPOCH)
+                        .ok()
+                        .and_then(|d| i64::try_from(d.as_micros()).ok())
+                };
+                Ok(vec![
+                    Arc::new(UInt64Array::from_iter_values(sessions.iter().map(|s| s.id)))
+                        as ArrayRef,
+                    strings(sessions.iter().map(|s| {
+                        Some(crate::core::names::exasol_name(
+                            &s.user().unwrap_or_else(|| s.account()),
+                        ))
+                    })),
+                    strings(sessions.iter().map(|s| {
+                        Some(
+                            if s.kill.is_killed() {
+                                "KILLED"
+                            } else {
+                                "ACTIVE"
+                            }
+                            .to_string(),
+                        )
+                    })),
+                    Arc::new(
+                        sessions
+                            .iter()
+                            .map(|s| micros(s.opened))
+                            .collect::<TimestampMicrosecondArray>(),
+                    ) as ArrayRef,
+                    strings(sessions.iter().map(|s| s.client())),
                 ])
             }),
         ),

@@ -145,6 +145,10 @@ pub(crate) struct SessionIdentity {
     account: RwLock<String>,
     /// `KILL SESSION` ends it.
     pub(crate) kill: Arc<KillSwitch>,
+    /// When it was opened.
+    pub(crate) opened: std::time::SystemTime,
+    /// What it came through (a server's front door and its driver), as its server says.
+    client: RwLock<Option<String>>,
 }
 
 impl SessionIdentity {
@@ -159,7 +163,22 @@ impl SessionIdentity {
             grants: RwLock::new(Arc::new(Grants::sys())),
             account: RwLock::new(super::privileges::SYS_USER.to_string()),
             kill: Arc::default(),
+            opened: std::time::SystemTime::now(),
+            client: RwLock::new(None),
         }
+    }
+
+    /// What the session came through (`None`: the embedding program).
+    pub(crate) fn client(&self) -> Option<String> {
+        self.client
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Says what the session came through.
+    pub(crate) fn set_client(&self, client: &str) {
+        *self.client.write().unwrap_or_else(|e| e.into_inner()) = Some(client.to_string());
     }
 
     /// The catalog user whose privileges the session has.

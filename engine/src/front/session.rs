@@ -401,6 +401,12 @@ impl Session {
         self.identity.kill.is_killed()
     }
 
+    /// Says what the session came through (a server's front door and the client's driver),
+    /// as `EXA_ALL_SESSIONS` shows it.
+    pub fn set_client(&self, client: &str) {
+        self.identity.set_client(client);
+    }
+
     /// Completes once this session is ended by `KILL SESSION` (a server then closes the
     /// session's connection).
     pub async fn killed(&self) {

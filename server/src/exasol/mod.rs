@@ -517,6 +517,18 @@ impl Connection {
             client.id,
             peer.map_or("?".into(), |p| p.to_string())
         ));
+        let driver = request["driverName"]
+            .as_str()
+            .or(request["clientName"].as_str())
+            .unwrap_or("unknown driver");
+        let driver: String = driver
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(100)
+            .collect();
+        client
+            .session
+            .set_client(&format!("Exasol WebSocket ({driver})"));
         let session_id = client.session.id();
         // Statements arriving this way are Exasol's: read them in its dialect (a session may
         // still `SET accelsql.sql_dialect = 'datafusion'`).
