@@ -41,6 +41,20 @@ pub fn exasol_text(text: &str) -> String {
         _ => Some(Keyword::NoKeyword),
     });
     let sets = matches!(first, Some(Keyword::SET | Keyword::RESET));
+    // A connection's address, user and password keep `''` (Exasol keeps an empty address).
+    let words: Vec<String> = tokens
+        .iter()
+        .filter_map(|t| match t {
+            Token::Word(w) if w.quote_style.is_none() => Some(w.value.to_ascii_uppercase()),
+            Token::Whitespace(_) => None,
+            _ => Some(String::new()),
+        })
+        .take(4)
+        .collect();
+    let connection = matches!(
+        words.iter().map(String::as_str).collect::<Vec<_>>()[..],
+        ["CREATE" | "ALTER", "CONNECTION", ..] | ["CREATE", "OR", "REPLACE", "CONNECTION"]
+    );
     let mut changed = false;
     let mut after_connection = false;
     for token in &mut tokens {
@@ -53,8 +67,14 @@ pub fn exasol_text(text: &str) -> String {
                     changed = true;
                 }
             }
-            Token::SingleQuotedString(s) if s.is_empty() && !sets => {
+            Token::SingleQuotedString(s) if s.is_empty() && !sets && !connection => {
                 *token = Token::make_keyword("NULL");
+                changed = true;
+            }
+            // A number with an exponent is a DOUBLE in Exasol (`1e35`, `-1.7e-308`), where
+            // the dialect reads other numbers as exact decimals.
+            Token::Number(n, _) if n.contains(['e', 'E']) => {
+                *token = Token::make_word(&format!("CAST('{n}' AS DOUBLE)"), None);
                 changed = true;
             }
             _ => {}
@@ -189,6 +209,19 @@ fn described_as_exasol(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn exponent_literals_are_doubles_and_connections_keep_empty_strings() {
+        assert_eq!(
+            super::exasol_text("SELECT -1.7e-308, 1E35 - 1, 1.5, 'e5'"),
+            "SELECT -CAST('1.7e-308' AS DOUBLE), CAST('1E35' AS DOUBLE) - 1, 1.5, 'e5'"
+        );
+        assert_eq!(
+            super::exasol_text("CREATE OR REPLACE CONNECTION c TO '' USER 'u' IDENTIFIED BY ''"),
+            "CREATE OR REPLACE CONNECTION c TO '' USER 'u' IDENTIFIED BY ''"
+        );
+        assert_eq!(super::exasol_text("SELECT ''"), "SELECT NULL");
+    }
+
     use super::*;
 
     #[test]
