@@ -703,6 +703,11 @@ impl Session {
             if let Some(statement) =
                 parse_exasol_statement(exasol_piece.as_deref().unwrap_or(&piece.text))?
             {
+                let statement = match statement {
+                    ExasolStatement::Import(t) if exasol => ExasolStatement::Import(t.as_written()),
+                    ExasolStatement::Export(t) if exasol => ExasolStatement::Export(t.as_written()),
+                    other => other,
+                };
                 self.check_connection_change(&statement, &grants)?;
                 let stream = self.run_exasol(statement).await?;
                 if is_last_piece {

@@ -72,6 +72,21 @@ pub(crate) struct ScriptTransfer {
     pub(crate) created_by: Option<String>,
 }
 
+impl ScriptTransfer {
+    /// The transfer with its table and column texts as the statement wrote them, for one read
+    /// from the Exasol dialect's text (`exasol_text`, which swaps a quoted name's case): they
+    /// run again as SQL, which reads them in the dialect once more (the swap is its own
+    /// inverse).
+    pub(crate) fn as_written(mut self) -> Self {
+        use super::dialect::exasol_text;
+        self.table = self.table.map(|t| exasol_text(&t));
+        for (name, _) in &mut self.columns {
+            *name = exasol_text(name);
+        }
+        self
+    }
+}
+
 /// One token as the recogniser sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Tok {
