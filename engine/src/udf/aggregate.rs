@@ -5,7 +5,7 @@ use std::any::Any;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, ListArray, new_null_array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, ListArray};
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::ScalarValue;
@@ -166,17 +166,9 @@ impl Accumulator for GroupAccumulator {
         let rows = self.input.num_rows();
         let def = &self.udf.def;
         if rows == 0 {
-            // Only the one group of a call without GROUP BY can be empty. Exasol calls a script
-            // there once, with one row of NULLs; other UDFs are not called (NULL).
-            if !def.is_local() {
-                return ScalarValue::try_from(&self.udf.returns);
-            }
-            let nulls = self
-                .fields
-                .iter()
-                .map(|f| ColumnarValue::Array(new_null_array(f.data_type(), 1)))
-                .collect();
-            self.input.push(RunChunk::new(1, nulls))?;
+            // Only the one group of a call without GROUP BY can be empty: as Exasol, its
+            // result is one NULL and the UDF is not called.
+            return ScalarValue::try_from(&self.udf.returns);
         }
         let result = (|| {
             let ran = on_instance(
