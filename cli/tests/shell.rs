@@ -125,6 +125,30 @@ fn a_command_runs_every_statement_and_prints_each_result() {
 }
 
 #[test]
+fn a_schema_with_tables_is_dropped_with_cascade_and_kept_without() {
+    let out = accelsql(&[
+        "--format",
+        "csv",
+        "-c",
+        "CREATE SCHEMA gone; CREATE TABLE gone.t (x INT); DROP SCHEMA gone CASCADE; \
+         DROP SCHEMA IF EXISTS gone; SELECT count(*) AS n FROM information_schema.schemata \
+         WHERE schema_name = 'gone';",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "n\n0\n");
+    let out = accelsql(&[
+        "-c",
+        "CREATE SCHEMA kept; CREATE TABLE kept.t (x INT); DROP SCHEMA kept;",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("other tables depend on it"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn a_failing_command_prints_its_code_and_exits_1() {
     let out = accelsql(&["-c", "SELEC 1"]);
     assert_eq!(out.status.code(), Some(1));

@@ -92,6 +92,9 @@ pub struct Session {
     pub(super) txn: Arc<accelsql_storage::Transaction>,
     /// Its temporary tables (`CREATE TEMPORARY TABLE`).
     pub(super) temporary: Arc<crate::catalog::session_tables::TemporaryTables>,
+    /// Its catalog as registered (DataFusion's file-table wrapper around it cannot drop a
+    /// schema: `DROP SCHEMA` goes here).
+    catalog: Arc<crate::catalog::session_tables::SessionCatalog>,
     /// The statement about to be planned was `CREATE TEMPORARY TABLE` (the word is taken out
     /// of its text before DataFusion parses it).
     pub(super) next_temporary: AtomicBool,
@@ -287,13 +290,11 @@ impl Session {
             .catalog
             .default_catalog
             .clone();
-        ctx.register_catalog(
-            catalog_name,
-            Arc::new(crate::catalog::session_tables::SessionCatalog::new(
-                shared.tables.catalog(),
-                Arc::clone(&temporary),
-            )),
-        );
+        let catalog = Arc::new(crate::catalog::session_tables::SessionCatalog::new(
+            shared.tables.catalog(),
+            Arc::clone(&temporary),
+        ));
+        ctx.register_catalog(catalog_name, Arc::clone(&catalog) as _);
         if shared.url_tables {
             ctx = enable_url_tables(ctx, Arc::clone(&identity), shared.data_dir.clone());
         }
@@ -327,6 +328,7 @@ impl Session {
             memory,
             txn,
             temporary,
+            catalog,
             next_temporary: AtomicBool::new(false),
         }
     }
@@ -1398,12 +1400,29 @@ impl Session {
                     }
                     _ => None,
                 };
-                let stream = self
-                    .ctx
-                    .execute_logical_plan(plan)
-                    .await?
-                    .execute_stream()
-                    .await?;
+                let stream = if let LogicalPlan::Ddl(DdlStatement::DropCatalogSchema(drop)) = &plan
+                {
+                    use datafusion::catalog::CatalogProvider;
+                    let name = drop.name.schema_name();
+                    if self
+                        .catalog
+                        .deregister_schema(name, drop.cascade)?
+                        .is_none()
+                        && !drop.if_exists
+                    {
+                        return Err(EngineError::Sql(DataFusionError::Execution(format!(
+                            "Schema '{}' doesn't exist.",
+                            drop.name
+                        ))));
+                    }
+                    empty_stream()?
+                } else {
+                    self.ctx
+                        .execute_logical_plan(plan)
+                        .await?
+                        .execute_stream()
+                        .await?
+                };
                 if let Some(change) = schema_change {
                     self.apply_schema_change(change)?;
                 }
