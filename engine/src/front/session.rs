@@ -706,8 +706,8 @@ impl Session {
                 parse_exasol_statement(exasol_piece.as_deref().unwrap_or(&piece.text))?
             {
                 let statement = match statement {
-                    ExasolStatement::Import(t) if exasol => ExasolStatement::Import(t.as_written()),
-                    ExasolStatement::Export(t) if exasol => ExasolStatement::Export(t.as_written()),
+                    ExasolStatement::Import(t) if exasol => ExasolStatement::Import(t.into_written()),
+                    ExasolStatement::Export(t) if exasol => ExasolStatement::Export(t.into_written()),
                     other => other,
                 };
                 self.check_connection_change(&statement, &grants)?;

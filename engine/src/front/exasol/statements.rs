@@ -77,7 +77,7 @@ impl ScriptTransfer {
     /// from the Exasol dialect's text (`exasol_text`, which swaps a quoted name's case): they
     /// run again as SQL, which reads them in the dialect once more (the swap is its own
     /// inverse).
-    pub(crate) fn as_written(mut self) -> Self {
+    pub(crate) fn into_written(mut self) -> Self {
         use super::dialect::exasol_text;
         self.table = self.table.map(|t| exasol_text(&t));
         for (name, _) in &mut self.columns {
