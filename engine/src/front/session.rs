@@ -924,7 +924,7 @@ impl Session {
                 Piece::Text(t) => out.push_str(&t),
                 Piece::Import(statement) => match parse_exasol_statement(&statement)? {
                     Some(ExasolStatement::Import(t)) => {
-                        out.push_str(&import_query(&cx, t, true).await?);
+                        out.push_str(&import_query(&cx, t).await?);
                     }
                     _ => {
                         return Err(EngineError::Sql(DataFusionError::Plan(format!(
@@ -958,7 +958,7 @@ impl Session {
                 }
                 self.set_current_schema(&name);
             }
-            ExasolStatement::CloseSchema => self.set_current_schema(DEFAULT_SCHEMA),
+            ExasolStatement::CloseSchema => self.close_schema(),
             // Exasol's form of `SET accelsql.statement_timeout` (0: no bound), checked as it is
             // (a restricted session may only lower it).
             ExasolStatement::KillSession(id) => {
@@ -994,7 +994,7 @@ impl Session {
         SessionValues {
             db_time_zone: "UTC".to_string(),
             session_time_zone: zone,
-            current_schema: exasol_name(&self.current_schema()),
+            current_schema: self.scripts.open_schema().map(|s| exasol_name(&s)),
             current_user: self
                 .identity
                 .user()
@@ -1024,12 +1024,28 @@ impl Session {
         self.scripts.current_schema()
     }
 
+    /// The open schema as Exasol names it (`FN1`); `None` after `CLOSE SCHEMA`, as Exasol's
+    /// `CURRENT_SCHEMA` and its drivers' `currentSchema` attribute show it.
+    pub fn exasol_schema(&self) -> Option<String> {
+        self.scripts.open_schema().map(|s| exasol_name(&s))
+    }
+
     /// Makes `name` the current schema for tables (DataFusion's default schema) and scripts.
     fn set_current_schema(&self, name: &str) {
+        self.resolve_in(name, true);
+    }
+
+    /// `CLOSE SCHEMA`: no schema is open; unqualified names still resolve in the default one.
+    fn close_schema(&self) {
+        self.resolve_in(DEFAULT_SCHEMA, false);
+    }
+
+    /// Unqualified tables and scripts resolve in `name` from now on; `open`: it is the open schema.
+    fn resolve_in(&self, name: &str, open: bool) {
         let state = self.ctx.state_ref();
         let mut state = state.write();
         state.config_mut().options_mut().catalog.default_schema = name.to_string();
-        self.scripts.set_current_schema(name);
+        self.scripts.set_current_schema(name, open);
     }
 
     /// Before a `DROP SCHEMA`: without CASCADE, a schema holding scripts stays; with it, a
@@ -1086,7 +1102,7 @@ impl Session {
                         self.engine.scripts().drop_schema_scripts(&name)?;
                     }
                     if name == current {
-                        self.set_current_schema(DEFAULT_SCHEMA);
+                        self.close_schema();
                     }
                 }
             }

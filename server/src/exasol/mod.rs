@@ -857,7 +857,7 @@ impl Connection {
         let schema = self
             .session
             .as_ref()
-            .map(|(_, c)| c.session.current_schema())
+            .and_then(|(_, c)| c.session.exasol_schema())
             .unwrap_or_default();
         reply["attributes"] = json!({
             "autocommit": self.autocommit,

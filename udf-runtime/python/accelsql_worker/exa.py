@@ -264,10 +264,34 @@ def _make_exa(st):
     m.input_type = "SET" if st.is_set else "SCALAR"
     m.output_type = "EMIT" if st.emits else "RETURN"
     m.input_column_count = len(st.inputs)
-    m.input_columns = st.inputs
+    m.input_columns = [_meta_column(c) for c in st.inputs]
     m.output_column_count = len(st.outputs)
-    m.output_columns = st.outputs
+    # A RETURNS script's one column is RETURN, as Exasol names it.
+    m.output_columns = [_meta_column(c) for c in st.outputs] if st.emits else st.outputs
     return Exa(m)
+
+
+def _meta_column(c):
+    """Column c as exa.meta shows it: named as Exasol names it (the call-site column `a` is `A`,
+    a quoted `"b"` stays `b`); ctx keeps reading columns by the engine's names."""
+    m = Column()
+    for slot in Column.__slots__:
+        setattr(m, slot, getattr(c, slot))
+    m.name = _swap_case(c.name)
+    return m
+
+
+def _swap_case(name):
+    """The engine's name for a column as the Exasol dialect names it, each letter's case swapped
+    (accelsql folds unquoted names to lower case, Exasol to upper case); a letter whose other case
+    is not one letter mapping back (ß) is kept, as the engine keeps it."""
+    out = []
+    for ch in name:
+        other = ch.lower() if ch.isupper() else ch.upper() if ch.islower() else ch
+        if len(other) != 1 or (other.swapcase() if len(other.swapcase()) == 1 else None) != ch:
+            other = ch
+        out.append(other)
+    return "".join(out)
 
 
 def _exasol_name(name):

@@ -96,7 +96,7 @@ async fn generate(
         statement_id: cx.state.next_statement_id(),
         current_user: cx.grants.user.clone(),
         scope_user: cx.grants.user.clone(),
-        current_schema: Some(exasol_name(&cx.scripts.current_schema())),
+        current_schema: cx.scripts.open_schema().map(|s| exasol_name(&s)),
         node_count: cx.state.node.count,
         node_id: cx.state.node.id,
         ..WorkerContext::default()
@@ -139,20 +139,16 @@ pub(crate) async fn import(
             };
             format!("INSERT INTO {table}{columns} {generated}")
         }
-        None => import_query(cx, t, false).await?,
+        None => import_query(cx, t).await?,
     };
     cx.runner.run_sql(&sql).await
 }
 
-/// The query an IMPORT that gives rows (`IMPORT INTO (a INT, …) FROM SCRIPT …`, or one in a
-/// sub-select, `SELECT … FROM (IMPORT [INTO (a INT, …)] FROM SCRIPT …)`) stands for: the SQL the
-/// script generated, its columns cast to those named. In a sub-select the columns may be left
-/// out; the generated SQL's own columns are then the rows'.
-pub(crate) async fn import_query(
-    cx: &TransferContext<'_>,
-    t: ScriptTransfer,
-    in_subselect: bool,
-) -> Result<String> {
+/// The query an IMPORT that gives rows (`IMPORT [INTO (a INT, …)] FROM SCRIPT …`, at the top
+/// or in a sub-select, `SELECT … FROM (IMPORT …)`) stands for: the SQL the script generated,
+/// its columns cast to those named. The columns may be left out, as in Exasol; the generated
+/// SQL's own columns are then the rows'.
+pub(crate) async fn import_query(cx: &TransferContext<'_>, t: ScriptTransfer) -> Result<String> {
     if let Some(table) = &t.table {
         return Err(EngineError::Sql(DataFusionError::Plan(format!(
             "IMPORT INTO {table} writes a table; a sub-select can only IMPORT INTO (<name> \
@@ -164,8 +160,7 @@ pub(crate) async fn import_query(
         .iter()
         .map(|(name, ty)| (name.clone(), ty.clone().unwrap_or_default()))
         .unzip();
-    let untyped = names.is_empty() || types.iter().any(String::is_empty);
-    if untyped && !(in_subselect && names.is_empty()) {
+    if types.iter().any(String::is_empty) {
         return Err(EngineError::Sql(DataFusionError::Plan(
             "IMPORT INTO (…) FROM SCRIPT needs each column's name and type".into(),
         )));

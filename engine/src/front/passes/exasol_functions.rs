@@ -10,8 +10,9 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, Ident,
-    ObjectName, ObjectNamePart, Query, SelectItem, SetExpr, Value, VisitMut, VisitorMut,
+    BinaryOperator, CastKind, DataType, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArguments, Ident, ObjectName, ObjectNamePart, Query, SelectItem, SetExpr, Value,
+    VisitMut, VisitorMut,
 };
 
 /// What the niladic Exasol functions evaluate to in this session.
@@ -21,8 +22,8 @@ pub(crate) struct SessionValues {
     pub(crate) db_time_zone: String,
     /// `SESSIONTIMEZONE`.
     pub(crate) session_time_zone: String,
-    /// `CURRENT_SCHEMA`, as Exasol shows it.
-    pub(crate) current_schema: String,
+    /// `CURRENT_SCHEMA`, as Exasol shows it; `None` (NULL) with no schema open.
+    pub(crate) current_schema: Option<String>,
     /// `CURRENT_USER`: the session's user (`SYS` for the embedding program's).
     pub(crate) current_user: String,
 }
@@ -109,6 +110,22 @@ fn niladic(expr: &Expr) -> Option<String> {
     NILADIC.contains(&name.as_str()).then_some(name)
 }
 
+impl Mapper<'_> {
+    /// `CURRENT_SCHEMA`: the open schema's name, or a VARCHAR NULL with none open.
+    fn current_schema(&self) -> Expr {
+        match &self.values.current_schema {
+            Some(name) => string(name),
+            None => Expr::Cast {
+                kind: CastKind::Cast,
+                expr: Box::new(Expr::value(Value::Null)),
+                data_type: DataType::Varchar(None),
+                array: false,
+                format: None,
+            },
+        }
+    }
+}
+
 impl VisitorMut for Mapper<'_> {
     type Break = ();
 
@@ -134,7 +151,7 @@ impl VisitorMut for Mapper<'_> {
                 match ident.value.to_ascii_lowercase().as_str() {
                     "dbtimezone" => Some(string(&self.values.db_time_zone)),
                     "sessiontimezone" => Some(string(&self.values.session_time_zone)),
-                    "current_schema" => Some(string(&self.values.current_schema)),
+                    "current_schema" => Some(self.current_schema()),
                     "current_user" => Some(string(&self.values.current_user)),
                     _ => None,
                 }
@@ -161,7 +178,7 @@ impl VisitorMut for Mapper<'_> {
                     ("locate", [sub, s]) => Some(call(f, "strpos", vec![s.clone(), sub.clone()])),
                     ("dbtimezone", []) => Some(string(&self.values.db_time_zone)),
                     ("sessiontimezone", []) => Some(string(&self.values.session_time_zone)),
-                    ("current_schema", []) => Some(string(&self.values.current_schema)),
+                    ("current_schema", []) => Some(self.current_schema()),
                     ("current_user", []) => Some(string(&self.values.current_user)),
                     _ => None,
                 }
@@ -185,7 +202,7 @@ mod tests {
         let values = SessionValues {
             db_time_zone: "UTC".into(),
             session_time_zone: "EUROPE/BERLIN".into(),
-            current_schema: "LAB".into(),
+            current_schema: Some("LAB".into()),
             current_user: "ANN".into(),
         };
         map_exasol_functions(&mut statement, &values);

@@ -238,7 +238,7 @@ mod tests {
         let values = SessionValues {
             db_time_zone: "UTC".into(),
             session_time_zone: "UTC".into(),
-            current_schema: "PUBLIC".into(),
+            current_schema: Some("PUBLIC".into()),
             current_user: "SYS".into(),
         };
         let cx = PassContext {

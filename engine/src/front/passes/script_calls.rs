@@ -144,25 +144,27 @@ impl VisitorMut for Resolver<'_> {
         let SqlExpr::Function(Function { name, .. }) = expr else {
             return ControlFlow::Continue(());
         };
-        // Exasol's rule: a SET script's call may not sit inside a SCALAR script's.
-        let script = self
-            .script(name)
-            .map(|e| (e.set, qualified_function(&e.schema, &e.name)));
+        // Exasol's rule: a SET script that EMITS rows may not sit inside a SCALAR script's
+        // call; one that RETURNS a value is an aggregate, and its value may be an argument.
+        let script = self.script(name).map(|e| {
+            let emits = !matches!(e.output, StoredOutput::Returns(_));
+            (e.set, emits, qualified_function(&e.schema, &e.name))
+        });
         let inside_scalar = self
             .calls
             .last()
             .is_some_and(|calls| calls.iter().any(|scalar| *scalar));
-        if let Some((true, set_script)) = &script
+        if let Some((true, true, set_script)) = &script
             && inside_scalar
         {
             return ControlFlow::Break(name_error(format!(
-                "encapsulated set function: the SET script {set_script} is called inside a \
-                 SCALAR script's call; call it in a select of its own (a subquery) and pass \
-                 its result on"
+                "encapsulated set function: the SET script {set_script} EMITS rows and is \
+                 called inside a SCALAR script's call; call it in a select of its own (a \
+                 subquery) and pass its rows on"
             )));
         }
         if let Some(calls) = self.calls.last_mut() {
-            calls.push(matches!(script, Some((false, _))));
+            calls.push(matches!(script, Some((false, _, _))));
         }
         match name.0.as_slice() {
             [ObjectNamePart::Identifier(ident)] => {
@@ -311,14 +313,20 @@ mod tests {
     }
 
     #[test]
-    fn a_set_script_inside_a_scalar_scripts_call_is_encapsulated() {
+    fn a_set_emits_script_inside_a_scalar_scripts_call_is_encapsulated() {
         let mut set = (*entry("public", "agg")).clone();
         set.set = true;
-        let entries = [entry("public", "f"), Arc::new(set)];
-        let e = resolved("SELECT f(agg(x)) FROM t", &entries).unwrap_err();
+        let mut emits = set.clone();
+        emits.name = "rows".into();
+        emits.output = StoredOutput::Emits(vec![("a".into(), "INT".into())]);
+        let entries = [entry("public", "f"), Arc::new(set), Arc::new(emits)];
+        let e = resolved("SELECT f(rows(x)) FROM t", &entries).unwrap_err();
         assert!(e.to_string().contains("encapsulated set function"), "{e}");
-        let e = resolved("SELECT f(1 + public.agg(x)) FROM t", &entries).unwrap_err();
+        let e = resolved("SELECT f(1 + public.rows(x)) FROM t", &entries).unwrap_err();
         assert!(e.to_string().contains("encapsulated set function"), "{e}");
+        // A SET script that RETURNS is an aggregate: its value may be a SCALAR call's argument.
+        assert!(resolved("SELECT f(agg(x)) FROM t GROUP BY y", &entries).is_ok());
+        assert!(resolved("SELECT f(1 + public.agg(x)) FROM t", &entries).is_ok());
         // Beside it, around it, or in a subquery of its arguments: allowed.
         assert!(resolved("SELECT f(1), agg(x) FROM t", &entries).is_ok());
         assert!(resolved("SELECT abs(agg(x)), agg(f(x)) FROM t", &entries).is_ok());

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use accelsql_udf_runtime::script::{
@@ -65,6 +66,9 @@ pub(crate) struct SessionScripts {
     grants: Mutex<Arc<Grants>>,
     /// The current schema (`OPEN SCHEMA`), where unqualified scripts are created and found.
     current_schema: Mutex<String>,
+    /// Whether `CLOSE SCHEMA` closed it: names still resolve in the default schema, but
+    /// `exa.meta.current_schema` and `CURRENT_SCHEMA` are NULL, as in Exasol.
+    schema_closed: AtomicBool,
     /// The session's built-in functions and Rust UDFs: their plain names are never a script's.
     builtins: OnceLock<HashSet<String>>,
     /// `builtin_python3` as this session first found it (`find_python3` asks Python once per
@@ -87,6 +91,7 @@ impl SessionScripts {
             synced: Mutex::new((0, String::new(), Vec::new(), None)),
             grants: Mutex::new(Arc::new(Grants::sys())),
             current_schema: Mutex::new(DEFAULT_SCHEMA.to_string()),
+            schema_closed: AtomicBool::new(false),
             builtins: OnceLock::new(),
             builtin_python3: OnceLock::new(),
         }
@@ -326,9 +331,12 @@ impl SessionScripts {
     ) {
         let generation = catalog.generation();
         let current = self.current_schema();
+        let closed = self.schema_closed();
+        // The key the registered scripts were made for: schema, and whether it was closed.
+        let key = format!("{}{current}", if closed { "-" } else { "+" });
         let grants = self.grants();
         let mut synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
-        if synced.0 == generation && synced.1 == current && synced.3.as_ref() == Some(&grants) {
+        if synced.0 == generation && synced.1 == key && synced.3.as_ref() == Some(&grants) {
             return;
         }
         for name in synced.2.drain(..) {
@@ -349,7 +357,8 @@ impl SessionScripts {
             }
             // Registered even when its language cannot run here, so that a call says why.
             let interpreter = self.interpreter(&entry.language);
-            let reach = self.reach(entry, &entries, &connections, &current, &grants);
+            let mut reach = self.reach(entry, &entries, &connections, &current, &grants);
+            reach.links.schema_closed = closed;
             for function in functions {
                 let origin = ScriptOrigin {
                     entry: Arc::clone(entry),
@@ -357,6 +366,7 @@ impl SessionScripts {
                     runtime: self.travel_runtime(&entry.language),
                     session_id: self.session_id,
                     current_schema: current.clone(),
+                    schema_closed: closed,
                     scripts: Arc::clone(&reach.scripts),
                     connections: Arc::clone(&reach.connections),
                     denied: Arc::clone(&reach.denied),
@@ -378,7 +388,7 @@ impl SessionScripts {
             }
         }
         synced.0 = generation;
-        synced.1 = current;
+        synced.1 = key;
         synced.3 = Some(grants);
     }
 
@@ -425,6 +435,7 @@ impl SessionScripts {
             imports: script_imports(allowed.clone(), current.to_string(), denied.scripts.clone()),
             connections: script_connections(readable.clone(), denied.connections.clone()),
             current_schema: current.to_string(),
+            schema_closed: self.schema_closed(),
             node_count: self.node_count,
         };
         Reach {
@@ -477,12 +488,25 @@ impl SessionScripts {
             .clone()
     }
 
-    /// Makes `schema` the current schema (`OPEN SCHEMA`, `CREATE SCHEMA`, `CLOSE SCHEMA`).
-    pub(crate) fn set_current_schema(&self, schema: &str) {
+    /// Makes `schema` the current schema (`OPEN SCHEMA`, `CREATE SCHEMA`), or, with `open`
+    /// false, the schema names resolve in once `CLOSE SCHEMA` closed the current one.
+    pub(crate) fn set_current_schema(&self, schema: &str, open: bool) {
         *self
             .current_schema
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = schema.to_string();
+        self.schema_closed.store(!open, Ordering::Relaxed);
+    }
+
+    /// Whether `CLOSE SCHEMA` left the session without an open schema.
+    pub(crate) fn schema_closed(&self) -> bool {
+        self.schema_closed.load(Ordering::Relaxed)
+    }
+
+    /// The open schema, as `exa.meta.current_schema` and `CURRENT_SCHEMA` show it: `None`
+    /// after `CLOSE SCHEMA`.
+    pub(crate) fn open_schema(&self) -> Option<String> {
+        (!self.schema_closed()).then(|| self.current_schema())
     }
 
     /// Records the session's built-in function names (once, before any script is registered).
@@ -600,6 +624,7 @@ impl SessionScripts {
                 runtime: self.travel_runtime(&entry.language),
                 session_id: self.session_id,
                 current_schema: current.clone(),
+                schema_closed: reach.links.schema_closed,
                 scripts: Arc::clone(&reach.scripts),
                 connections: Arc::clone(&reach.connections),
                 denied: Arc::clone(&reach.denied),
@@ -647,7 +672,7 @@ async fn default_output_columns(
         session_id,
         current_user: user.to_string(),
         scope_user: user.to_string(),
-        current_schema: Some(exasol_name(&links.current_schema)),
+        current_schema: links.meta_schema(),
         node_count: links.node_count,
         ..WorkerContext::default()
     };

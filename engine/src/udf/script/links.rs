@@ -20,6 +20,8 @@ pub(crate) struct ScriptLinks {
     pub(crate) imports: ScriptImports,
     pub(crate) connections: ScriptConnections,
     pub(crate) current_schema: String,
+    /// Whether `CLOSE SCHEMA` closed it (`exa.meta.current_schema` is then NULL).
+    pub(crate) schema_closed: bool,
     /// How many nodes the engine's cluster has (`exa.meta.node_count`).
     pub(crate) node_count: usize,
 }
@@ -30,8 +32,16 @@ impl Default for ScriptLinks {
             imports: ScriptImports::default(),
             connections: ScriptConnections::default(),
             current_schema: String::new(),
+            schema_closed: false,
             node_count: 1,
         }
+    }
+}
+
+impl ScriptLinks {
+    /// `exa.meta.current_schema`: the open schema as Exasol names it, `None` once closed.
+    pub(crate) fn meta_schema(&self) -> Option<String> {
+        (!self.schema_closed).then(|| crate::core::names::exasol_name(&self.current_schema))
     }
 }
 

@@ -37,6 +37,8 @@ pub(crate) struct ScriptOrigin {
     pub(crate) session_id: u64,
     /// The session's current schema when the statement was planned.
     pub(crate) current_schema: String,
+    /// Whether `CLOSE SCHEMA` had closed it.
+    pub(crate) schema_closed: bool,
     /// Every script of the catalog, for `exa.import_script` (shared by a session's scripts).
     pub(crate) scripts: Arc<Vec<Arc<ScriptEntry>>>,
     /// Every connection of the catalog the script may read, for `exa.get_connection`.
@@ -63,6 +65,7 @@ struct OriginRef<'a> {
     runtime: &'a TravelRuntime,
     session_id: u64,
     current_schema: &'a str,
+    schema_closed: bool,
     scripts: Vec<&'a ScriptEntry>,
     connections: &'a [ConnectionEntry],
     denied: &'a Denied,
@@ -76,6 +79,8 @@ struct OriginOwned {
     runtime: TravelRuntime,
     session_id: u64,
     current_schema: String,
+    #[serde(default)]
+    schema_closed: bool,
     scripts: Vec<ScriptEntry>,
     connections: Vec<ConnectionEntry>,
     #[serde(default)]
@@ -91,6 +96,7 @@ impl ScriptOrigin {
             runtime: &self.runtime,
             session_id: self.session_id,
             current_schema: &self.current_schema,
+            schema_closed: self.schema_closed,
             scripts: self.scripts.iter().map(Arc::as_ref).collect(),
             connections: &self.connections,
             denied: &self.denied,
@@ -106,6 +112,7 @@ impl ScriptOrigin {
             runtime: owned.runtime,
             session_id: owned.session_id,
             current_schema: owned.current_schema,
+            schema_closed: owned.schema_closed,
             scripts: Arc::new(owned.scripts.into_iter().map(Arc::new).collect()),
             connections: Arc::new(owned.connections),
             denied: Arc::new(owned.denied),

@@ -18,7 +18,6 @@ use super::definition::{ScriptEntry, StoredOutput};
 use super::links::{ScriptLinks, script_connections, script_imports};
 use super::origin::{ScriptOrigin, TravelRuntime, builtin_python3};
 use crate::core::error::EngineError;
-use crate::core::names::exasol_name;
 use crate::udf::definition::ScalarUdf;
 use crate::udf::set::{RunInput, SetKernel, SetUdf};
 
@@ -129,7 +128,7 @@ pub(crate) fn script_udf_named(
     let runner = Arc::new(ScriptRunner {
         spec: Arc::clone(&spec),
         session_id,
-        current_schema: links.current_schema.clone(),
+        current_schema: links.meta_schema(),
         node_count: links.node_count,
         unavailable,
     });
@@ -288,8 +287,9 @@ pub(crate) fn finish_workers(
 struct ScriptRunner {
     spec: Arc<ScriptSpec>,
     session_id: u64,
-    /// The session's current schema when the script was registered (`exa.meta`).
-    current_schema: String,
+    /// The session's open schema when the script was registered (`exa.meta`), as Exasol
+    /// names it; `None` after `CLOSE SCHEMA`.
+    current_schema: Option<String>,
     /// `exa.meta.node_count`.
     node_count: usize,
     /// Why the script cannot run in this session (its language alias), if it cannot.
@@ -412,7 +412,7 @@ impl ScriptRunner {
                         device: ctx.device.clone(),
                         current_user: ctx.user.clone().unwrap_or_else(|| SCRIPT_USER.into()),
                         scope_user: ctx.user.clone().unwrap_or_else(|| SCRIPT_USER.into()),
-                        current_schema: Some(exasol_name(&self.current_schema)),
+                        current_schema: self.current_schema.clone(),
                         memory_limit: ctx.memory_limit.unwrap_or(0),
                         ..WorkerContext::default()
                     },
@@ -483,6 +483,7 @@ impl ScriptOrigin {
                 self.denied.connections.clone(),
             ),
             current_schema: self.current_schema.clone(),
+            schema_closed: self.schema_closed,
             node_count,
         };
         let udf = script_udf_named(
