@@ -558,8 +558,8 @@ def run(ctx):
         out[0].as_deref().unwrap(),
         format!(
             "F|TEST|{}|77|9|1|0|3|SET|EMIT|2|1|\
-             price|Decimal|DECIMAL(18,2)|18|2|None|\
-             label|str|VARCHAR(2000) UTF8|None|None|2000|\
+             PRICE|Decimal|DECIMAL(18,2)|18|2|None|\
+             LABEL|str|VARCHAR(2000) UTF8|None|None|2000|\
              DECIMAL(18,0)|18|0|('F', '3')|accelsql",
             python_language()
         )
@@ -1533,15 +1533,15 @@ def run(ctx):
             "output_column_count=int:1",
             "input_type=str:'SET'",
             "output_type=str:'RETURN'",
-            "i int DECIMAL(18,0) 18 0 None",
-            "n int DECIMAL(18,0) 18 0 None",
-            "d Decimal DECIMAL(10,3) 10 3 None",
-            "f float DOUBLE None None None",
-            "v str VARCHAR(123) UTF8 None None 123",
-            "c str CHAR(10) UTF8 None None 10",
-            "b bool BOOLEAN None None None",
-            "dt date DATE None None None",
-            "ts datetime TIMESTAMP None None None",
+            "I int DECIMAL(18,0) 18 0 None",
+            "N int DECIMAL(18,0) 18 0 None",
+            "D Decimal DECIMAL(10,3) 10 3 None",
+            "F float DOUBLE None None None",
+            "V str VARCHAR(123) UTF8 None None 123",
+            "C str CHAR(10) UTF8 None None 10",
+            "B bool BOOLEAN None None None",
+            "DT date DATE None None None",
+            "TS datetime TIMESTAMP None None None",
             "RETURN str VARCHAR(2000) UTF8 None None 2000",
         ]
     );
@@ -1651,7 +1651,7 @@ def default_output_columns():
 ";
     assert_eq!(
         call(body, &SingleCall::DefaultOutputColumns).unwrap(),
-        "x_out VARCHAR(123) UTF8, y_out DOUBLE -- 0"
+        "X_out VARCHAR(123) UTF8, Y_out DOUBLE -- 0"
     );
     let e = call(
         "def run(ctx):\n    pass\n",

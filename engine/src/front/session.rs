@@ -61,6 +61,7 @@ use crate::exec::planner::AccelQueryPlanner;
 use crate::exec::stream::StatementStream;
 use crate::plan::emits_rule::EmitsRule;
 use crate::plan::empty_strings::{EmptyStringsAreNull, empty_strings_as_null, nullable_strings};
+use crate::plan::exasol_booleans::ExasolBooleans;
 use crate::plan::placement::PlacementRule;
 use crate::plan::statement::StatementScope;
 use crate::plan::string_arithmetic::StringsInArithmetic;
@@ -304,6 +305,7 @@ impl Session {
         for f in node_functions(node.id as i64, node.count as i64) {
             ctx.register_udf(f);
         }
+        ctx.register_udf(crate::udf::wkt::geometry_function());
         let registry = engine.udfs().snapshot();
         for def in registry.scalar {
             ctx.register_udf(ScalarUDF::new_from_impl(AccelScalarUdf::new(def)));
@@ -1316,17 +1318,29 @@ impl Session {
         }
         state.add_analyzer_rule(Arc::new(PlacementRule::new(Arc::clone(&scope))));
         if exasol {
+            state.add_analyzer_rule(Arc::new(ExasolBooleans));
             state.add_analyzer_rule(Arc::new(EmptyStringsAreNull));
             state.register_expr_planner(Arc::new(StringsInArithmetic))?;
         }
         let schema_change = schema_change(&statement)
             .filter(|c| own.create_schema_opens || !matches!(c, SchemaChange::Create(_)));
         let upper_case = own.identifier_case == IdentifierCase::Upper;
+        let described_query = exasol.then(|| described_query(&statement)).flatten();
         let mut plan = match state.statement_to_plan(statement).await {
             Ok(plan) => plan,
             Err(e) if exasol => return Err(exasol_plan_error(e).into()),
             Err(e) => return Err(e.into()),
         };
+        if let (LogicalPlan::DescribeTable(describe), Some(query)) = (&mut plan, described_query) {
+            // `DESCRIBE SELECT …` shows the types the query's columns have once analyzed
+            // (a literal 'abc' is CHAR(3) ASCII), as its result would carry them.
+            let query = state.statement_to_plan(query).await?;
+            let analyzed =
+                state
+                    .analyzer()
+                    .execute_and_check(query, state.config_options(), |_, _| {})?;
+            describe.schema = Arc::new(analyzed.schema().as_arrow().clone());
+        }
         if !grants.is_all() {
             privileges::check_plan(
                 &plan,
@@ -1815,6 +1829,24 @@ fn params_as_planned(plan: &LogicalPlan, params: &[ScalarValue]) -> Result<Vec<S
             _ => value.clone(),
         })
         .collect())
+}
+
+/// The query of a `DESCRIBE SELECT …` statement, as a statement of its own.
+fn described_query(statement: &DfStatement) -> Option<DfStatement> {
+    use datafusion::sql::sqlparser::ast::{DescribeAlias, Statement};
+    let DfStatement::Statement(inner) = statement else {
+        return None;
+    };
+    match inner.as_ref() {
+        Statement::Explain {
+            describe_alias: DescribeAlias::Describe | DescribeAlias::Desc,
+            statement,
+            ..
+        } if matches!(statement.as_ref(), Statement::Query(_)) => {
+            Some(DfStatement::Statement(statement.clone()))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::{Field, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::common::metadata::FieldMetadata;
 use datafusion::common::{Column, DFSchema, TableReference};
 use datafusion::datasource::{MemTable, provider_as_source, source_as_provider};
@@ -169,12 +169,18 @@ pub(crate) fn insert_with_table_fields(plan: LogicalPlan) -> Result<LogicalPlan>
     }
     let target = dml.target.schema();
     let input = dml.input.schema();
+    let is_geometry = |field: &Field| {
+        field
+            .metadata()
+            .get(SQL_TYPE_METADATA_KEY)
+            .is_some_and(|t| t.starts_with("GEOMETRY"))
+    };
     if input.fields().len() != target.fields().len()
         || input
             .fields()
             .iter()
             .zip(target.fields())
-            .all(|(i, t)| i.metadata() == t.metadata())
+            .all(|(i, t)| i.metadata() == t.metadata() && !is_geometry(t))
     {
         return Ok(plan);
     }
@@ -182,9 +188,19 @@ pub(crate) fn insert_with_table_fields(plan: LogicalPlan) -> Result<LogicalPlan>
         .iter()
         .zip(target.fields())
         .map(|((qualifier, field), target)| {
-            let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
-            if field.metadata() == target.metadata() {
+            let mut column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
+            if field.metadata() == target.metadata() && !is_geometry(target) {
                 return column;
+            }
+            if is_geometry(target) {
+                // GEOMETRY's text as Exasol writes it (`POINT (1 1)`).
+                column = Expr::ScalarFunction(datafusion::logical_expr::expr::ScalarFunction::new_udf(
+                    Arc::new(crate::udf::wkt::geometry_function()),
+                    vec![Expr::Cast(datafusion::logical_expr::Cast::new(
+                        Box::new(column),
+                        DataType::Utf8,
+                    ))],
+                ));
             }
             let to = Field::new(field.name(), field.data_type().clone(), field.is_nullable())
                 .with_metadata(target.metadata().clone());

@@ -12,6 +12,7 @@
 pub(crate) mod emits_node;
 pub(crate) mod emits_rule;
 pub(crate) mod empty_strings;
+pub(crate) mod exasol_booleans;
 pub(crate) mod placement;
 pub(crate) mod statement;
 pub(crate) mod string_arithmetic;

@@ -3,7 +3,8 @@
 //! Owns the definitions of Rust UDFs ([`ScalarUdf`], [`SetUdf`]) with their accelerator
 //! annotations and kernels, the DataFusion adapters that run them (scalar functions, aggregate
 //! functions for SET RETURNS, placeholders for EMITS calls), one placed call's instance pool and
-//! counters (`call.rs`), the engine's UDF registry, the built-in UDFs and `iproc()`/`nproc()`, and
+//! counters (`call.rs`), the engine's UDF registry, the built-in UDFs, `iproc()`/`nproc()` and
+//! GEOMETRY's text (`wkt.rs`), and
 //! scripts as UDFs (`script/`: their definitions, options, names, what travels to a cluster's
 //! nodes, and the kernels that run them in worker processes).
 //!
@@ -21,6 +22,7 @@ mod scalar;
 pub(crate) mod script;
 mod set;
 pub(crate) mod sized;
+pub(crate) mod wkt;
 
 pub use self::aggregate::aggregate_runs_only_in_this_process;
 pub(crate) use self::aggregate::{AccelAggregateUdf, as_accel_aggregate};

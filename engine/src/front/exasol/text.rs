@@ -143,7 +143,7 @@ fn ends_string_type(tokens: &[Token], end: usize) -> bool {
     TYPES.iter().any(|t| is_word(&tokens[at], t))
 }
 
-/// `TIMESTAMP WITH LOCAL TIME ZONE` → `TIMESTAMP WITH TIME ZONE`.
+/// `TIMESTAMP[(p)] WITH LOCAL TIME ZONE` → `TIMESTAMP[(p)] WITH TIME ZONE`.
 fn local_time_zone(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
     let mut drop = vec![false; tokens.len()];
     for i in 0..tokens.len() {
@@ -151,7 +151,15 @@ fn local_time_zone(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
             continue;
         }
         let before = prev_solid(&tokens, i).filter(|&w| is_word(&tokens[w], "WITH"));
-        let ts = before.and_then(|w| prev_solid(&tokens, w));
+        let mut ts = before.and_then(|w| prev_solid(&tokens, w));
+        // `TIMESTAMP(6) WITH …`: back over the precision.
+        if let Some(close) = ts.filter(|&c| matches!(tokens[c], Token::RParen)) {
+            let number = prev_solid(&tokens, close).filter(|&n| matches!(tokens[n], Token::Number(..)));
+            let open = number
+                .and_then(|n| prev_solid(&tokens, n))
+                .filter(|&o| matches!(tokens[o], Token::LParen));
+            ts = open.and_then(|o| prev_solid(&tokens, o));
+        }
         let time = next_solid(&tokens, i).filter(|&t| is_word(&tokens[t], "TIME"));
         let zone = time.and_then(|t| next_solid(&tokens, t));
         if ts.is_some_and(|t| is_word(&tokens[t], "TIMESTAMP"))
@@ -501,6 +509,10 @@ mod tests {
         assert_eq!(
             rewrite_exasol_text("CREATE TABLE t (ts TIMESTAMP WITH LOCAL TIME ZONE, local INT)"),
             "CREATE TABLE t (ts TIMESTAMP WITH TIME ZONE, local INT)"
+        );
+        assert_eq!(
+            rewrite_exasol_text("CREATE TABLE t (ts TIMESTAMP(6) WITH LOCAL TIME ZONE)"),
+            "CREATE TABLE t (ts TIMESTAMP(6) WITH TIME ZONE)"
         );
         let same = "SELECT local FROM t WITH x";
         assert_eq!(rewrite_exasol_text(same), same);

@@ -10,8 +10,8 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
-    CastKind, ColumnDef, ColumnOption, DataType, DateTimeField, Expr, Interval, Statement, Value,
-    VisitMut, VisitorMut,
+    CastKind, ColumnDef, ColumnOption, DataType, DateTimeField, Expr, Interval, Statement,
+    TimezoneInfo, Value, VisitMut, VisitorMut,
 };
 
 /// Rewrites Exasol's types and interval literals throughout `statement`.
@@ -44,7 +44,14 @@ pub(crate) fn declared_column_types(statement: &DfStatement) -> Vec<(String, Str
         .columns
         .iter()
         .filter_map(|column| {
-            let sql_type = SqlType::parse(&column.data_type.to_string()).ok()?;
+            // `TIMESTAMP WITH LOCAL TIME ZONE`: the dialect's text pass wrote `WITH TIME ZONE`.
+            let text = match &column.data_type {
+                DataType::Timestamp(_, TimezoneInfo::WithTimeZone) => {
+                    "TIMESTAMP WITH LOCAL TIME ZONE".to_string()
+                }
+                other => other.to_string(),
+            };
+            let sql_type = SqlType::parse(&text).ok()?;
             let mut name = sql_type.exasol_name();
             // `CHAR(3) ASCII`: the dialect's text pass spelled it `CHARACTER SET ASCII`.
             let ascii = column.options.iter().any(|o| {
@@ -53,6 +60,12 @@ pub(crate) fn declared_column_types(statement: &DfStatement) -> Vec<(String, Str
             });
             if ascii && let Some(base) = name.strip_suffix(" UTF8") {
                 name = format!("{base} ASCII");
+            }
+            // `TIMESTAMP(3)`: a precision written is shown, as Exasol's DESCRIBE shows it.
+            if let DataType::Timestamp(Some(precision), _) = &column.data_type
+                && let Some(rest) = name.strip_prefix("TIMESTAMP")
+            {
+                name = format!("TIMESTAMP({precision}){rest}");
             }
             Some((folded(&column.name), name))
         })
@@ -92,9 +105,15 @@ impl VisitorMut for Types {
                     }),
                     _ => None,
                 };
+                let geometry = matches!(&*data_type, DataType::Custom(name, _)
+                    if name.to_string().eq_ignore_ascii_case("GEOMETRY"));
                 match literal {
                     Some(text) => *expr = interval_literal(text),
                     None => map_type(data_type),
+                }
+                if geometry {
+                    // GEOMETRY's text as Exasol writes it (`POINT (1 1)`).
+                    *expr = geometry_text(expr.clone());
                 }
             }
             Expr::Interval(Interval {
@@ -113,6 +132,28 @@ impl VisitorMut for Types {
         }
         ControlFlow::Continue(())
     }
+}
+
+/// `accelsql_geometry(expr)`: `expr`'s WKT as Exasol writes it.
+fn geometry_text(expr: Expr) -> Expr {
+    use datafusion::sql::sqlparser::ast::{
+        Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
+        ObjectName,
+    };
+    Expr::Function(Function {
+        name: ObjectName::from(vec![Ident::new(crate::udf::wkt::GEOMETRY_FUNCTION)]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(expr))],
+            clauses: Vec::new(),
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: Vec::new(),
+    })
 }
 
 fn map_column(column: &mut ColumnDef) {
@@ -241,7 +282,8 @@ mod tests {
     fn declared_column_types_are_read_before_mapping() {
         let statement = crate::front::passes::parse(
             "CREATE TABLE t (a INT, \"B\" VARCHAR(10), c GEOMETRY(4326), d INTERVAL YEAR TO MONTH, e CHAR(3), \
-             f CHAR(2) CHARACTER SET ascii)",
+             f CHAR(2) CHARACTER SET ascii, g TIMESTAMP(3), h TIMESTAMP, \
+             i TIMESTAMP(6) WITH TIME ZONE)",
         );
         assert_eq!(
             super::declared_column_types(&statement),
@@ -252,6 +294,10 @@ mod tests {
                 ("d".into(), "INTERVAL YEAR(2) TO MONTH".into()),
                 ("e".into(), "CHAR(3) UTF8".into()),
                 ("f".into(), "CHAR(2) ASCII".into()),
+                // A precision written is kept; the text pass wrote WITH LOCAL TIME ZONE so.
+                ("g".into(), "TIMESTAMP(3)".into()),
+                ("h".into(), "TIMESTAMP".into()),
+                ("i".into(), "TIMESTAMP(6) WITH LOCAL TIME ZONE".into()),
             ]
         );
         let select = crate::front::passes::parse("SELECT 1");
