@@ -531,6 +531,7 @@ mod tests {
             env: Vec::new(),
             code: "def run(ctx):\n  return ctx.x".into(),
             text: "CREATE PYTHON3 SCALAR SCRIPT f(x INT) RETURNS INT AS …".into(),
+            body: None,
             owner: None,
         }
     }

@@ -116,7 +116,10 @@ fn register_exasol_views(
                         .to_string(),
                     )
                 }),
-                column(&|e| Some(shown_text(&e.text, restricted))),
+                column(&|e| {
+                    let text = e.normalized_text(&|n| engine.shown_name(n));
+                    Some(shown_text(&text, restricted))
+                }),
                 column(&|_| None),
             ]);
             Ok(columns)

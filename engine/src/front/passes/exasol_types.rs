@@ -314,7 +314,7 @@ mod tests {
         );
         assert_eq!(
             mapped("SELECT CAST(x AS GEOMETRY), CAST(y AS INTERVAL DAY TO SECOND) FROM t"),
-            "SELECT CAST(x AS VARCHAR), CAST(y AS INTERVAL) FROM t"
+            "SELECT accelsql_geometry(CAST(x AS VARCHAR)), CAST(y AS INTERVAL) FROM t"
         );
     }
 

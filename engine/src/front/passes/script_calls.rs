@@ -265,6 +265,7 @@ mod tests {
             env: Vec::new(),
             code: String::new(),
             text: String::new(),
+            body: None,
             owner: None,
         })
     }

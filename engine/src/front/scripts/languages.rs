@@ -248,6 +248,7 @@ impl SessionScripts {
                     env: options.env,
                     code,
                     text: create.text,
+                    body: Some(create.body),
                     owner: (!grants.owns(None)).then(|| grants.user.clone()),
                 };
                 // Types and signature are checked now, not at the first call (an `EMITS (...)`

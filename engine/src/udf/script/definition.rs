@@ -30,6 +30,10 @@ pub(crate) struct ScriptEntry {
     pub(crate) code: String,
     /// The statement as the user wrote it.
     pub(crate) text: String,
+    /// The body after `AS` as written, options included (`None`: scripts stored before it was
+    /// kept; their text is shown as written).
+    #[serde(default)]
+    pub(crate) body: Option<String>,
     /// Its owner, the user who created it (`None`: SYS, and scripts stored before owners).
     #[serde(default)]
     pub(crate) owner: Option<String>,
@@ -74,6 +78,38 @@ impl ScriptEntry {
         }
     }
 
+    /// The text Exasol stores for the script (`SCRIPT_TEXT`), normalized from its definition:
+    /// `CREATE PYTHON3 SCALAR SCRIPT "F" ("X" DECIMAL(18,0)) RETURNS DOUBLE AS` and the body as
+    /// written on the lines after it; `shown` gives a name as the reader's dialect shows it.
+    /// Tools find scripts by it with `LIKE`.
+    pub(crate) fn normalized_text(&self, shown: &dyn Fn(&str) -> String) -> String {
+        let Some(body) = &self.body else {
+            return self.text.clone();
+        };
+        let quoted = |name: &str| format!("\"{}\"", shown(name).replace('"', "\"\""));
+        let typed = |cols: &[(String, String)]| {
+            cols.iter()
+                .map(|(n, t)| format!("{} {}", quoted(n), exasol_type_text(t)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let inputs = match &self.params {
+            None => "...".to_string(),
+            Some(params) => typed(params),
+        };
+        let output = match &self.output {
+            StoredOutput::Returns(t) => format!("RETURNS {}", exasol_type_text(t)),
+            StoredOutput::Emits(cols) => format!("EMITS ({})", typed(cols)),
+            StoredOutput::DynamicEmits => "EMITS (...)".to_string(),
+        };
+        format!(
+            "CREATE {} {} SCRIPT {} ({inputs}) {output} AS\n{body}",
+            self.language,
+            if self.set { "SET" } else { "SCALAR" },
+            quoted(&self.name),
+        )
+    }
+
     /// The options, as `%key value;` lines joined by spaces.
     pub(crate) fn options_text(&self) -> String {
         let mut parts = Vec::new();
@@ -104,6 +140,13 @@ fn exact_size(bytes: u64) -> String {
         }
     }
     bytes.to_string()
+}
+
+/// A type as Exasol writes it (`INT` is `DECIMAL(18,0)`, `VARCHAR(10)` is `VARCHAR(10) UTF8`).
+fn exasol_type_text(text: &str) -> String {
+    crate::udf_runtime::script::SqlType::parse(text)
+        .map(|t| t.exasol_name())
+        .unwrap_or_else(|_| text.to_uppercase())
 }
 
 fn columns_text(columns: &[(String, String)]) -> String {
