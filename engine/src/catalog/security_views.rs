@@ -3,6 +3,7 @@
 //! (what the session's user holds or owns) and `EXA_ALL_*`/`EXA_ROLE_*` (what it may see), and
 //! `EXA_CONSUMER_GROUPS`. Rows are read at scan time from the catalog and the session's grants.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, BooleanArray, TimestampMicrosecondArray, UInt64Array};
@@ -10,10 +11,10 @@ use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::error::Result as DfResult;
 
 use super::columns::strings;
-use super::security::SecurityState;
+use super::security::{Granted, SecurityState};
 use super::system_table::{Producer, TableMaker};
 use crate::core::owners::SessionIdentity;
-use crate::core::privileges::{Grants, SystemPrivilege};
+use crate::core::privileges::{DBA_ROLE, Grants, SYS_USER, SystemPrivilege};
 use crate::privilege_err;
 
 /// One value of a row.
@@ -177,7 +178,11 @@ pub(crate) fn register(
             format!("exa_{p}_sys_privs"),
             &[("grantee", Str), ("privilege", Str), ("admin_option", Bool)],
             scope,
-            Arc::new(move |st, g| granted_rows(&st.system_grants, |x| scope.shows(g, x))),
+            Arc::new(move |st, g| {
+                granted_rows(&with_dba_privileges(&st.system_grants), |x| {
+                    scope.shows(g, x)
+                })
+            }),
         )?;
         view(
             format!("exa_{p}_role_privs"),
@@ -187,7 +192,9 @@ pub(crate) fn register(
                 ("admin_option", Bool),
             ],
             scope,
-            Arc::new(move |st, g| granted_rows(&st.role_grants, |x| scope.shows(g, x))),
+            Arc::new(move |st, g| {
+                granted_rows(&with_sys_as_dba(&st.role_grants), |x| scope.shows(g, x))
+            }),
         )?;
         view(
             format!("exa_{p}_obj_privs"),
@@ -308,7 +315,11 @@ pub(crate) fn register(
         "exa_role_sys_privs".into(),
         &[("role", Str), ("privilege", Str), ("admin_option", Bool)],
         Scope::All,
-        Arc::new(|st, g| granted_rows(&st.system_grants, |x| g.holding.roles.contains(x))),
+        Arc::new(|st, g| {
+            granted_rows(&with_dba_privileges(&st.system_grants), |x| {
+                g.holding.roles.contains(x)
+            })
+        }),
     )?;
     // Every privilege there is (Exasol's EXA_SYSTEM_PRIVILEGES is not a view of grants).
     view(
@@ -366,8 +377,31 @@ pub(crate) fn register(
 }
 
 /// (grantee, privilege or role, admin option) rows of the grants to grantees `shown` picks.
+/// `grants` with the DBA role's privileges, as Exasol lists them: every system privilege, with
+/// the admin option (the engine gives them to the role without a stored grant).
+fn with_dba_privileges(grants: &BTreeSet<Granted>) -> BTreeSet<Granted> {
+    let mut all = grants.clone();
+    all.extend(SystemPrivilege::ALL.iter().map(|p| Granted {
+        grantee: DBA_ROLE.to_string(),
+        what: p.name().to_string(),
+        admin_option: true,
+    }));
+    all
+}
+
+/// `grants` with SYS's DBA role, as Exasol lists it (the engine's SYS holds it implicitly).
+fn with_sys_as_dba(grants: &BTreeSet<Granted>) -> BTreeSet<Granted> {
+    let mut all = grants.clone();
+    all.insert(Granted {
+        grantee: SYS_USER.to_string(),
+        what: DBA_ROLE.to_string(),
+        admin_option: true,
+    });
+    all
+}
+
 fn granted_rows(
-    grants: &std::collections::BTreeSet<super::security::Granted>,
+    grants: &BTreeSet<Granted>,
     shown: impl Fn(&str) -> bool,
 ) -> Vec<Vec<V>> {
     grants
