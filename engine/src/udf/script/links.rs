@@ -98,10 +98,14 @@ pub(crate) fn script_imports(
                 qualified_name: qualified_function(&entry.schema, &entry.name),
                 code: entry.code.clone(),
             }),
-            [] => Err(format!(
-                "script {} does not exist",
-                qualified_function(schema.as_deref().unwrap_or(&current), &name)
-            )),
+            [] => {
+                // Named as the script wrote it (its last reading).
+                let (schema, name) = readings.last().cloned().unwrap_or((schema, name));
+                Err(format!(
+                    "script {} does not exist",
+                    qualified_function(schema.as_deref().unwrap_or(&current), &name)
+                ))
+            }
             several => Err(format!(
                 "script name {name} is ambiguous: scripts {} exist; name its schema",
                 several

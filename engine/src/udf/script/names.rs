@@ -98,9 +98,9 @@ pub(crate) fn find_script(
 
 /// The readings of a script name as `exa.import_script` gets it (`name`, `schema.name`, or
 /// `catalog.schema.name` whose catalog is the engine's one; parts optionally `"quoted"`), as
-/// (schema, name) folded as SQL folds identifiers, in the order to try them: as written, then,
-/// when a part is quoted, with the quoted parts read as Exasol names (`"LIB"` is the script
-/// `CREATE SCRIPT lib` made, see `core/names.rs`).
+/// (schema, name) folded as SQL folds identifiers, in the order to try them: when a part is
+/// quoted, first with the quoted parts read as Exasol names (`"LIB"` is the script `CREATE SCRIPT
+/// lib` made, see `core/names.rs`), then as written.
 pub(crate) fn split_script_name(text: &str) -> Result<Vec<(Option<String>, String)>, String> {
     let bad =
         || format!("{text:?} is not a script name (name, schema.name or catalog.schema.name)");
@@ -155,7 +155,10 @@ pub(crate) fn split_script_name(text: &str) -> Result<Vec<(Option<String>, Strin
             .collect()
     };
     let mut readings = Vec::new();
-    for exasol in [false, true] {
+    // Exasol's reading first: `exa.import_script` is Exasol's API, and its scripts quote
+    // Exasol's names ('"bar"' is the script bar, not BAR); as written, second, for scripts
+    // that the default dialect named.
+    for exasol in [true, false] {
         let reading = match reading(exasol).as_slice() {
             [schema, name] => (Some(schema.clone()), name.clone()),
             [name] => (None, name.clone()),
@@ -201,15 +204,15 @@ mod tests {
             readings("EXA.s.lib"),
             [(Some("s".to_string()), "lib".to_string())]
         );
-        // Quoted: as written first, then as Exasol's name for the engine's.
+        // Quoted: as Exasol's name for the engine's first, then as written.
         assert_eq!(
             readings(r#""S"."LIB""#),
             [
-                (Some("S".to_string()), "LIB".to_string()),
-                (Some("s".to_string()), "lib".to_string())
+                (Some("s".to_string()), "lib".to_string()),
+                (Some("S".to_string()), "LIB".to_string())
             ]
         );
-        assert_eq!(readings(r#""a.b""#)[0], (None, "a.b".to_string()));
+        assert_eq!(readings(r#""a.b""#)[0], (None, "A.B".to_string()));
         assert!(split_script_name("a.b.c.d").is_err());
         assert!(split_script_name("").is_err());
         assert!(split_script_name(r#""open"#).is_err());
