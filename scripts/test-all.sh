@@ -76,8 +76,8 @@ started=$SECONDS
 if ! "$base_python" -m venv "$pkg_env" \
   || ! "$pkg_env/bin/python" -m pip install --quiet --disable-pip-version-check pytest pandas pyarrow numpy \
     adbc-driver-flightsql adbc-driver-manager dbapi-compliance polars 'sqlalchemy>=2' \
-    nbclient nbformat ipykernel jupysql deltalake 'pyexasol>=3,<4' 'sqlalchemy-exasol>=7,<8'; then
-  echo "test-all: ERROR: could not create $pkg_env with pytest, pandas, pyarrow, numpy, polars, SQLAlchemy, Jupyter (nbclient, ipykernel, JupySQL), the ADBC Flight SQL driver the DB-API compliance suite (dbapi-compliance), pyexasol 3 and sqlalchemy-exasol 7 from PyPI;" \
+    nbclient nbformat ipykernel jupysql deltalake 'pyexasol>=3,<4' 'sqlalchemy-exasol>=7,<8' prometheus-client; then
+  echo "test-all: ERROR: could not create $pkg_env with pytest, pandas, pyarrow, numpy, polars, SQLAlchemy, Jupyter (nbclient, ipykernel, JupySQL), the ADBC Flight SQL driver the DB-API compliance suite (dbapi-compliance), pyexasol 3, sqlalchemy-exasol 7 and prometheus-client from PyPI;" \
     "the Python package's tests need them" >&2
   exit 1
 fi

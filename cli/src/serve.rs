@@ -33,6 +33,16 @@ pub(crate) struct ServeArgs {
     /// --allow-cleartext-passwords). `--exasol-port` alone: Exasol's own port, 8563.
     #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "8563")]
     exasol_port: Option<u16>,
+    /// Open the operator's HTTP endpoint at HOST:PORT (loopback, unless
+    /// --allow-cleartext-passwords): `/metrics` for Prometheus, `/healthz` and `/readyz`, and a
+    /// live dashboard at `/` of the GPUs, the lease queue, sessions and UDF calls. It asks for
+    /// the same login (HTTP basic: a user with SELECT ANY DICTIONARY, or any name with the
+    /// token; or `Authorization: Bearer TOKEN`). The output's line `http: HOST:PORT` says where.
+    #[arg(long, value_name = "HOST:PORT")]
+    http: Option<SocketAddr>,
+    /// How statement log lines are written: `text` (key=value) or `json` (one object a line).
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
     /// Keep tables, scripts, users and connections in DIR, so that they survive a restart
     /// [default: $ACCELSQL_DATA_DIR, else ~/.local/share/accelsql].
     #[arg(long, value_name = "DIR")]
@@ -274,7 +284,14 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     let log: Option<accelsql_server::LogSink> = if args.quiet {
         None
     } else {
-        Some(Arc::new(|line: &str| eprintln!("accelsql serve: {line}")))
+        // `--log-format json`: a statement's line is one JSON object, as it is.
+        Some(Arc::new(|line: &str| {
+            if line.starts_with('{') {
+                eprintln!("{line}");
+            } else {
+                eprintln!("accelsql serve: {line}");
+            }
+        }))
     };
     let auth = match (&args.users, args.no_auth) {
         (Some(users), _) => ServerAuth::Users(users.clone()),
@@ -298,6 +315,8 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         exasol_listen: args
             .exasol_port
             .map(|port| SocketAddr::new(args.listen.ip(), port)),
+        http_listen: args.http,
+        log_json: args.log_format == "json",
         ..ServerOptions::default()
     };
     let gpus = engine.devices().len();
@@ -318,6 +337,9 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         head.push_str(&format!(
             "exasol: {exasol}\nexasol-fingerprint: {fingerprint}\n"
         ));
+    }
+    if let Some(http) = server.http_addr() {
+        head.push_str(&format!("http: {http}\n"));
     }
     out.write_all(head.as_bytes())
         .and_then(|()| out.flush())

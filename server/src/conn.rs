@@ -104,6 +104,11 @@ pub(crate) struct Connections {
 }
 
 impl Connections {
+    /// How many connections are open.
+    pub(crate) fn len(&self) -> usize {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     pub(crate) fn new(limits: ConnLimits, log: Option<LogSink>) -> Arc<Self> {
         Arc::new(Self {
             limits,

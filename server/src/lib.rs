@@ -32,6 +32,7 @@ mod coded;
 mod conn;
 mod error;
 mod exasol;
+mod http;
 mod login;
 mod metadata;
 mod results;
@@ -121,6 +122,13 @@ pub struct ServerOptions {
     /// A second address on which the server speaks Exasol's WebSocket API (pyexasol, the
     /// tools built on it) over the same engine, sessions and users; `None`: none.
     pub exasol_listen: Option<SocketAddr>,
+    /// The operator's HTTP endpoint (`/metrics`, `/healthz`, `/readyz`, the dashboard), which
+    /// asks for the same login; `None`: none. Loopback only, unless
+    /// [`ServerOptions::allow_cleartext_passwords`].
+    pub http_listen: Option<SocketAddr>,
+    /// Statement log lines as one JSON object each (statement, session, user, duration,
+    /// lease wait, outcome) instead of `key=value` text.
+    pub log_json: bool,
 }
 
 impl Default for ServerOptions {
@@ -143,6 +151,8 @@ impl Default for ServerOptions {
             shutdown_grace: Duration::from_secs(5),
             log: None,
             exasol_listen: None,
+            http_listen: None,
+            log_json: false,
         }
     }
 }
@@ -177,6 +187,8 @@ pub struct Server {
         Arc<exasol::LoginKey>,
         Arc<exasol::PortTls>,
     )>,
+    /// The HTTP endpoint's listener and address.
+    http: Option<(tokio::net::TcpListener, SocketAddr)>,
     service: AccelsqlFlightSql,
     tls: Option<Identity>,
     token: Option<String>,
@@ -301,6 +313,31 @@ impl Server {
             }
             None => None,
         };
+        results::LOG_JSON.store(options.log_json, std::sync::atomic::Ordering::Relaxed);
+        let http = match options.http_listen {
+            Some(at) => {
+                if !at.ip().is_loopback() && !options.allow_cleartext_passwords {
+                    return Err(ServerError::Config {
+                        message: format!(
+                            "the HTTP endpoint would take credentials at {at} in clear text: \
+                             give it a loopback address (--http 127.0.0.1:PORT), or pass \
+                             --allow-cleartext-passwords on a network you trust"
+                        ),
+                    });
+                }
+                let listener =
+                    tokio::net::TcpListener::bind(at)
+                        .await
+                        .map_err(|e| ServerError::Network {
+                            message: format!("cannot listen on {at} (HTTP): {e}"),
+                        })?;
+                let bound = listener.local_addr().map_err(|e| ServerError::Network {
+                    message: format!("no local address: {e}"),
+                })?;
+                Some((listener, bound))
+            }
+            None => None,
+        };
         let connections = Connections::new(
             ConnLimits {
                 handshake_timeout: options.handshake_timeout,
@@ -337,11 +374,17 @@ impl Server {
             listener,
             addr,
             exasol,
+            http,
             service,
             tls,
             token,
             options,
         })
+    }
+
+    /// The address of the HTTP endpoint (`--http`), when the server has one.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(|(_, addr)| *addr)
     }
 
     /// The address of the Exasol-protocol port, when the server has one.
@@ -393,6 +436,7 @@ impl Server {
         let Self {
             listener,
             exasol,
+            http,
             service,
             tls,
             options,
@@ -401,6 +445,7 @@ impl Server {
         let exasol = exasol.map(|(listener, _, key, tls)| {
             tokio::spawn(exasol::serve(listener, service.clone(), key, tls))
         });
+        let http = http.map(|(listener, _)| tokio::spawn(http::serve(listener, service.clone())));
         let flight = FlightServiceServer::new(coded::Coded(service.clone()))
             .max_decoding_message_size(options.max_message_size)
             .max_encoding_message_size(options.max_message_size);
@@ -461,6 +506,9 @@ impl Server {
         reloader.abort();
         if let Some(exasol) = exasol {
             exasol.abort();
+        }
+        if let Some(http) = http {
+            http.abort();
         }
         service.inner().sessions.close_all();
         outcome

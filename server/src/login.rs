@@ -197,6 +197,7 @@ impl Login {
             return Ok(if user.is_empty() { "-".into() } else { user });
         }
         self.failed(&keys);
+        crate::http::metrics::record_login_failure();
         Err(unauthenticated_err!("wrong user or password"))
     }
 

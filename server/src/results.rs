@@ -37,6 +37,11 @@ pub(crate) fn log_word(text: &str) -> String {
     }
 }
 
+/// Whether statement log lines are JSON objects (`serve --log-format json`) rather than
+/// `key=value` text; one format per process.
+pub(crate) static LOG_JSON: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// What the log line says about a statement besides its outcome.
 pub(crate) struct StatementLog {
     pub(crate) number: u64,
@@ -56,6 +61,7 @@ impl StatementLog {
         outcome: &str,
     ) -> String {
         let mut gpu = Vec::new();
+        let mut placements = Vec::new();
         let mut wait = None;
         if let Some(id) = self.statement_id {
             for call in engine.calls_of(id) {
@@ -63,23 +69,46 @@ impl StatementLog {
                     Placement::Gpu => format!("GPU{:?}", call.devices),
                     Placement::Cpu => "CPU".to_string(),
                 };
+                placements.push(match call.decision.placement {
+                    Placement::Gpu => "gpu",
+                    Placement::Cpu => "cpu",
+                });
                 gpu.push(format!("{}:{place}", log_word(&call.decision.udf)));
                 if call.lease_wait.is_some() {
                     wait = call.lease_wait;
                 }
             }
         }
+        let elapsed = self.started.elapsed();
+        crate::http::metrics::record_statement(outcome, elapsed, &placements, wait);
         let text: String = self.sql.split_whitespace().collect::<Vec<_>>().join(" ");
         let text: String = text.chars().take(80).collect();
+        let ms = elapsed.as_secs_f64() * 1e3;
+        let wait_ms = wait.map(|w| w.as_secs_f64() * 1e3);
+        if LOG_JSON.load(std::sync::atomic::Ordering::Relaxed) {
+            return serde_json::json!({
+                "session": client.id,
+                "user": client.user,
+                "stmt": self.number,
+                "statement_id": self.statement_id,
+                "duration_ms": (ms * 10.0).round() / 10.0,
+                "rows": rows,
+                "udfs": gpu,
+                "lease_wait_ms": wait_ms.map(|w| (w * 10.0).round() / 10.0),
+                "outcome": outcome,
+                "sql": text,
+            })
+            .to_string();
+        }
         format!(
             "session={} user={} stmt={} id={} ms={:.1} rows={rows} udfs=[{}] lease_wait_ms={} outcome={outcome} sql={text:?}",
             client.id,
             log_word(&client.user),
             self.number,
             self.statement_id.map_or("-".to_string(), |i| i.to_string()),
-            self.started.elapsed().as_secs_f64() * 1e3,
+            ms,
             gpu.join(","),
-            wait.map_or("-".to_string(), |w| format!("{:.1}", w.as_secs_f64() * 1e3)),
+            wait_ms.map_or("-".to_string(), |w| format!("{w:.1}")),
         )
     }
 }

@@ -687,7 +687,6 @@ impl Sessions {
     }
 
     /// How many sessions are open.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         lock(&self.sessions).len()
     }

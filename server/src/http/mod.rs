@@ -1,0 +1,275 @@
+//! The operator's HTTP endpoint (`serve --http HOST:PORT`), beside the data ports: `/metrics`
+//! (Prometheus' text format), `/healthz` and `/readyz` for process managers, and a live
+//! dashboard at `/` (served from the binary) with its JSON (`/api/state`: devices, the lease
+//! queue, sessions, recent UDF calls, per node) and `/api/kill` (`KILL SESSION n`).
+//!
+//! Every page but the probes asks for the data port's login — HTTP basic credentials (a user
+//! of the users file, or any name with the token), or `Authorization: Bearer TOKEN` — and for
+//! the `SELECT ANY DICTIONARY` privilege. The dashboard's data are the system tables read in a
+//! session of that user, so it shows what the user could read with SQL and no more; its kill
+//! runs as that user. Requests are small and bounded: bodies of 4 KiB at most, one scrape at a
+//! time; the endpoint shares nothing with the data ports but the engine.
+
+pub(crate) mod metrics;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use accelsql_engine::Session;
+use axum::Router;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+
+use crate::service::AccelsqlFlightSql;
+use crate::sessions::Caller;
+
+/// The dashboard page: one file, no requests beyond this endpoint.
+const DASHBOARD: &str = include_str!("dashboard.html");
+
+/// What the handlers share.
+#[derive(Clone)]
+struct Http {
+    service: AccelsqlFlightSql,
+    /// An unrestricted session of the engine, for the metrics' live gauges.
+    monitor: Arc<Session>,
+}
+
+/// Serves the endpoint on `listener` until the task is dropped.
+pub(crate) async fn serve(listener: tokio::net::TcpListener, service: AccelsqlFlightSql) {
+    let monitor = Arc::new(service.inner().engine.session());
+    let http = Http { service, monitor };
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(|| async { "ready\n" }))
+        .route("/metrics", get(metrics_page))
+        .route("/", get(dashboard))
+        .route("/api/state", get(state))
+        .route("/api/kill", post(kill))
+        .layer(DefaultBodyLimit::max(4096))
+        .with_state(http);
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
+    if let Err(e) = axum::serve(listener, app).await {
+        log::error!("HTTP endpoint stopped: {e}");
+    }
+}
+
+/// A refusal: status and a one-line message with accelsql's code.
+fn refused(status: StatusCode, code: &str, message: &str) -> Response {
+    let text = if message.starts_with('[') {
+        format!("{message}\n")
+    } else {
+        format!("[{code}] {message}\n")
+    };
+    let mut response = (status, text).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"accelsql\", charset=\"UTF-8\""),
+        );
+    }
+    response
+}
+
+/// A session of the user the request's credentials name, if they may monitor (see the module
+/// docs); its token, to close it with.
+async fn authorize(
+    http: &Http,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+) -> Result<(String, Arc<crate::sessions::ClientSession>), Response> {
+    let inner = http.service.inner();
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let basic = match given {
+        Some(v) if v.len() > 8192 => None,
+        Some(v) => match v.strip_prefix("Bearer ") {
+            Some(token) => Some(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("token:{token}"))
+            )),
+            None => Some(v.to_string()),
+        },
+        None => None,
+    };
+    let user = if inner.login.required() {
+        let Some(basic) = basic else {
+            return Err(refused(
+                StatusCode::UNAUTHORIZED,
+                "28000",
+                "log in with the data port's credentials (a user, or the token)",
+            ));
+        };
+        match inner.login.check(Some(&basic), Some(peer.ip())).await {
+            Ok(user) => user,
+            Err(e) => {
+                http.service
+                    .log(&format!("HTTP login refused from {peer}: {e}"));
+                return Err(refused(StatusCode::UNAUTHORIZED, e.code(), &e.to_string()));
+            }
+        }
+    } else {
+        "-".to_string()
+    };
+    let (token, client) = inner
+        .sessions
+        .open_with_token(&user, None)
+        .map_err(|e| refused(StatusCode::SERVICE_UNAVAILABLE, e.code(), &e.to_string()))?;
+    client.session.set_client("HTTP dashboard");
+    let may = client
+        .session
+        .sql(
+            "SELECT count(*) AS n FROM exa_session_privs \
+             WHERE privilege = 'SELECT ANY DICTIONARY'",
+        )
+        .await
+        .map(|b| metrics::batch_rows(&b))
+        .ok()
+        .and_then(|rows| rows.first().and_then(|r| r.first().cloned()))
+        .and_then(|(_, n)| n)
+        .is_some_and(|n| n != "0");
+    if !may {
+        inner.sessions.close(Caller::Token(&token));
+        return Err(refused(
+            StatusCode::FORBIDDEN,
+            "42000",
+            "insufficient privileges: the monitoring endpoint needs SELECT ANY DICTIONARY",
+        ));
+    }
+    Ok((token, client))
+}
+
+async fn metrics_page(
+    State(http): State<Http>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    let (token, _) = match authorize(&http, &headers, peer).await {
+        Ok(authorized) => authorized,
+        Err(refusal) => return refusal,
+    };
+    let inner = http.service.inner();
+    inner.sessions.close(Caller::Token(&token));
+    let text = metrics::render(
+        &http.monitor,
+        inner.sessions.len(),
+        inner.connections.len(),
+    )
+    .await;
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn dashboard(
+    State(http): State<Http>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    match authorize(&http, &headers, peer).await {
+        Ok((token, _)) => {
+            http.service.inner().sessions.close(Caller::Token(&token));
+            Html(DASHBOARD).into_response()
+        }
+        Err(refusal) => refusal,
+    }
+}
+
+/// The rows of `sql` in `session` as JSON objects; an error as `{"error": …}`.
+async fn json_rows(session: &Session, sql: &str) -> Value {
+    match session.sql(sql).await {
+        Ok(batches) => Value::Array(
+            metrics::batch_rows(&batches)
+                .into_iter()
+                .map(|row| {
+                    Value::Object(
+                        row.into_iter()
+                            .map(|(k, v)| (k, v.map_or(Value::Null, Value::String)))
+                            .collect::<Map<_, _>>(),
+                    )
+                })
+                .collect(),
+        ),
+        Err(e) => json!({ "error": e.to_string() }),
+    }
+}
+
+async fn state(
+    State(http): State<Http>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    let (token, client) = match authorize(&http, &headers, peer).await {
+        Ok(authorized) => authorized,
+        Err(refusal) => return refusal,
+    };
+    let session = &client.session;
+    let own = session.id();
+    let body = json!({
+        "devices": json_rows(session, "SELECT * FROM accelsql.gpu_devices ORDER BY node, index").await,
+        "leases": json_rows(
+            session,
+            "SELECT * FROM accelsql.gpu_leases WHERE state IN ('holding', 'waiting') \
+             ORDER BY node, state, lease_id",
+        )
+        .await,
+        "sessions": json_rows(
+            session,
+            &format!("SELECT * FROM exa_all_sessions WHERE session_id <> {own} ORDER BY session_id"),
+        )
+        .await,
+        "calls": json_rows(
+            session,
+            "SELECT * FROM accelsql.udf_calls ORDER BY statement_id DESC, call_id LIMIT 50",
+        )
+        .await,
+    });
+    http.service.inner().sessions.close(Caller::Token(&token));
+    (
+        [(header::CACHE_CONTROL, "no-store")],
+        axum::Json(body),
+    )
+        .into_response()
+}
+
+/// `POST /api/kill?session=N`: `KILL SESSION N`, as the user who asks.
+async fn kill(
+    State(http): State<Http>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let (token, client) = match authorize(&http, &headers, peer).await {
+        Ok(authorized) => authorized,
+        Err(refusal) => return refusal,
+    };
+    let target = query.get("session").and_then(|s| s.parse::<u64>().ok());
+    let answer = match target {
+        None => refused(
+            StatusCode::BAD_REQUEST,
+            "22023",
+            "give the session to end: /api/kill?session=N",
+        ),
+        Some(id) => match client.session.sql(&format!("KILL SESSION {id}")).await {
+            Ok(_) => {
+                http.service.log(&format!(
+                    "session={id} killed from the HTTP dashboard by {}",
+                    client.user
+                ));
+                axum::Json(json!({ "killed": id })).into_response()
+            }
+            Err(e) => refused(StatusCode::BAD_REQUEST, e.code(), &e.to_string()),
+        },
+    };
+    http.service.inner().sessions.close(Caller::Token(&token));
+    answer
+}
