@@ -769,7 +769,7 @@ fn emit_in_returns_and_next_in_scalar_are_errors() {
     let e = w.run(1, &[]).unwrap_err();
     assert!(
         e.to_string()
-            .contains("next() is not allowed in this script: it is a SCALAR script"),
+            .contains("next() is not allowed in this script: F-UDF-CL-SL-PYTHON-1107"),
         "{e}"
     );
 

@@ -185,6 +185,19 @@ pub enum EngineError {
         what: String,
     },
 
+    /// A refused action Exasol words as `insufficient privileges for calling script S` or `…
+    /// for using connection C`: its words, then which privilege it needs (42501).
+    #[error(
+        "[{}] insufficient privileges for {action}: it needs {needs}",
+        Self::INSUFFICIENT_PRIVILEGES
+    )]
+    InsufficientPrivilegesFor {
+        /// The action in Exasol's words (`calling script FN1.F`).
+        action: String,
+        /// The privilege(s) that would allow it.
+        needs: String,
+    },
+
     /// A user, role, consumer group or grant to create already exists.
     #[error("[{}] {what} already exists", Self::ALREADY_EXISTS)]
     AlreadyExists {
@@ -364,7 +377,9 @@ impl EngineError {
             Self::StatementTimeout { .. } => Self::STATEMENT_TIMEOUT,
             Self::SessionKilled { .. } => Self::SESSION_KILLED,
             Self::UnknownSession { .. } => Self::UNKNOWN_SESSION,
-            Self::InsufficientPrivileges { .. } => Self::INSUFFICIENT_PRIVILEGES,
+            Self::InsufficientPrivileges { .. } | Self::InsufficientPrivilegesFor { .. } => {
+                Self::INSUFFICIENT_PRIVILEGES
+            }
             Self::AlreadyExists { .. } => Self::ALREADY_EXISTS,
             Self::DoesNotExist { .. } => Self::DOES_NOT_EXIST,
             Self::DependentObjects { .. } => Self::DEPENDENT_OBJECTS,

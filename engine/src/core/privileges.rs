@@ -354,6 +354,14 @@ impl Denial {
     /// would allow it.
     pub fn refusal(self, what: &str, needs: &str) -> crate::EngineError {
         match self {
+            // Exasol's words for calls and connections: `insufficient privileges for calling
+            // script S`.
+            Denial::User if what.starts_with("calling ") || what.starts_with("using ") => {
+                crate::EngineError::InsufficientPrivilegesFor {
+                    action: what.to_string(),
+                    needs: needs.to_string(),
+                }
+            }
             Denial::User => crate::privilege_err!("{what} needs {needs}"),
             Denial::Ceiling => crate::restricted_err!(
                 "{what} (it needs {needs}, which the RESTRICTED role that bounds this session \

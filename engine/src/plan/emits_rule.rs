@@ -182,8 +182,8 @@ fn reject_set_arguments(def: &SetUdf, args: &[Expr], input: &LogicalPlan) -> DfR
         if used.contains(&Column::new(q.cloned(), field.name())) {
             return Err(emits_err!(
                 def.name(),
-                "a SET UDF call cannot be an argument of a SCALAR EMITS call (Exasol rejects it \
-                 too); call the SET UDF in a subquery and pass its column"
+                "encapsulated set function: a SET UDF call cannot be an argument of a SCALAR EMITS \
+                 call (Exasol rejects it too); call the SET UDF in a subquery and pass its column"
             )
             .into_datafusion());
         }

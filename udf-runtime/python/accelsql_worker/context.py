@@ -45,9 +45,15 @@ class _RowContext(_RowContextBase):
         if isinstance(key, str):
             idx = state.STATE.lower_names.get(key.lower())
             if idx is None:
-                raise KeyError("no input column %r" % key)
+                raise KeyError("E-UDF-CL-SL-PYTHON-1082: Column with name %r does not exist" % key)
             return getattr(self, self._slot_names[idx])
-        return getattr(self, self._slot_names[key])
+        try:
+            return getattr(self, self._slot_names[key])
+        except IndexError:
+            raise IndexError(
+                "E-UDF-CL-SL-PYTHON-1082: Column with index %r does not exist (there are %d input columns)"
+                % (key, len(self._slot_names))
+            ) from None
 
     def size(self):
         """Number of rows in the current group (SET), or in the current input chunk (SCALAR),
@@ -110,7 +116,7 @@ class _RowContext(_RowContextBase):
             if len(values) == 1 and _is_dataframe(values[0]):
                 return _emit_dataframe(self, values[0])
             raise TypeError(
-                "emit() takes exactly %d argument%s, one per output column (%d given)"
+                "E-UDF-CL-SL-PYTHON-1089: emit() takes exactly %d argument%s (%d given): one per output column"
                 % (len(out), "" if len(out) == 1 else "s", len(values))
             )
         if len(out) == 1:
@@ -132,12 +138,18 @@ class _RowContext(_RowContextBase):
         """The next num_rows rows (or 'all') from column start_col on, as a pandas DataFrame;
         None once the group is exhausted, an error after that."""
         if not (num_rows == "all" or (type(num_rows) is int and num_rows > 0)):
-            raise ValueError("get_dataframe(): num_rows must be 'all' or an integer > 0, not %r" % (num_rows,))
-        ncols = len(self._cols)
-        if type(start_col) is not int or start_col < 0 or start_col > ncols:
             raise ValueError(
-                "get_dataframe(): start_col must be an integer in 0..%d (there are %d input columns), not %r"
-                % (ncols, ncols, start_col)
+                "get_dataframe() parameter 'num_rows' must be 'all' or an integer > 0, not %r" % (num_rows,)
+            )
+        ncols = len(self._cols)
+        if type(start_col) is not int or start_col < 0:
+            raise ValueError(
+                "get_dataframe() parameter 'start_col' must be an integer >= 0, not %r" % (start_col,)
+            )
+        if start_col > ncols:
+            raise ValueError(
+                "get_dataframe() parameter 'start_col' is %d, but there are only %d input columns"
+                % (start_col, ncols)
             )
         if self._df_done:
             raise RuntimeError("get_dataframe(): iteration finished (None was already returned); call ctx.reset() to start again")
@@ -276,8 +288,8 @@ class _BatchContext(object):
         idx = state.STATE.lower_names.get(name.lower())
         if idx is None:
             raise AttributeError(
-                "ctx has no input column %r; the input columns are: %s"
-                % (name, ", ".join(c.name for c in state.STATE.inputs) or "(none)")
+                "E-UDF-CL-SL-PYTHON-1085: Iterator has no object with name %r: ctx has no input column %r; the input columns are: %s"
+                % (name, name, ", ".join(c.name for c in state.STATE.inputs) or "(none)")
             )
         return self._cols[idx]
 
@@ -285,7 +297,7 @@ class _BatchContext(object):
         if isinstance(key, str):
             idx = state.STATE.lower_names.get(key.lower())
             if idx is None:
-                raise KeyError("no input column %r" % key)
+                raise KeyError("E-UDF-CL-SL-PYTHON-1082: Column with name %r does not exist" % key)
             return self._cols[idx]
         return self._cols[key]
 
@@ -409,7 +421,10 @@ def _make_row_context_class(code):
     next_row.__doc__ = _RowContext.next.__doc__
     ns = {"__slots__": tuple(slots), "_slot_names": slots, "_load": load, "next": next_row}
     if not st.is_set:
-        why = "it is a SCALAR script (one row per run); only SET scripts iterate over a group"
+        why = (
+            "F-UDF-CL-SL-PYTHON-1107: next(), reset() and emit() functions are not allowed in scalar "
+            "context: it is a SCALAR script (one row per run); only SET scripts iterate over a group"
+        )
         ns["next"] = _disallowed("next()", why)
         ns["reset"] = _disallowed("reset()", why)
         ns["get_dataframe"] = _RowContext._scalar_get_dataframe

@@ -12,7 +12,8 @@ class _RowContextBase(object):
 
 
 def _no_column_message(name):
-    return "ctx has no input column %r; the input columns are: %s" % (
+    return "E-UDF-CL-SL-PYTHON-1085: Iterator has no object with name %r: ctx has no input column %r; the input columns are: %s" % (
+        name,
         name,
         ", ".join(c.name for c in state.STATE.inputs) or "(none)",
     )

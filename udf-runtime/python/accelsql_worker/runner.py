@@ -258,7 +258,7 @@ def main():
             if run_batch is not None and not callable(run_batch):
                 run_batch = None
             if run_batch is None and not callable(run) and not st.single_call:
-                raise NameError("the script defines no run(ctx) function%s" % (
+                raise NameError("F-UDF-CL-SL-PYTHON-1110: function 'run' is not defined: the script defines no run(ctx) function%s" % (
                     "" if (st.is_set or st.emits) else " (nor run_batch(ctx))"))
         except BaseException as e:  # module-level code of the user
             _send_exception(ch, e, "start")

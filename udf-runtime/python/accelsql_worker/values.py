@@ -205,6 +205,10 @@ def _short_repr(v):
 
 
 def _bad(col, v, row, why):
+    if why.startswith("is a ") and getattr(col, "type", None) is not None:
+        # Exasol's words after accelsql's (E-UDF-CL-SL-PYTHON-1094).
+        why = "%s (emit column %r is of type %s but data given have type %s)" % (
+            why, col.name, col.type.__name__, type(v).__name__)
     return _BadValue(col, v, why, row)
 
 

@@ -913,7 +913,7 @@ mod tests {
             let text = e.to_string();
             assert!(
                 text.contains(
-                    "AttributeError: ctx has no input column 'nope'; the input columns are: x"
+                    "AttributeError: E-UDF-CL-SL-PYTHON-1085: Iterator has no object with name 'nope': ctx has no input column 'nope'; the input columns are: x"
                 ),
                 "{text}"
             );

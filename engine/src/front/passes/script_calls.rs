@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
-    Expr as SqlExpr, Function, Ident, ObjectName, ObjectNamePart, Query, VisitMut, VisitorMut,
+    Expr as SqlExpr, Function, FunctionArguments, Ident, ObjectName, ObjectNamePart, Query,
+    VisitMut, VisitorMut,
 };
 
 use crate::core::error::{EngineError, Result};
@@ -60,12 +61,21 @@ pub(crate) struct NameScope<'a> {
     pub(crate) exasol: bool,
 }
 
+/// What a function call being visited calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallKind {
+    Scalar,
+    Set,
+    Other,
+}
+
 struct Resolver<'a> {
     entries: &'a [Arc<ScriptEntry>],
     scope: &'a NameScope<'a>,
     /// Per query (a subquery starts its own), the function calls being visited, each with
-    /// whether it calls a SCALAR script: a SET script's call inside one is an error.
-    calls: Vec<Vec<bool>>,
+    /// the kind of script it calls: a SET script's call inside another SET call, or an EMITS
+    /// one inside a SCALAR call, is an error.
+    calls: Vec<Vec<CallKind>>,
 }
 
 impl Resolver<'_> {
@@ -141,7 +151,7 @@ impl VisitorMut for Resolver<'_> {
     }
 
     fn pre_visit_expr(&mut self, expr: &mut SqlExpr) -> ControlFlow<Self::Break> {
-        let SqlExpr::Function(Function { name, .. }) = expr else {
+        let SqlExpr::Function(Function { name, args, .. }) = expr else {
             return ControlFlow::Continue(());
         };
         // Exasol's rule: a SET script that EMITS rows may not sit inside a SCALAR script's
@@ -150,21 +160,44 @@ impl VisitorMut for Resolver<'_> {
             let emits = !matches!(e.output, StoredOutput::Returns(_));
             (e.set, emits, qualified_function(&e.schema, &e.name))
         });
-        let inside_scalar = self
-            .calls
-            .last()
-            .is_some_and(|calls| calls.iter().any(|scalar| *scalar));
-        if let Some((true, true, set_script)) = &script
-            && inside_scalar
-        {
-            return ControlFlow::Break(name_error(format!(
-                "encapsulated set function: the SET script {set_script} EMITS rows and is \
-                 called inside a SCALAR script's call; call it in a select of its own (a \
-                 subquery) and pass its rows on"
-            )));
+        let inside = |kind: CallKind| {
+            self.calls
+                .last()
+                .is_some_and(|calls| calls.iter().any(|k| *k == kind))
+        };
+        if let Some((true, emits, set_script)) = &script {
+            let why = if *emits && inside(CallKind::Scalar) {
+                Some("it EMITS rows and is called inside a SCALAR script's call")
+            } else if inside(CallKind::Set) {
+                Some("it is called inside another SET script's call")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return ControlFlow::Break(name_error(format!(
+                    "encapsulated set function: the SET script {set_script}: {why}; call it in \
+                     a select of its own (a subquery) and pass its result on"
+                )));
+            }
+            let no_arguments = match args {
+                FunctionArguments::List(list) => list.args.is_empty(),
+                FunctionArguments::None => true,
+                FunctionArguments::Subquery(_) => false,
+            };
+            if no_arguments {
+                return ControlFlow::Break(name_error(format!(
+                    "data exception - missing input parameters for SET UDF script {set_script}: \
+                     a SET script is called with at least one argument"
+                )));
+            }
         }
+        let kind = match script {
+            Some((false, _, _)) => CallKind::Scalar,
+            Some((true, _, _)) => CallKind::Set,
+            None => CallKind::Other,
+        };
         if let Some(calls) = self.calls.last_mut() {
-            calls.push(matches!(script, Some((false, _, _))));
+            calls.push(kind);
         }
         match name.0.as_slice() {
             [ObjectNamePart::Identifier(ident)] => {
@@ -328,6 +361,15 @@ mod tests {
         // A SET script that RETURNS is an aggregate: its value may be a SCALAR call's argument.
         assert!(resolved("SELECT f(agg(x)) FROM t GROUP BY y", &entries).is_ok());
         assert!(resolved("SELECT f(1 + public.agg(x)) FROM t", &entries).is_ok());
+        // Not another SET call's; and a SET call needs an argument.
+        let e = resolved("SELECT agg(agg(x)) FROM t", &entries).unwrap_err();
+        assert!(e.to_string().contains("encapsulated set function"), "{e}");
+        let e = resolved("SELECT agg() FROM t", &entries).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("missing input parameters for SET UDF script"),
+            "{e}"
+        );
         // Beside it, around it, or in a subquery of its arguments: allowed.
         assert!(resolved("SELECT f(1), agg(x) FROM t", &entries).is_ok());
         assert!(resolved("SELECT abs(agg(x)), agg(f(x)) FROM t", &entries).is_ok());

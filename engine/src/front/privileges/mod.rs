@@ -58,7 +58,7 @@ pub(crate) fn check_execute(grants: &Grants, script: &ScriptRef) -> Result<()> {
         .map_err(|d| {
             refusal(
                 d,
-                &format!("running script {}", script.key.to_uppercase()),
+                &format!("calling script {}", script.key.to_uppercase()),
                 "EXECUTE on it (or EXECUTE ANY SCRIPT)",
             )
         })

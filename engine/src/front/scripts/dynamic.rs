@@ -105,8 +105,13 @@ pub(crate) fn rewrite_dynamic_emits(
                         ));
                     }
                     // The dialect's token pass has read the list's quoted names already.
-                    let columns = parse_columns(list, false)
-                        .map_err(|e| dynamic_err(&word, &format!("in its EMITS list: {e}")))?;
+                    let columns = parse_columns(list, false).map_err(|e| {
+                        // A list that does not parse is Exasol's `syntax error`.
+                        let syntax = e.message.starts_with("expected")
+                            || e.message.starts_with("unexpected");
+                        let kind = if syntax { "syntax error " } else { "" };
+                        dynamic_err(&word, &format!("{kind}in its EMITS list: {e}"))
+                    })?;
                     out.push_str(&text[i..args_end]);
                     copied = close;
                     i = close;

@@ -434,7 +434,11 @@ impl SessionScripts {
         };
         let links = ScriptLinks {
             imports: script_imports(allowed.clone(), current.to_string(), denied.scripts.clone()),
-            connections: script_connections(readable.clone(), denied.connections.clone()),
+            connections: script_connections(
+                readable.clone(),
+                denied.connections.clone(),
+                crate::core::names::exasol_name(&entry.name),
+            ),
             current_schema: current.to_string(),
             schema_closed: self.schema_closed(),
             node_count: self.node_count,
@@ -580,7 +584,7 @@ impl SessionScripts {
             // Exasol's rule and words: INSERT … SELECT takes the columns from its table.
             return Err(EngineError::ScriptDefinition {
                 message: "The return arguments for EMITS functions are inferred from the table \
-                          to insert into. Specification of EMITS is not allowed in this case"
+                          to insert into. Specification of EMITS is not allowed in this case."
                     .into(),
             });
         }

@@ -136,6 +136,7 @@ fn requested_devices(entry: &ScriptEntry) -> Option<&str> {
 pub(crate) fn script_connections(
     connections: Vec<ConnectionEntry>,
     denied: Vec<String>,
+    script: String,
 ) -> ScriptConnections {
     let by_name: BTreeMap<String, ConnectionEntry> = connections
         .into_iter()
@@ -144,9 +145,11 @@ pub(crate) fn script_connections(
     ScriptConnections::new(move |name| {
         let folded = folded_connection_name(name);
         if denied.contains(&folded) {
+            // Exasol's words, then what would allow it.
             return Err(format!(
-                "insufficient privileges for accessing connection {folded}: it needs ACCESS ON \
-                 CONNECTION {folded} (for this script or any) or ACCESS ANY CONNECTION"
+                "insufficient privileges for using connection {folded} in script {script}: it \
+                 needs ACCESS ON CONNECTION {folded} (for this script or any) or ACCESS ANY \
+                 CONNECTION"
             ));
         }
         by_name

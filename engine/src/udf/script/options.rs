@@ -65,12 +65,18 @@ pub(crate) fn take_options(body: &str) -> Result<(ScriptOptions, String), Engine
                 // Exasol reads an %env value up to its ';' and rejects a line without one.
                 if !terminated {
                     return Err(fail(format!(
-                        "%env {value} has no terminating ';' (write %env NAME=value;)"
+                        "Error while parsing %env option line: %env {value} has no terminating \
+                         ';' (write %env NAME=value;)"
                     )));
                 }
                 let (name, value) = value
                     .split_once('=')
-                    .ok_or_else(|| fail(format!("%env needs NAME=value, got {value:?}")))?;
+                    .ok_or_else(|| {
+                        fail(format!(
+                            "Error while parsing %env option line: Script option %env does not \
+                             have the form VAR=VALUE; got {value:?}"
+                        ))
+                    })?;
                 let name = name.trim();
                 if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                     return Err(fail(format!(
@@ -234,7 +240,7 @@ def run(ctx):
         let e = take_options("def f(): pass\n\n%env MODE=fast\n").unwrap_err();
         assert!(
             e.to_string()
-                .contains("script line 3: %env MODE=fast has no terminating ';'"),
+                .contains("%env MODE=fast has no terminating ';'"),
             "{e}"
         );
     }

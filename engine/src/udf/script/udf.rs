@@ -481,6 +481,7 @@ impl ScriptOrigin {
             connections: script_connections(
                 self.connections.to_vec(),
                 self.denied.connections.clone(),
+                crate::core::names::exasol_name(&self.entry.name),
             ),
             current_schema: self.current_schema.clone(),
             schema_closed: self.schema_closed,
