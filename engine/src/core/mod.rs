@@ -14,7 +14,7 @@ pub(crate) mod device_memory;
 pub(crate) mod distribute;
 pub(crate) mod engine_options;
 pub(crate) mod error;
-pub mod exasol_words;
+pub(crate) mod exasol_words;
 pub(crate) mod groups;
 pub(crate) mod lease_grant;
 pub(crate) mod memory;
