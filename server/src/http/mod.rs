@@ -12,8 +12,10 @@
 
 pub(crate) mod metrics;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use accelsql_engine::Session;
 use axum::Router;
@@ -36,12 +38,24 @@ struct Http {
     service: AccelsqlFlightSql,
     /// An unrestricted session of the engine, for the metrics' live gauges.
     monitor: Arc<Session>,
+    /// Credentials that passed lately (a hash of the header, with the user and when): a
+    /// scraper's every request need not check a password hash and privileges again.
+    passed: Arc<std::sync::Mutex<HashMap<[u8; 32], (String, Instant)>>>,
 }
+
+/// How long credentials that passed are taken without a check.
+const PASSED_FOR: Duration = Duration::from_secs(10);
+/// The most credentials remembered.
+const PASSED_MAX: usize = 64;
 
 /// Serves the endpoint on `listener` until the task is dropped.
 pub(crate) async fn serve(listener: tokio::net::TcpListener, service: AccelsqlFlightSql) {
     let monitor = Arc::new(service.inner().engine.session());
-    let http = Http { service, monitor };
+    let http = Http {
+        service,
+        monitor,
+        passed: Arc::default(),
+    };
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ready\n" }))
@@ -74,13 +88,8 @@ fn refused(status: StatusCode, code: &str, message: &str) -> Response {
     response
 }
 
-/// A session of the user the request's credentials name, if they may monitor (see the module
-/// docs); its token, to close it with.
-async fn authorize(
-    http: &Http,
-    headers: &HeaderMap,
-    peer: SocketAddr,
-) -> Result<(String, Arc<crate::sessions::ClientSession>), Response> {
+/// The user the request's credentials name, if they may monitor (see the module docs).
+async fn authorize(http: &Http, headers: &HeaderMap, peer: SocketAddr) -> Result<String, Response> {
     let inner = http.service.inner();
     let given = headers
         .get(header::AUTHORIZATION)
@@ -96,30 +105,41 @@ async fn authorize(
         },
         None => None,
     };
-    let user = if inner.login.required() {
-        let Some(basic) = basic else {
-            return Err(refused(
-                StatusCode::UNAUTHORIZED,
-                "28000",
-                "log in with the data port's credentials (a user, or the token)",
-            ));
-        };
-        match inner.login.check(Some(&basic), Some(peer.ip())).await {
-            Ok(user) => user,
-            Err(e) => {
-                http.service
-                    .log(&format!("HTTP login refused from {peer}: {e}"));
-                return Err(refused(StatusCode::UNAUTHORIZED, e.code(), &e.to_string()));
-            }
-        }
-    } else {
-        "-".to_string()
+    if !inner.login.required() {
+        return Ok("-".to_string());
+    }
+    let Some(basic) = basic else {
+        return Err(refused(
+            StatusCode::UNAUTHORIZED,
+            "28000",
+            "log in with the data port's credentials (a user, or the token)",
+        ));
     };
-    let (token, client) = inner
-        .sessions
-        .open_with_token(&user, None)
-        .map_err(|e| refused(StatusCode::SERVICE_UNAVAILABLE, e.code(), &e.to_string()))?;
-    client.session.set_client("HTTP dashboard");
+    let key: [u8; 32] = {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        h.update(peer.ip().to_string().as_bytes());
+        h.update([0]);
+        h.update(basic.as_bytes());
+        h.finalize().into()
+    };
+    {
+        let passed = http.passed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((user, at)) = passed.get(&key)
+            && at.elapsed() < PASSED_FOR
+        {
+            return Ok(user.clone());
+        }
+    }
+    let user = match inner.login.check(Some(&basic), Some(peer.ip())).await {
+        Ok(user) => user,
+        Err(e) => {
+            http.service
+                .log(&format!("HTTP login refused from {peer}: {e}"));
+            return Err(refused(StatusCode::UNAUTHORIZED, e.code(), &e.to_string()));
+        }
+    };
+    let (token, client) = open(http, &user)?;
     let may = client
         .session
         .sql(
@@ -132,15 +152,42 @@ async fn authorize(
         .and_then(|rows| rows.first().and_then(|r| r.first().cloned()))
         .and_then(|(_, n)| n)
         .is_some_and(|n| n != "0");
+    inner.sessions.close(Caller::Token(&token));
     if !may {
-        inner.sessions.close(Caller::Token(&token));
         return Err(refused(
             StatusCode::FORBIDDEN,
             "42000",
             "insufficient privileges: the monitoring endpoint needs SELECT ANY DICTIONARY",
         ));
     }
+    let mut passed = http.passed.lock().unwrap_or_else(|e| e.into_inner());
+    passed.retain(|_, (_, at)| at.elapsed() < PASSED_FOR);
+    if passed.len() < PASSED_MAX {
+        passed.insert(key, (user.clone(), Instant::now()));
+    }
+    Ok(user)
+}
+
+/// A session of `user` for one request (close it with its token).
+fn open(http: &Http, user: &str) -> Result<(String, Arc<crate::sessions::ClientSession>), Response> {
+    let (token, client) = http
+        .service
+        .inner()
+        .sessions
+        .open_with_token(user, None)
+        .map_err(|e| refused(StatusCode::SERVICE_UNAVAILABLE, e.code(), &e.to_string()))?;
+    client.session.set_client("HTTP dashboard");
     Ok((token, client))
+}
+
+/// The user's session for one request, once its credentials passed.
+async fn authorized_session(
+    http: &Http,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+) -> Result<(String, Arc<crate::sessions::ClientSession>), Response> {
+    let user = authorize(http, headers, peer).await?;
+    open(http, &user)
 }
 
 async fn metrics_page(
@@ -148,12 +195,10 @@ async fn metrics_page(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
-    let (token, _) = match authorize(&http, &headers, peer).await {
-        Ok(authorized) => authorized,
-        Err(refusal) => return refusal,
-    };
+    if let Err(refusal) = authorize(&http, &headers, peer).await {
+        return refusal;
+    }
     let inner = http.service.inner();
-    inner.sessions.close(Caller::Token(&token));
     let text = metrics::render(
         &http.monitor,
         inner.sessions.len(),
@@ -176,10 +221,7 @@ async fn dashboard(
     headers: HeaderMap,
 ) -> Response {
     match authorize(&http, &headers, peer).await {
-        Ok((token, _)) => {
-            http.service.inner().sessions.close(Caller::Token(&token));
-            Html(DASHBOARD).into_response()
-        }
+        Ok(_) => Html(DASHBOARD).into_response(),
         Err(refusal) => refusal,
     }
 }
@@ -208,7 +250,7 @@ async fn state(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
-    let (token, client) = match authorize(&http, &headers, peer).await {
+    let (token, client) = match authorized_session(&http, &headers, peer).await {
         Ok(authorized) => authorized,
         Err(refusal) => return refusal,
     };
@@ -248,7 +290,7 @@ async fn kill(
     headers: HeaderMap,
     Query(query): Query<std::collections::HashMap<String, String>>,
 ) -> Response {
-    let (token, client) = match authorize(&http, &headers, peer).await {
+    let (token, client) = match authorized_session(&http, &headers, peer).await {
         Ok(authorized) => authorized,
         Err(refusal) => return refusal,
     };
