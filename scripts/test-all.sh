@@ -68,6 +68,17 @@ started=$SECONDS
 bash scripts/fake-cuda/test.sh
 echo "test-all: the fake CUDA driver's runs took $((SECONDS - started)) s"
 
+# The dashboard's browser test drives Debian's headless Chromium through WebDriver.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "test-all: installing chromium and chromium-driver (the dashboard's browser test)"
+    { apt-get install -y -q chromium chromium-driver || { apt-get update -q && apt-get install -y -q chromium chromium-driver; }; } >/dev/null 2>&1 \
+      || echo "test-all: WARNING: could not install chromium; the dashboard's browser test will be skipped" >&2
+  else
+    echo "test-all: WARNING: no chromium/chromedriver and no root to install them; the dashboard's browser test will be skipped" >&2
+  fi
+fi
+
 # The Python package, in a fresh virtualenv.
 pkg_env="$PWD/target/python-pkg-env"
 echo "test-all: building the Python package into a fresh virtualenv $pkg_env"
@@ -76,8 +87,8 @@ started=$SECONDS
 if ! "$base_python" -m venv "$pkg_env" \
   || ! "$pkg_env/bin/python" -m pip install --quiet --disable-pip-version-check pytest pandas pyarrow numpy \
     adbc-driver-flightsql adbc-driver-manager dbapi-compliance polars 'sqlalchemy>=2' \
-    nbclient nbformat ipykernel jupysql deltalake 'pyexasol>=3,<4' 'sqlalchemy-exasol>=7,<8' prometheus-client; then
-  echo "test-all: ERROR: could not create $pkg_env with pytest, pandas, pyarrow, numpy, polars, SQLAlchemy, Jupyter (nbclient, ipykernel, JupySQL), the ADBC Flight SQL driver the DB-API compliance suite (dbapi-compliance), pyexasol 3, sqlalchemy-exasol 7 and prometheus-client from PyPI;" \
+    nbclient nbformat ipykernel jupysql deltalake 'pyexasol>=3,<4' 'sqlalchemy-exasol>=7,<8' prometheus-client selenium; then
+  echo "test-all: ERROR: could not create $pkg_env with pytest, pandas, pyarrow, numpy, polars, SQLAlchemy, Jupyter (nbclient, ipykernel, JupySQL), the ADBC Flight SQL driver the DB-API compliance suite (dbapi-compliance), pyexasol 3, sqlalchemy-exasol 7, prometheus-client and selenium from PyPI;" \
     "the Python package's tests need them" >&2
   exit 1
 fi

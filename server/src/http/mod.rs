@@ -99,7 +99,7 @@ async fn authorize(http: &Http, headers: &HeaderMap, peer: SocketAddr) -> Result
         Some(v) => match v.strip_prefix("Bearer ") {
             Some(token) => Some(format!(
                 "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(format!("token:{token}"))
+                base64::engine::general_purpose::STANDARD.encode(format!("sys:{token}"))
             )),
             None => Some(v.to_string()),
         },
