@@ -64,8 +64,8 @@ pub(crate) fn check_shared_dir(path: &Path, uid: u32) -> Result<()> {
             path,
             format!(
                 "is owned by uid {}, neither root nor this user (uid {uid}): its owner could \
-                 plant or remove lock files; use a directory owned by root or by you (see the \
-                 README, \"Untrusted SQL and shared machines\")",
+                 plant or remove lock files; use a directory owned by root or by you (see \
+                 docs/src/security.md, \"Untrusted SQL and shared machines\")",
                 meta.uid()
             ),
         ));

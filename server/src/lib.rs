@@ -585,6 +585,7 @@ async fn reload_users_on_sighup(service: AccelsqlFlightSql, log: Option<LogSink>
 pub struct ServerHandle {
     addr: SocketAddr,
     exasol_addr: Option<SocketAddr>,
+    http_addr: Option<SocketAddr>,
     url: String,
     token: Option<String>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -597,6 +598,7 @@ impl ServerHandle {
         let server = Server::bind(engine, options).await?;
         let addr = server.local_addr();
         let exasol_addr = server.exasol_addr();
+        let http_addr = server.http_addr();
         let url = server.url();
         let token = server.token().map(str::to_string);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -606,6 +608,7 @@ impl ServerHandle {
         Ok(Self {
             addr,
             exasol_addr,
+            http_addr,
             url,
             token,
             stop: Some(stop),
@@ -621,6 +624,11 @@ impl ServerHandle {
     /// The address of the Exasol-protocol port, when the server has one.
     pub fn exasol_addr(&self) -> Option<SocketAddr> {
         self.exasol_addr
+    }
+
+    /// The address of the HTTP endpoint, when the server has one.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// The URL clients connect to.

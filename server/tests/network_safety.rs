@@ -674,6 +674,36 @@ fn descendants() -> std::collections::BTreeSet<u32> {
 }
 
 /// What one statement of the soak came to: a result, or an error with its accelsql code.
+/// `/metrics` of the HTTP endpoint at `at`, as its body (HTTP/1.1 by hand: one request, closed).
+async fn scrape(at: std::net::SocketAddr, token: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(at)
+        .await
+        .map_err(|e| e.to_string())?;
+    let request = format!(
+        "GET /metrics HTTP/1.1\r\nHost: {at}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)
+        .await
+        .map_err(|e| e.to_string())?;
+    if !body.starts_with("HTTP/1.1 200") {
+        return Err(body.lines().next().unwrap_or_default().to_string());
+    }
+    Ok(body)
+}
+
+/// The sum of the samples named `name` (every label set).
+fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 fn outcome(result: Result<Vec<RecordBatch>, FlightError>) -> Result<(), String> {
     match result {
         Ok(_) => Ok(()),
@@ -701,6 +731,7 @@ fn soak_many_clients_with_timeouts_cancels_and_idle_connections_lose_nothing() {
                 handshake_timeout: Duration::from_secs(4),
                 session_grace: Duration::from_millis(500),
                 exasol_listen: Some("127.0.0.1:0".parse().unwrap()),
+                http_listen: Some("127.0.0.1:0".parse().unwrap()),
                 ..options()
             },
         )
@@ -734,6 +765,30 @@ fn soak_many_clients_with_timeouts_cancels_and_idle_connections_lose_nothing() {
         }
 
         let until = Instant::now() + soak_duration();
+        // An operator's scraper of /metrics the whole time: counters only grow.
+        let scraper = {
+            let at = server.http_addr().unwrap();
+            let token = server.token().unwrap().to_string();
+            tokio::spawn(async move {
+                let (mut last, mut times, mut problems) = (0.0f64, Vec::new(), Vec::new());
+                while Instant::now() < until {
+                    let started = Instant::now();
+                    match scrape(at, &token).await {
+                        Ok(text) => {
+                            times.push(started.elapsed());
+                            let ended = metric_sum(&text, "accelsql_statements_total");
+                            if ended < last {
+                                problems.push(format!("statements_total fell: {last} -> {ended}"));
+                            }
+                            last = ended;
+                        }
+                        Err(e) => problems.push(e),
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                (times, problems)
+            })
+        };
         let clients: Vec<_> = (0..32)
             .map(|i| {
                 let url = server.url().to_string();
@@ -973,6 +1028,24 @@ fn soak_many_clients_with_timeouts_cancels_and_idle_connections_lose_nothing() {
             }
         }
         eprintln!("soak: results per kind {ok:?}, coded errors {codes:?}");
+        let (mut times, problems) = scraper.await.unwrap();
+        assert!(problems.is_empty() && !times.is_empty(), "{problems:?}");
+        times.sort();
+        eprintln!(
+            "soak: {} scrapes of /metrics, median {:?}, max {:?} (a debug build under load)",
+            times.len(),
+            times[times.len() / 2],
+            times[times.len() - 1]
+        );
+        // The histogram counts every statement the counters count.
+        let text = scrape(server.http_addr().unwrap(), server.token().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            metric_sum(&text, "accelsql_statements_total"),
+            metric_sum(&text, "accelsql_statement_duration_seconds_count"),
+            "{text}"
+        );
         // Every kind ran; the runaway scripts were stopped by their timeout.
         assert!(
             ok[0] > 0 && ok[1] > 0 && ok[2] > 0 && ok[4] > 0,

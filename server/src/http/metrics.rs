@@ -1,14 +1,15 @@
 //! The server's Prometheus metrics (`/metrics`), with `prometheus-client`: counters and
 //! histograms the statement path records as statements end ([`record_statement`]) and logins
 //! fail ([`record_login_failure`]), and gauges read at each scrape from the live state —
-//! sessions, connections, each device's memory and utilisation and the lease queue, from the
-//! engine's own system tables (on a cluster, one `node` label per executor).
+//! sessions, connections, each device's memory and utilisation (NVML) and the lease queue, from
+//! the engine directly (a scrape runs no statement). On a cluster's front end they are its own
+//! process's; each node's rows are in the dashboard.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use accelsql_engine::Session;
+use accelsql_engine::Engine;
 use accelsql_engine::datafusion::arrow::array::{Array, RecordBatch};
 use accelsql_engine::datafusion::arrow::util::display::array_value_to_string;
 use prometheus_client::encoding::text::encode;
@@ -37,6 +38,9 @@ pub(crate) struct Metrics {
     scrapes: Counter,
     /// One scrape reads the live state at a time.
     scrape: tokio::sync::Mutex<()>,
+    /// Held while a statement's metrics are recorded and while they are encoded, so that a
+    /// scrape sees each statement in all of them or in none.
+    recording: std::sync::Mutex<()>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -124,6 +128,7 @@ impl Metrics {
             leases,
             scrapes,
             scrape: tokio::sync::Mutex::new(()),
+            recording: std::sync::Mutex::new(()),
         }
     }
 }
@@ -143,6 +148,7 @@ pub(crate) fn record_statement(
     lease_wait: Option<Duration>,
 ) {
     let m = metrics();
+    let _one = m.recording.lock().unwrap_or_else(|e| e.into_inner());
     let (kind, code) = match outcome
         .strip_prefix("error[")
         .and_then(|c| c.strip_suffix(']'))
@@ -169,17 +175,6 @@ pub(crate) fn record_login_failure() {
     metrics().login_failures.inc();
 }
 
-/// The rows of `sql` run in `session`, each as (column, value text) pairs.
-async fn rows(session: &Session, sql: &str) -> Vec<Vec<(String, Option<String>)>> {
-    match session.sql(sql).await {
-        Ok(batches) => batch_rows(&batches),
-        Err(e) => {
-            log::warn!("metrics: {sql}: {e}");
-            Vec::new()
-        }
-    }
-}
-
 /// The rows of `batches`, each as (column, value text) pairs.
 pub(crate) fn batch_rows(batches: &[RecordBatch]) -> Vec<Vec<(String, Option<String>)>> {
     let mut out = Vec::new();
@@ -204,66 +199,69 @@ pub(crate) fn batch_rows(batches: &[RecordBatch]) -> Vec<Vec<(String, Option<Str
     out
 }
 
-fn get<'a>(row: &'a [(String, Option<String>)], column: &str) -> &'a str {
-    row.iter()
-        .find(|(c, _)| c == column)
-        .and_then(|(_, v)| v.as_deref())
-        .unwrap_or("")
-}
-
-/// The exposition text: the live gauges read from `session` (an unrestricted one of the
-/// server's engine), `sessions` and `connections` as given.
-pub(crate) async fn render(session: &Session, sessions: usize, connections: usize) -> String {
+/// The exposition text: the live gauges read from `engine` (its devices, fresh from NVML, and
+/// its lease queue), `sessions` and `connections` as given. No statement runs for a scrape.
+pub(crate) async fn render(engine: &Engine, sessions: usize, connections: usize) -> String {
     let m = metrics();
     let _one = m.scrape.lock().await;
     m.scrapes.inc();
     m.sessions.set(i64::try_from(sessions).unwrap_or(i64::MAX));
     m.connections
         .set(i64::try_from(connections).unwrap_or(i64::MAX));
-    let devices = rows(
-        session,
-        "SELECT node, index, memory_total, memory_free, memory_reserved, utilization \
-         FROM accelsql.gpu_devices",
-    )
-    .await;
+    let probe = engine.clone();
+    let devices = tokio::task::spawn_blocking(move || probe.inventory().devices())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    let queue = engine.lease_queue().snapshot();
+    let node = "0";
     m.device_memory.clear();
     m.device_utilization.clear();
     for d in &devices {
-        let (node, device) = (get(d, "node"), get(d, "index"));
-        for (kind, column) in [
-            ("total", "memory_total"),
-            ("free", "memory_free"),
-            ("reserved", "memory_reserved"),
+        let device = d.index.to_string();
+        let reserved = queue
+            .memory
+            .iter()
+            .find(|q| q.index == d.index)
+            .map_or(0, |q| if q.whole { q.total } else { q.reserved });
+        for (kind, bytes) in [
+            ("total", d.memory_total),
+            ("free", d.memory_free),
+            ("reserved", reserved),
         ] {
-            if let Ok(bytes) = get(d, column).parse::<u64>() {
-                m.device_memory
-                    .get_or_create(&labels(&[("node", node), ("device", device), ("kind", kind)]))
-                    .set(bytes);
-            }
+            m.device_memory
+                .get_or_create(&labels(&[("node", node), ("device", &device), ("kind", kind)]))
+                .set(bytes);
         }
-        if let Ok(percent) = get(d, "utilization").parse::<i64>() {
+        if let Some(percent) = d.utilization {
             m.device_utilization
-                .get_or_create(&labels(&[("node", node), ("device", device)]))
-                .set(percent);
+                .get_or_create(&labels(&[("node", node), ("device", &device)]))
+                .set(i64::from(percent));
         }
     }
-    let leases = rows(
-        session,
-        "SELECT node, state, consumer_group FROM accelsql.gpu_leases \
-         WHERE state IN ('holding', 'waiting')",
-    )
-    .await;
     m.leases.clear();
-    for l in &leases {
+    let group = |g: &Option<String>| g.clone().unwrap_or_default();
+    for h in &queue.holders {
         m.leases
             .get_or_create(&labels(&[
-                ("node", get(l, "node")),
-                ("state", get(l, "state")),
-                ("consumer_group", get(l, "consumer_group")),
+                ("node", node),
+                ("state", "holding"),
+                ("consumer_group", &group(&h.group)),
+            ]))
+            .inc();
+    }
+    for w in &queue.waiting {
+        m.leases
+            .get_or_create(&labels(&[
+                ("node", node),
+                ("state", "waiting"),
+                ("consumer_group", &group(&w.group)),
             ]))
             .inc();
     }
     let mut text = String::new();
+    let _consistent = m.recording.lock().unwrap_or_else(|e| e.into_inner());
     if let Err(e) = encode(&mut text, &m.registry) {
         log::warn!("metrics: {e}");
     }

@@ -36,8 +36,6 @@ const DASHBOARD: &str = include_str!("dashboard.html");
 #[derive(Clone)]
 struct Http {
     service: AccelsqlFlightSql,
-    /// An unrestricted session of the engine, for the metrics' live gauges.
-    monitor: Arc<Session>,
     /// Credentials that passed lately (a hash of the header, with the user and when): a
     /// scraper's every request need not check a password hash and privileges again.
     passed: Arc<std::sync::Mutex<HashMap<[u8; 32], (String, Instant)>>>,
@@ -50,10 +48,8 @@ const PASSED_MAX: usize = 64;
 
 /// Serves the endpoint on `listener` until the task is dropped.
 pub(crate) async fn serve(listener: tokio::net::TcpListener, service: AccelsqlFlightSql) {
-    let monitor = Arc::new(service.inner().engine.session());
     let http = Http {
         service,
-        monitor,
         passed: Arc::default(),
     };
     let app = Router::new()
@@ -200,7 +196,7 @@ async fn metrics_page(
     }
     let inner = http.service.inner();
     let text = metrics::render(
-        &http.monitor,
+        &inner.engine,
         inner.sessions.len(),
         inner.connections.len(),
     )

@@ -1,8 +1,8 @@
 //! Exasol's SQL around UDFs that DataFusion does not have: schema statements with a current
 //! schema, `COMMIT`/`ROLLBACK`, connections, `IMPORT … FROM SCRIPT` / `EXPORT … INTO SCRIPT`,
 //! and Exasol syntax rewritten before parsing. `DUAL` and Exasol's scalar functions are front-end
-//! passes (`front/passes/`). Differences that remain are listed in the README ("Differences from
-//! Exasol").
+//! passes (`front/passes/`). Differences that remain are listed in `docs/src/exasol-sql.md`
+//! ("Differences from Exasol").
 
 pub(crate) mod connections;
 pub(crate) mod dialect;
