@@ -8,14 +8,12 @@ import json
 import os
 import re
 import shutil
-import textwrap
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from test_http import HttpServer
+from test_http import HttpServer, hold_and_wait
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,35 +66,9 @@ def _rows(driver, box):
 
 
 def test_the_dashboard_shows_the_queue_and_ends_a_session(server, browser):
-    with server.connect() as conn:
-        cur = conn.cursor()
-        cur.execute(textwrap.dedent("""
-            CREATE OR REPLACE PYTHON3 SCALAR SCRIPT hold_gpu(s DOUBLE) RETURNS DOUBLE AS
-            %perInstanceRequiredAcceleratorDevices GpuNvidia;
-            import time
-            def run(ctx):
-                time.sleep(ctx.s)
-                return ctx.s
-            /
-            """))
-    outcomes = {}
-
-    def run(name, seconds):
-        try:
-            with server.connect() as conn:
-                cur = conn.cursor()
-                cur.execute(f"SELECT hold_gpu({seconds})")
-                outcomes[name] = cur.fetchall()
-        except Exception as e:
-            outcomes[name] = e
-
     browser.get(server.http + "/")
     assert "accelsql" in browser.title
-    holder = threading.Thread(target=run, args=("holder", 5))
-    holder.start()
-    time.sleep(0.5)
-    waiter = threading.Thread(target=run, args=("waiter", 1))
-    waiter.start()
+    outcomes, holder, waiter = hold_and_wait(server, 5)
     deadline = time.time() + 20
     leases = []
     while time.time() < deadline:

@@ -82,6 +82,39 @@ def server(tmp_path_factory, accelsql_binary):
     assert s.stop() == 0, s.log_text()
 
 
+def hold_and_wait(server, seconds):
+    """Two GPU statements of two sessions on a GPU-exclusive server: one holds the lease for
+    `seconds`, the other waits for it. Their outcomes (rows, or the exception), and the threads."""
+    with server.connect() as conn:
+        cur = conn.cursor()
+        cur.execute(textwrap.dedent("""
+            CREATE OR REPLACE PYTHON3 SCALAR SCRIPT hold_gpu(s DOUBLE) RETURNS DOUBLE AS
+            %perInstanceRequiredAcceleratorDevices GpuNvidia;
+            import time
+            def run(ctx):
+                time.sleep(ctx.s)
+                return ctx.s
+            /
+            """))
+    outcomes = {}
+
+    def run(name, seconds):
+        try:
+            with server.connect() as conn:
+                cur = conn.cursor()
+                cur.execute(f"SELECT hold_gpu({seconds})")
+                outcomes[name] = cur.fetchall()
+        except Exception as e:  # the killed one
+            outcomes[name] = e
+
+    holder = threading.Thread(target=run, args=("holder", seconds))
+    holder.start()
+    time.sleep(0.5)
+    waiter = threading.Thread(target=run, args=("waiter", 1))
+    waiter.start()
+    return outcomes, holder, waiter
+
+
 def families(text):
     return {f.name: f for f in prometheus_parser.text_string_to_metric_families(text)}
 
@@ -162,33 +195,7 @@ def test_the_dashboard_shows_the_holder_and_the_waiter_and_ends_a_session(server
     # Served whole: no request leaves for another host.
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page), "external reference"
     assert "http://" not in page and "https://" not in page
-    with server.connect() as conn:
-        cur = conn.cursor()
-        cur.execute(textwrap.dedent("""
-            CREATE OR REPLACE PYTHON3 SCALAR SCRIPT hold_gpu(s DOUBLE) RETURNS DOUBLE AS
-            %perInstanceRequiredAcceleratorDevices GpuNvidia;
-            import time
-            def run(ctx):
-                time.sleep(ctx.s)
-                return ctx.s
-            /
-            """))
-    outcomes = {}
-
-    def run(name, seconds):
-        try:
-            with server.connect() as conn:
-                cur = conn.cursor()
-                cur.execute(f"SELECT hold_gpu({seconds})")
-                outcomes[name] = cur.fetchall()
-        except Exception as e:  # the killed one
-            outcomes[name] = e
-
-    holder = threading.Thread(target=run, args=("holder", 4))
-    holder.start()
-    time.sleep(0.5)
-    waiter = threading.Thread(target=run, args=("waiter", 1))
-    waiter.start()
+    outcomes, holder, waiter = hold_and_wait(server, 4)
     deadline = time.time() + 15
     leases = []
     while time.time() < deadline:

@@ -6,7 +6,6 @@
 //! is left (an aggregate's or an `EMITS` call's output) on the result's rows, with
 //! [`empty_strings_as_null`].
 
-use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -17,7 +16,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::metadata::FieldMetadata;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
-use datafusion::common::{DFSchema, DFSchemaRef, Result as DfResult, ScalarValue};
+use datafusion::common::{DFSchema, Result as DfResult, ScalarValue};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
     DmlStatement, Expr, ExprSchemable, LogicalPlan, Projection, WriteOp, lit,
@@ -104,21 +103,8 @@ fn rewrite_node(node: LogicalPlan, wrap_scans: bool) -> DfResult<Transformed<Log
         return Ok(Transformed::yes(LogicalPlan::Projection(projection)));
     }
     // The inputs' schema, merged only when an expression needs its type (a function call).
-    let inputs: Vec<DFSchemaRef> = node
-        .inputs()
-        .iter()
-        .map(|i| Arc::clone(i.schema()))
-        .collect();
-    let merged: OnceCell<DFSchema> = OnceCell::new();
-    let schema = || {
-        merged.get_or_init(|| {
-            let mut schema = DFSchema::empty();
-            for input in &inputs {
-                schema.merge(input);
-            }
-            schema
-        })
-    };
+    let inputs = super::InputSchema::of(&node);
+    let schema = || inputs.get();
     let is_projection = matches!(node, LogicalPlan::Projection(_));
     let preserver = NamePreserver::new(&node);
     let rewritten = node.map_expressions(|expr| {

@@ -5,13 +5,12 @@
 //! would turn both into strings. The analyzer rule runs after type coercion, so it sees the
 //! casts coercion added.
 
-use std::cell::OnceCell;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
-use datafusion::common::{DFSchema, DFSchemaRef, Result as DfResult};
+use datafusion::common::{DFSchema, Result as DfResult};
 use datafusion::logical_expr::expr::{Case, Cast, ScalarFunction};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, Projection, lit};
@@ -50,20 +49,11 @@ fn is_string(data_type: &DataType) -> bool {
 }
 
 fn rewrite_node(node: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
-    let inputs: Vec<DFSchemaRef> = node.inputs().iter().map(|i| i.schema().clone()).collect();
+    let inputs = super::InputSchema::of(&node);
     if inputs.is_empty() {
         return Ok(Transformed::no(node));
     }
-    let merged: OnceCell<DFSchema> = OnceCell::new();
-    let schema = || {
-        merged.get_or_init(|| {
-            let mut schema = DFSchema::empty();
-            for input in &inputs {
-                schema.merge(input);
-            }
-            schema
-        })
-    };
+    let schema = || inputs.get();
     let preserver = NamePreserver::new(&node);
     let rewritten = node.map_expressions(|expr| {
         let saved = preserver.save(&expr);

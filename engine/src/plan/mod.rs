@@ -16,3 +16,40 @@ pub(crate) mod exasol_booleans;
 pub(crate) mod placement;
 pub(crate) mod statement;
 pub(crate) mod string_arithmetic;
+
+/// The schema of a plan node's inputs merged, what its expressions read; made the first time an
+/// expression needs a type (most rewrites need none).
+pub(crate) struct InputSchema {
+    inputs: Vec<datafusion::common::DFSchemaRef>,
+    merged: std::cell::OnceCell<datafusion::common::DFSchema>,
+}
+
+impl InputSchema {
+    /// The inputs of `node`.
+    pub(crate) fn of(node: &datafusion::logical_expr::LogicalPlan) -> Self {
+        Self {
+            inputs: node
+                .inputs()
+                .iter()
+                .map(|i| std::sync::Arc::clone(i.schema()))
+                .collect(),
+            merged: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// Whether the node has no inputs (a scan, an empty relation).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.inputs.is_empty()
+    }
+
+    /// The merged schema.
+    pub(crate) fn get(&self) -> &datafusion::common::DFSchema {
+        self.merged.get_or_init(|| {
+            let mut schema = datafusion::common::DFSchema::empty();
+            for input in &self.inputs {
+                schema.merge(input);
+            }
+            schema
+        })
+    }
+}
