@@ -356,8 +356,10 @@ impl Connection {
             let message = match &this.session {
                 Some((_, client)) => {
                     let client = Arc::clone(client);
+                    // A kill wins over a request already waiting: the killed session's
+                    // connection closes rather than answering it.
                     tokio::select! {
-                        message = ws.next() => message,
+                        biased;
                         () = client.session.killed() => {
                             this.service.log(&format!(
                                 "session={} ended by KILL SESSION: its Exasol-protocol \
@@ -366,6 +368,7 @@ impl Connection {
                             ));
                             break;
                         }
+                        message = ws.next() => message,
                     }
                 }
                 None => ws.next().await,
