@@ -38,8 +38,17 @@ struct Http {
     service: AccelsqlFlightSql,
     /// Credentials that passed lately (a hash of the header, with the user and when): a
     /// scraper's every request need not check a password hash and privileges again.
-    passed: Arc<std::sync::Mutex<HashMap<[u8; 32], (String, Instant)>>>,
+    passed: Arc<std::sync::Mutex<Passed>>,
 }
+
+/// Credentials that passed: a SHA-256 of the header and the peer, with the user and when.
+type Passed = HashMap<[u8; 32], (String, Instant)>;
+
+/// A refusal as the handlers pass it on (boxed: a response is large).
+type Refused = Box<Response>;
+
+/// A user's session for one request, and its token to close it with.
+type RequestSession = (String, Arc<crate::sessions::ClientSession>);
 
 /// How long credentials that passed are taken without a check.
 const PASSED_FOR: Duration = Duration::from_secs(10);
@@ -68,7 +77,7 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, service: AccelsqlFl
 }
 
 /// A refusal: status and a one-line message with accelsql's code.
-fn refused(status: StatusCode, code: &str, message: &str) -> Response {
+fn refused(status: StatusCode, code: &str, message: &str) -> Refused {
     let text = if message.starts_with('[') {
         format!("{message}\n")
     } else {
@@ -81,11 +90,11 @@ fn refused(status: StatusCode, code: &str, message: &str) -> Response {
             HeaderValue::from_static("Basic realm=\"accelsql\", charset=\"UTF-8\""),
         );
     }
-    response
+    Box::new(response)
 }
 
 /// The user the request's credentials name, if they may monitor (see the module docs).
-async fn authorize(http: &Http, headers: &HeaderMap, peer: SocketAddr) -> Result<String, Response> {
+async fn authorize(http: &Http, headers: &HeaderMap, peer: SocketAddr) -> Result<String, Refused> {
     let inner = http.service.inner();
     let given = headers
         .get(header::AUTHORIZATION)
@@ -165,7 +174,7 @@ async fn authorize(http: &Http, headers: &HeaderMap, peer: SocketAddr) -> Result
 }
 
 /// A session of `user` for one request (close it with its token).
-fn open(http: &Http, user: &str) -> Result<(String, Arc<crate::sessions::ClientSession>), Response> {
+fn open(http: &Http, user: &str) -> Result<RequestSession, Refused> {
     let (token, client) = http
         .service
         .inner()
@@ -181,7 +190,7 @@ async fn authorized_session(
     http: &Http,
     headers: &HeaderMap,
     peer: SocketAddr,
-) -> Result<(String, Arc<crate::sessions::ClientSession>), Response> {
+) -> Result<RequestSession, Refused> {
     let user = authorize(http, headers, peer).await?;
     open(http, &user)
 }
@@ -192,7 +201,7 @@ async fn metrics_page(
     headers: HeaderMap,
 ) -> Response {
     if let Err(refusal) = authorize(&http, &headers, peer).await {
-        return refusal;
+        return *refusal;
     }
     let inner = http.service.inner();
     let text = metrics::render(
@@ -218,7 +227,7 @@ async fn dashboard(
 ) -> Response {
     match authorize(&http, &headers, peer).await {
         Ok(_) => Html(DASHBOARD).into_response(),
-        Err(refusal) => refusal,
+        Err(refusal) => *refusal,
     }
 }
 
@@ -248,7 +257,7 @@ async fn state(
 ) -> Response {
     let (token, client) = match authorized_session(&http, &headers, peer).await {
         Ok(authorized) => authorized,
-        Err(refusal) => return refusal,
+        Err(refusal) => return *refusal,
     };
     let session = &client.session;
     let own = session.id();
@@ -288,11 +297,11 @@ async fn kill(
 ) -> Response {
     let (token, client) = match authorized_session(&http, &headers, peer).await {
         Ok(authorized) => authorized,
-        Err(refusal) => return refusal,
+        Err(refusal) => return *refusal,
     };
     let target = query.get("session").and_then(|s| s.parse::<u64>().ok());
     let answer = match target {
-        None => refused(
+        None => *refused(
             StatusCode::BAD_REQUEST,
             "22023",
             "give the session to end: /api/kill?session=N",
@@ -305,7 +314,7 @@ async fn kill(
                 ));
                 axum::Json(json!({ "killed": id })).into_response()
             }
-            Err(e) => refused(StatusCode::BAD_REQUEST, e.code(), &e.to_string()),
+            Err(e) => *refused(StatusCode::BAD_REQUEST, e.code(), &e.to_string()),
         },
     };
     http.service.inner().sessions.close(Caller::Token(&token));

@@ -163,7 +163,7 @@ impl VisitorMut for Resolver<'_> {
         let inside = |kind: CallKind| {
             self.calls
                 .last()
-                .is_some_and(|calls| calls.iter().any(|k| *k == kind))
+                .is_some_and(|calls| calls.contains(&kind))
         };
         if let Some((true, emits, set_script)) = &script {
             let why = if *emits && inside(CallKind::Scalar) {
