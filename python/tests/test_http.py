@@ -184,6 +184,8 @@ def test_metrics_parse_as_prometheus_text_and_add_up(server):
     # Each simulated device's memory, in bytes.
     totals = [s for s in after["accelsql_device_memory_bytes"].samples if s.labels["kind"] == "total"]
     assert sorted(s.labels["device"] for s in totals) == ["0", "1"] and all(s.value > 0 for s in totals)
+    # The lease queue's requests and the spill.
+    assert "accelsql_lease_requests" in after and "accelsql_spilled_bytes" in after
     # The statement log is one JSON object a line.
     lines = [json.loads(l) for l in server.log_text().splitlines() if l.startswith("{")]
     assert any(l["outcome"] == "ok" and l["sql"] == "SELECT 1" for l in lines), lines[-3:]

@@ -36,6 +36,10 @@ pub(crate) struct Metrics {
     device_utilization: Family<Labels, Gauge>,
     leases: Family<Labels, Gauge>,
     scrapes: Counter,
+    spilled: Gauge<u64, AtomicU64>,
+    lease_outcomes: Family<Labels, Counter>,
+    /// The lease queue's totals at the last scrape, to count on from.
+    lease_seen: std::sync::Mutex<[u64; 4]>,
     /// One scrape reads the live state at a time.
     scrape: tokio::sync::Mutex<()>,
     /// Held while a statement's metrics are recorded and while they are encoded, so that a
@@ -113,6 +117,19 @@ impl Metrics {
             leases.clone(),
         );
         let scrapes = Counter::default();
+        let spilled = Gauge::<u64, AtomicU64>::default();
+        registry.register_with_unit(
+            "spilled",
+            "Bytes the sessions have spilled to disk now",
+            Unit::Bytes,
+            spilled.clone(),
+        );
+        let lease_outcomes = Family::<Labels, Counter>::default();
+        registry.register(
+            "lease_requests",
+            "Node lease requests by how they ended (granted, timed_out, cancelled, refused)",
+            lease_outcomes.clone(),
+        );
         registry.register("scrapes", "Scrapes of this endpoint", scrapes.clone());
         Self {
             registry,
@@ -127,6 +144,9 @@ impl Metrics {
             device_utilization,
             leases,
             scrapes,
+            spilled,
+            lease_outcomes,
+            lease_seen: std::sync::Mutex::new([0; 4]),
             scrape: tokio::sync::Mutex::new(()),
             recording: std::sync::Mutex::new(()),
         }
@@ -238,6 +258,23 @@ pub(crate) async fn render(engine: &Engine, sessions: usize, connections: usize)
             m.device_utilization
                 .get_or_create(&labels(&[("node", node), ("device", &device)]))
                 .set(i64::from(percent));
+        }
+    }
+    m.spilled.set(engine.spilled_bytes());
+    {
+        // The queue's totals only grow: count on by what they grew since the last scrape.
+        let t = &queue.totals;
+        let now = [t.granted, t.timed_out, t.cancelled, t.refused];
+        let mut seen = m.lease_seen.lock().unwrap_or_else(|e| e.into_inner());
+        for ((name, value), last) in ["granted", "timed_out", "cancelled", "refused"]
+            .iter()
+            .zip(now)
+            .zip(seen.iter_mut())
+        {
+            m.lease_outcomes
+                .get_or_create(&labels(&[("outcome", name)]))
+                .inc_by(value.saturating_sub(*last));
+            *last = (*last).max(value);
         }
     }
     m.leases.clear();
