@@ -70,6 +70,12 @@ pub(crate) enum ClusterCommand {
         /// that were running (error 58C02 to their clients).
         #[arg(long, value_name = "SECONDS", default_value_t = 15)]
         executor_timeout: u64,
+        /// Serve the operator's endpoint at HOST:PORT: `/metrics` (Prometheus' text format),
+        /// `/healthz`, `/readyz`. On a cluster without a secret it must be loopback; with one
+        /// it is HTTPS asking for the cluster's client certificate. Its line of output is
+        /// `http: HOST:PORT`.
+        #[arg(long, value_name = "HOST:PORT")]
+        http: Option<SocketAddr>,
         #[command(flatten)]
         auth: ClusterAuthArgs,
     },
@@ -107,6 +113,12 @@ pub(crate) enum ClusterCommand {
         /// past it the task fails with 57G03 and the lease goes to the next in line.
         #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
         max_lease_hold: f64,
+        /// Serve the operator's endpoint at HOST:PORT: `/metrics` (Prometheus' text format),
+        /// `/healthz`, `/readyz`. On a cluster without a secret it must be loopback; with one
+        /// it is HTTPS asking for the cluster's client certificate. Its line of output is
+        /// `http: HOST:PORT`.
+        #[arg(long, value_name = "HOST:PORT")]
+        http: Option<SocketAddr>,
         #[command(flatten)]
         gpu_sharing: crate::gpu::sharing::GpuSharingArgs,
         #[command(flatten)]
@@ -196,11 +208,13 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
                 nodes,
                 wait_for_executors,
                 executor_timeout,
+                http,
                 auth,
             } => {
                 let options = SchedulerOptions {
                     listen,
                     nodes,
+                    http,
                     executor_timeout: Duration::from_secs(executor_timeout.max(1)),
                     auth: auth.auth()?,
                     ..SchedulerOptions::default()
@@ -217,6 +231,7 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
                 bind_host,
                 work_dir,
                 max_lease_hold,
+                http,
                 gpu_sharing,
                 script_user,
                 auth,
@@ -244,6 +259,14 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode, CliError> {
                 options.bind_host = bind_host;
                 options.work_dir = work_dir;
                 options.auth = auth.auth()?;
+                options.http = http;
+                options.events = Some(std::sync::Arc::new(|line: &str| {
+                    // `node K: http: HOST:PORT`: the endpoint's line, as `serve` prints it.
+                    match line.split_once(": http: ") {
+                        Some((_, at)) => println!("http: {at}"),
+                        None => eprintln!("accelsql cluster executor: {line}"),
+                    }
+                }));
                 accelsql_cluster::run_executor(options)
                     .await
                     .map_err(cluster_err)?;
@@ -266,6 +289,9 @@ async fn scheduler(
         .map_err(cluster_err)?;
     // The first line of output: scripts and `cluster local` wait for it.
     say(&format!("scheduler: {}", handle.address()))?;
+    if let Some(http) = handle.http_address() {
+        say(&format!("http: {http}"))?;
+    }
     let ready = async {
         if let Some(n) = wait {
             match handle

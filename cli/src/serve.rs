@@ -33,9 +33,10 @@ pub(crate) struct ServeArgs {
     /// --allow-cleartext-passwords). `--exasol-port` alone: Exasol's own port, 8563.
     #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "8563")]
     exasol_port: Option<u16>,
-    /// Open the operator's HTTP endpoint at HOST:PORT (loopback, unless
-    /// --allow-cleartext-passwords): `/metrics` for Prometheus, `/healthz` and `/readyz`, and a
-    /// live dashboard at `/` of the GPUs, the lease queue, sessions and UDF calls. It asks for
+    /// Open the operator's HTTP endpoint at HOST:PORT (HTTPS with --tls-cert/--tls-key; else
+    /// loopback, unless --allow-cleartext-passwords): `/metrics` for Prometheus, `/healthz` and
+    /// `/readyz`, and a live dashboard at `/` of the GPUs, the lease queue, running statements,
+    /// sessions and UDF calls. It asks for
     /// the same login (HTTP basic: a user with SELECT ANY DICTIONARY, or any name with the
     /// token; or `Authorization: Bearer TOKEN`). The output's line `http: HOST:PORT` says where.
     #[arg(long, value_name = "HOST:PORT")]

@@ -24,7 +24,7 @@ use crate::stage::LeasingEngine;
 use crate::{ClusterError, Result};
 
 /// How to start an executor.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ExecutorOptions {
     /// The scheduler, `HOST:PORT`.
     pub scheduler: String,
@@ -43,6 +43,28 @@ pub struct ExecutorOptions {
     /// How it proves itself to the scheduler and the other executors, and checks them; without
     /// it the executor listens on loopback only.
     pub auth: ClusterAuth,
+    /// Where to serve the operator's endpoint (`/metrics` of this node, `/healthz`,
+    /// `/readyz`); `None`: no endpoint. Off loopback only with the cluster's TLS.
+    pub http: Option<std::net::SocketAddr>,
+    /// Where the executor reports where its endpoint listens (besides the `log` crate).
+    pub events: Option<crate::EventSink>,
+}
+
+impl std::fmt::Debug for ExecutorOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutorOptions")
+            .field("scheduler", &self.scheduler)
+            .field("node", &self.node)
+            .field("bind_host", &self.bind_host)
+            .field("port", &self.port)
+            .field("grpc_port", &self.grpc_port)
+            .field("vcores", &self.vcores)
+            .field("work_dir", &self.work_dir)
+            .field("auth", &self.auth)
+            .field("http", &self.http)
+            .field("events", &self.events.is_some())
+            .finish()
+    }
 }
 
 impl ExecutorOptions {
@@ -57,6 +79,8 @@ impl ExecutorOptions {
             vcores: 0,
             work_dir: None,
             auth: ClusterAuth::none(),
+            http: None,
+            events: None,
         }
     }
 }
@@ -145,6 +169,22 @@ pub async fn run_executor(mut options: ExecutorOptions) -> Result<()> {
         _ => {}
     }
     let engine = options.node.engine()?;
+    // The operator's endpoint lives as long as this function runs.
+    let _http = match options.http {
+        Some(at) => {
+            let what = format!("the executor of node {}", options.node.id);
+            let render = crate::metrics::executor_render(engine.clone());
+            let (bound, task) =
+                crate::metrics::start_http(at, &options.auth, &what, render).await?;
+            let line = format!("node {}: http: {bound}", options.node.id);
+            log::info!("{line}");
+            if let Some(events) = &options.events {
+                events(&line);
+            }
+            Some(AbortOnDrop(task))
+        }
+        None => None,
+    };
     let registry = Arc::new(function_registry(&engine));
     let port = match options.port {
         0 => free_port(&options.bind_host)?,
@@ -298,6 +338,15 @@ fn secure_flight_service(tls: ServerTlsConfig) -> Arc<ArrowFlightServerProvider>
                 .map_err(BallistaError::TonicError)
         })
     })
+}
+
+/// Aborts a task when dropped (the executor's HTTP endpoint ends with it).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[cfg(test)]

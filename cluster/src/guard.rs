@@ -46,6 +46,8 @@ pub(crate) struct GuardedScheduler {
     /// refused; an older holder is taken for dead and replaced (an executor restarted).
     stale_after: Duration,
     events: Option<EventSink>,
+    /// Counts the tasks executors report.
+    metrics: std::sync::Arc<crate::metrics::SchedulerMetrics>,
 }
 
 /// Watches one job's status stream; dropped before the job ended, it cancels the job.
@@ -164,12 +166,14 @@ impl GuardedScheduler {
         nodes: Option<usize>,
         stale_after: Duration,
         events: Option<EventSink>,
+        metrics: std::sync::Arc<crate::metrics::SchedulerMetrics>,
     ) -> Self {
         Self {
             inner,
             nodes: tokio::sync::Mutex::new(nodes),
             stale_after,
             events,
+            metrics,
         }
     }
 
@@ -315,6 +319,9 @@ impl SchedulerGrpc for GuardedScheduler {
         &self,
         request: Request<UpdateTaskStatusParams>,
     ) -> Result<Response<UpdateTaskStatusResult>, Status> {
+        let report = request.get_ref();
+        self.metrics
+            .tasks_reported(&report.executor_id, &report.task_status);
         self.inner.update_task_status(request).await
     }
 

@@ -20,6 +20,7 @@ mod executor;
 mod guard;
 mod info;
 mod local;
+mod metrics;
 mod node;
 mod scheduler;
 mod security;

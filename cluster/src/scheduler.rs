@@ -24,6 +24,7 @@ use crate::affinity::NodeAffinity;
 use crate::codec::ClusterCodec;
 use crate::error::{config_err, process_err};
 use crate::guard::{EventSink, GuardedScheduler};
+use crate::metrics::{Render, SchedulerMetrics, start_http};
 use crate::node::{ConfigureEngine, NodeOptions, session_state};
 use crate::security::ClusterAuth;
 use crate::{ClusterError, Result};
@@ -49,6 +50,10 @@ pub struct SchedulerOptions {
     /// The cluster's node count; `None`: the first executor to register sets it. Executors
     /// claiming another count, or a node number outside it, are refused.
     pub nodes: Option<usize>,
+    /// Where to serve the operator's endpoint (`/metrics`, `/healthz`, `/readyz`; port 0: any
+    /// free port, [`SchedulerHandle::http_address`] tells which); `None`: no endpoint. Off
+    /// loopback only with the cluster's TLS.
+    pub http: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for SchedulerOptions {
@@ -60,6 +65,7 @@ impl std::fmt::Debug for SchedulerOptions {
             .field("configure", &self.configure.is_some())
             .field("auth", &self.auth)
             .field("nodes", &self.nodes)
+            .field("http", &self.http)
             .finish()
     }
 }
@@ -73,6 +79,7 @@ impl Default for SchedulerOptions {
             configure: None,
             auth: ClusterAuth::none(),
             nodes: None,
+            http: None,
         }
     }
 }
@@ -82,6 +89,8 @@ pub struct SchedulerHandle {
     address: SocketAddr,
     server: SchedulerServer<LogicalPlanNode, PhysicalPlanNode>,
     task: JoinHandle<()>,
+    /// The operator's endpoint: its address and serving task.
+    http: Option<(SocketAddr, JoinHandle<()>)>,
 }
 
 /// Starts a scheduler on a tokio runtime (the caller's), listening on `options.listen`.
@@ -141,12 +150,35 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandl
     let server =
         create_scheduler::<LogicalPlanNode, PhysicalPlanNode>(cluster, Arc::clone(&config)).await?;
     let mut events = server.state.executor_manager.cluster_state_events().await?;
+    let metrics = Arc::new(SchedulerMetrics::new());
+    let http = match options.http {
+        Some(at) => {
+            let watched = server.clone();
+            let metrics = Arc::clone(&metrics);
+            let render: Render = Arc::new(move || {
+                let watched = watched.clone();
+                let metrics = Arc::clone(&metrics);
+                Box::pin(async move {
+                    let executors = watched
+                        .state
+                        .executor_manager
+                        .get_executors_state()
+                        .await
+                        .map_or(0, |e| e.len());
+                    metrics.render(executors)
+                })
+            });
+            Some(start_http(at, &options.auth, "the scheduler", render).await?)
+        }
+        None => None,
+    };
     let guard = GuardedScheduler::new(
         server.clone(),
         options.nodes,
         // Three missed heartbeats (sent every 2 s): the holder of a node is taken for dead.
         Duration::from_secs(6).min(options.executor_timeout),
         options.events.clone(),
+        Arc::clone(&metrics),
     );
     let mut builder = create_grpc_server(&GrpcServerConfig::default());
     if let Some(tls) = options.auth.server_tls() {
@@ -163,6 +195,7 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandl
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let watching = server.clone();
     let events_sink = options.events.clone();
+    let watch_metrics = Arc::clone(&metrics);
     let task = tokio::spawn(async move {
         let serve = async {
             if let Err(e) = router.serve_with_incoming(incoming).await {
@@ -177,8 +210,14 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandl
                 match event {
                     ClusterStateEvent::RemovedExecutor { executor_id } => {
                         affinity.left(&executor_id);
-                        stop_jobs_of_lost_executor(&watching, &executor_id, events_sink.as_ref())
-                            .await;
+                        watch_metrics.executor_lost();
+                        stop_jobs_of_lost_executor(
+                            &watching,
+                            &executor_id,
+                            events_sink.as_ref(),
+                            &watch_metrics,
+                        )
+                        .await;
                     }
                     ClusterStateEvent::RegisteredExecutor { executor_id } => {
                         affinity.joined(&executor_id);
@@ -198,6 +237,7 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<SchedulerHandl
         address,
         server,
         task,
+        http,
     })
 }
 
@@ -206,6 +246,7 @@ async fn stop_jobs_of_lost_executor(
     server: &SchedulerServer<LogicalPlanNode, PhysicalPlanNode>,
     executor_id: &str,
     events: Option<&EventSink>,
+    metrics: &SchedulerMetrics,
 ) {
     let node = node_of_executor(executor_id);
     if let Some(events) = events {
@@ -218,6 +259,7 @@ async fn stop_jobs_of_lost_executor(
         if let Some(events) = events {
             events(&line);
         }
+        metrics.job_stopped();
         if let Err(e) = server.cancel_job(job.clone()).await {
             log::error!("cannot stop job {job}: {e}");
         }
@@ -288,6 +330,11 @@ impl SchedulerHandle {
         }
     }
 
+    /// The operator's HTTP endpoint's address ([`SchedulerOptions::http`]), if it has one.
+    pub fn http_address(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(|(at, _)| *at)
+    }
+
     /// Stops serving.
     pub fn stop(self) {
         self.task.abort();
@@ -297,5 +344,8 @@ impl SchedulerHandle {
 impl Drop for SchedulerHandle {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some((_, http)) = &self.http {
+            http.abort();
+        }
     }
 }

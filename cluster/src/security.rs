@@ -231,6 +231,24 @@ impl ClusterAuth {
         )
     }
 
+    /// TLS for this process's HTTP endpoint (`--http`): its certificate, and the cluster's
+    /// client certificate required from every peer, as on its other ports. `None` without
+    /// authentication.
+    pub(crate) fn http_tls(&self) -> Result<Option<accelsql_ops::TlsAcceptor>> {
+        let Some(tls) = self.tls.as_ref() else {
+            return Ok(None);
+        };
+        accelsql_ops::tls_acceptor(
+            tls.cert_pem.as_bytes(),
+            tls.key_pem.as_bytes(),
+            Some(tls.ca_pem.as_bytes()),
+        )
+        .map(Some)
+        .map_err(|e| ClusterError::Insecure {
+            message: e.to_string(),
+        })
+    }
+
     /// TLS for a client of this process: the authority it trusts and its own certificate.
     fn client_tls(&self) -> Option<ClientTlsConfig> {
         let tls = self.tls.as_ref()?;
@@ -363,6 +381,88 @@ pub(crate) fn ensure_crypto_provider() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `GET /healthz` over TLS to `at`, as a client with `identity` (the cluster's certificate
+    /// and key) or none; the answer's first line, or why there was none.
+    async fn https_healthz(at: std::net::SocketAddr, tls: &TlsMaterial, identity: bool) -> String {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(tls.ca_pem.as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let config = if identity {
+            let certs = CertificateDer::pem_slice_iter(tls.cert_pem.as_bytes())
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap();
+            let key = PrivateKeyDer::from_pem_slice(tls.key_pem.as_bytes()).unwrap();
+            builder.with_client_auth_cert(certs, key).unwrap()
+        } else {
+            builder.with_no_client_auth()
+        };
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(at).await.unwrap();
+        let name = ServerName::try_from(SECRET_SERVER_NAME).unwrap();
+        let mut stream = match connector.connect(name, tcp).await {
+            Ok(stream) => stream,
+            Err(e) => return format!("handshake: {e}"),
+        };
+        let request = b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
+        if let Err(e) = stream.write_all(request).await {
+            return format!("write: {e}");
+        }
+        let mut answer = Vec::new();
+        match stream.read_to_end(&mut answer).await {
+            Ok(_) => String::from_utf8_lossy(&answer)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+            Err(e) => format!("read: {e}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_secured_clusters_http_endpoint_asks_for_the_clusters_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        ClusterAuth::write_secret_file(&path).unwrap();
+        let auth = ClusterAuth::from_secret_file(&path).unwrap();
+        let render: crate::metrics::Render = Arc::new(|| Box::pin(async { "# EOF\n".to_string() }));
+        let (at, task) =
+            crate::metrics::start_http("127.0.0.1:0".parse().unwrap(), &auth, "the test", render)
+                .await
+                .unwrap();
+        let tls = auth.tls.as_ref().unwrap();
+        assert_eq!(https_healthz(at, tls, true).await, "HTTP/1.1 200 OK");
+        let refused = https_healthz(at, tls, false).await;
+        assert!(
+            !refused.starts_with("HTTP/"),
+            "served without a certificate: {refused}"
+        );
+        // Plain HTTP gets no answer.
+        let mut plain = tokio::net::TcpStream::connect(at).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(
+            &mut plain,
+            b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            tokio::io::AsyncReadExt::read_to_end(&mut plain, &mut answer),
+        )
+        .await;
+        assert!(!answer.starts_with(b"HTTP/"), "{answer:?}");
+        task.abort();
+    }
 
     #[test]
     fn a_secret_file_is_owner_only_and_derives_the_same_authority() {

@@ -57,9 +57,9 @@ pub use accelsql_gpu_scheduler as gpu_scheduler;
 pub use accelsql_gpu_scheduler::SchedulerConfig;
 pub use accelsql_udf_runtime as udf_runtime;
 pub use accelsql_udf_runtime::{AcceleratorRequest, InstanceContext};
-pub use datafusion;
 /// The table of Exasol's words in accelsql's errors (see `docs/src/exasol-errors.md`).
 pub use core::exasol_words::{EXASOL_WORDS, ExasolWords};
+pub use datafusion;
 
 pub use crate::catalog::node_rows::{NodeRowsParts, node_rows_parts};
 pub use crate::core::calls::{Placement, PlacementDecision, RECENT_CALLS, UdfCallRecord};

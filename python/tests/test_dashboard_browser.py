@@ -120,3 +120,56 @@ def test_the_dashboard_shows_the_queue_and_ends_a_session(server, browser):
         if message["method"] == "Network.requestWillBeSent":
             urls.append(message["params"]["request"]["url"])
     assert urls and all(u.startswith(server.http) for u in urls), [u for u in urls if not u.startswith(server.http)]
+
+
+def test_the_page_shows_a_statements_rows_rising_and_stops_it_from_its_button(server, browser):
+    browser.get(server.http + "/")
+    conn = server.connect()
+    cur = conn.cursor()
+    try:
+        cur.execute("SELECT value AS n FROM generate_series(1, 300000000)")
+        reader = cur.fetch_record_batch()
+        seen = []
+        deadline = time.time() + 30
+        while time.time() < deadline and len(set(seen)) < 3:
+            reader.read_next_batch()
+            time.sleep(1.1)  # the page polls each second
+            rows = [r for r in _rows(browser, "statements") if "generate_series" in r["sql"]]
+            if rows:
+                seen.append(rows[0]["rows"])
+        # What the page shows rises as the client reads.
+        assert len(set(seen)) >= 3 and seen == sorted(seen), seen
+        cell = browser.find_element("css selector", "#statements tr[data-row] td:nth-child(6)")
+        assert int(cell.text) >= seen[0], cell.text
+        clicked = browser.execute_script(
+            """
+            for (const tr of document.querySelectorAll('#statements tr[data-row]')) {
+              if (JSON.parse(tr.dataset.row).sql.includes('generate_series')) {
+                const button = tr.querySelector('button');
+                setTimeout(() => button.click(), 0);
+                return true;
+              }
+            }
+            return false;
+            """
+        )
+        assert clicked
+        from selenium.webdriver.support import expected_conditions
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        WebDriverWait(browser, 5).until(expected_conditions.alert_is_present())
+        browser.switch_to.alert.accept()
+        with pytest.raises(Exception) as stopped:
+            for _ in range(100_000):
+                reader.read_next_batch()
+        assert "57014" in str(stopped.value), stopped.value
+        WebDriverWait(browser, 5).until(
+            lambda d: "stopped" in d.find_element("id", "status").text
+            or not [r for r in _rows(d, "statements") if "generate_series" in r["sql"]]
+        )
+    finally:
+        try:
+            cur.close()
+        except Exception:  # the stopped statement's reader
+            pass
+        conn.close()

@@ -222,3 +222,70 @@ def test_the_dashboard_shows_the_holder_and_the_waiter_and_ends_a_session(server
     assert outcomes["holder"] == [(4.0,)]
     status, _, body = server.get("/api/kill?session=notanumber", method="POST")
     assert status == 400 and body.startswith("[22023]")
+
+
+def test_slow_clients_and_floods_on_the_http_port_leave_both_ports_serving(server):
+    import socket
+
+    host, port = server.http[len("http://"):].rsplit(":", 1)
+    # Slow clients: half a request header each, then nothing (closed after the header timeout).
+    slow = []
+    for _ in range(40):
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bas")
+        slow.append(s)
+    try:
+        # Meanwhile the endpoint answers, refusals with their codes, and the data port serves.
+        assert server.get("/healthz", auth=None)[0] == 200
+        status, _, body = server.get("/metrics", auth=("sys", "wrong token"))
+        assert status == 401 and body.startswith("[28000]"), body
+        assert server.get("/metrics", auth="bearer")[0] == 200
+        status, _, _ = server.get("/healthz", auth=None, headers={"X-Big": "y" * 40_000})
+        assert status == 431, status
+        with server.connect() as conn:
+            cur = conn.cursor()
+            cur.execute("SELECT 6 * 7")
+            assert cur.fetchone() == (42,)
+    finally:
+        for s in slow:
+            s.close()
+
+
+def test_a_running_statement_is_listed_with_its_rows_and_stopped_from_the_endpoint(server):
+    conn = server.connect()
+    cur = conn.cursor()
+    try:
+        cur.execute("SELECT value FROM generate_series(1, 200000000)")
+        reader = cur.fetch_record_batch()
+        seen = []
+        listed = []
+        deadline = time.time() + 30
+        while time.time() < deadline and len(set(seen)) < 2:
+            reader.read_next_batch()
+            state = json.loads(server.get("/api/state")[2])
+            listed = [s for s in state["statements"] if "generate_series" in s["sql"]]
+            if listed:
+                seen.append(listed[0]["rows"])
+            time.sleep(0.2)
+        # Its rows so far grow as the client reads.
+        assert len(set(seen)) >= 2 and seen == sorted(seen), seen
+        running = listed[0]
+        assert running["user"] and running["elapsed_ms"] >= 0, running
+        status, _, body = server.get(
+            f"/api/cancel?session={running['session']}&statement={running['number']}", method="POST"
+        )
+        assert status == 200, body
+        with pytest.raises(Exception) as stopped:
+            for _ in range(100_000):
+                reader.read_next_batch()
+        assert "57014" in str(stopped.value), stopped.value
+        state = json.loads(server.get("/api/state")[2])
+        assert not [s for s in state["statements"] if "generate_series" in s["sql"]]
+        status, _, body = server.get("/api/cancel?session=1&statement=999999", method="POST")
+        assert status == 404 and body.startswith("[42704]"), body
+    finally:
+        try:
+            cur.close()
+        except Exception:  # the stopped statement's reader
+            pass
+        conn.close()

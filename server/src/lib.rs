@@ -188,7 +188,11 @@ pub struct Server {
         Arc<exasol::PortTls>,
     )>,
     /// The HTTP endpoint's listener and address.
-    http: Option<(tokio::net::TcpListener, SocketAddr)>,
+    http: Option<(
+        tokio::net::TcpListener,
+        SocketAddr,
+        Option<tokio_rustls::TlsAcceptor>,
+    )>,
     service: AccelsqlFlightSql,
     tls: Option<Identity>,
     token: Option<String>,
@@ -314,30 +318,51 @@ impl Server {
             None => None,
         };
         results::LOG_JSON.store(options.log_json, std::sync::atomic::Ordering::Relaxed);
-        let http = match options.http_listen {
-            Some(at) => {
-                if !at.ip().is_loopback() && !options.allow_cleartext_passwords {
-                    return Err(ServerError::Config {
-                        message: format!(
-                            "the HTTP endpoint would take credentials at {at} in clear text: \
-                             give it a loopback address (--http 127.0.0.1:PORT), or pass \
+        let http =
+            match options.http_listen {
+                Some(at) => {
+                    if !at.ip().is_loopback()
+                        && options.tls.is_none()
+                        && !options.allow_cleartext_passwords
+                    {
+                        return Err(ServerError::Config {
+                            message: format!(
+                                "the HTTP endpoint would take credentials at {at} in clear text: \
+                             give the server --tls-cert/--tls-key (the endpoint is then HTTPS), \
+                             a loopback address (--http 127.0.0.1:PORT), or pass \
                              --allow-cleartext-passwords on a network you trust"
-                        ),
-                    });
-                }
-                let listener =
-                    tokio::net::TcpListener::bind(at)
-                        .await
-                        .map_err(|e| ServerError::Network {
+                            ),
+                        });
+                    }
+                    // HTTPS with the data port's certificate where the server has one.
+                    let acceptor = match &options.tls {
+                        Some((cert, key)) => {
+                            let read = |p: &PathBuf| {
+                                std::fs::read(p).map_err(|e| ServerError::Config {
+                                    message: format!("cannot read TLS file {}: {e}", p.display()),
+                                })
+                            };
+                            Some(
+                                accelsql_ops::tls_acceptor(&read(cert)?, &read(key)?, None)
+                                    .map_err(|e| ServerError::Config {
+                                        message: e.to_string(),
+                                    })?,
+                            )
+                        }
+                        None => None,
+                    };
+                    let listener = tokio::net::TcpListener::bind(at).await.map_err(|e| {
+                        ServerError::Network {
                             message: format!("cannot listen on {at} (HTTP): {e}"),
-                        })?;
-                let bound = listener.local_addr().map_err(|e| ServerError::Network {
-                    message: format!("no local address: {e}"),
-                })?;
-                Some((listener, bound))
-            }
-            None => None,
-        };
+                        }
+                    })?;
+                    let bound = listener.local_addr().map_err(|e| ServerError::Network {
+                        message: format!("no local address: {e}"),
+                    })?;
+                    Some((listener, bound, acceptor))
+                }
+                None => None,
+            };
         let connections = Connections::new(
             ConnLimits {
                 handshake_timeout: options.handshake_timeout,
@@ -384,7 +409,7 @@ impl Server {
 
     /// The address of the HTTP endpoint (`--http`), when the server has one.
     pub fn http_addr(&self) -> Option<SocketAddr> {
-        self.http.as_ref().map(|(_, addr)| *addr)
+        self.http.as_ref().map(|(_, addr, _)| *addr)
     }
 
     /// The address of the Exasol-protocol port, when the server has one.
@@ -445,7 +470,8 @@ impl Server {
         let exasol = exasol.map(|(listener, _, key, tls)| {
             tokio::spawn(exasol::serve(listener, service.clone(), key, tls))
         });
-        let http = http.map(|(listener, _)| tokio::spawn(http::serve(listener, service.clone())));
+        let http = http
+            .map(|(listener, _, tls)| tokio::spawn(http::serve(listener, service.clone(), tls)));
         let flight = FlightServiceServer::new(coded::Coded(service.clone()))
             .max_decoding_message_size(options.max_message_size)
             .max_encoding_message_size(options.max_message_size);

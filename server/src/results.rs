@@ -61,7 +61,6 @@ impl StatementLog {
         outcome: &str,
     ) -> String {
         let mut gpu = Vec::new();
-        let mut placements = Vec::new();
         let mut wait = None;
         if let Some(id) = self.statement_id {
             for call in engine.calls_of(id) {
@@ -69,10 +68,6 @@ impl StatementLog {
                     Placement::Gpu => format!("GPU{:?}", call.devices),
                     Placement::Cpu => "CPU".to_string(),
                 };
-                placements.push(match call.decision.placement {
-                    Placement::Gpu => "gpu",
-                    Placement::Cpu => "cpu",
-                });
                 gpu.push(format!("{}:{place}", log_word(&call.decision.udf)));
                 if call.lease_wait.is_some() {
                     wait = call.lease_wait;
@@ -80,7 +75,7 @@ impl StatementLog {
             }
         }
         let elapsed = self.started.elapsed();
-        crate::http::metrics::record_statement(outcome, elapsed, &placements, wait);
+        crate::http::metrics::record_statement(outcome, elapsed, wait);
         let text: String = self.sql.split_whitespace().collect::<Vec<_>>().join(" ");
         let text: String = text.chars().take(80).collect();
         let ms = elapsed.as_secs_f64() * 1e3;

@@ -690,6 +690,69 @@ impl Sessions {
     pub(crate) fn len(&self) -> usize {
         lock(&self.sessions).len()
     }
+
+    /// The statements whose results stream now (Flight), each with its session's engine id
+    /// and user, oldest first.
+    pub(crate) fn running(&self) -> Vec<RunningStatement> {
+        let clients: Vec<_> = lock(&self.sessions).values().cloned().collect();
+        let mut out: Vec<RunningStatement> = clients
+            .iter()
+            .flat_map(|client| {
+                let slots: Vec<_> = lock(&client.running).values().cloned().collect();
+                slots
+                    .into_iter()
+                    .filter(|slot| matches!(*lock(&slot.state), SlotState::Running(_)))
+                    .map(|slot| RunningStatement {
+                        session: client.session.id(),
+                        user: client.session.user().unwrap_or_else(|| client.user.clone()),
+                        number: slot.number,
+                        statement_id: slot.statement_id,
+                        sql: slot.sql.clone(),
+                        elapsed: slot.started.elapsed(),
+                        rows: slot.rows.load(Ordering::Relaxed),
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        out.sort_by(|a, b| b.elapsed.cmp(&a.elapsed));
+        out
+    }
+
+    /// Cancels statement `number` of the session whose engine id is `session` (its readers
+    /// get 57014); whether it was running.
+    pub(crate) fn cancel_statement(&self, session: u64, number: u64) -> bool {
+        let client = lock(&self.sessions)
+            .values()
+            .find(|c| c.session.id() == session)
+            .cloned();
+        let Some(client) = client else {
+            return false;
+        };
+        let slot = lock(&client.running)
+            .values()
+            .find(|s| s.number == number && matches!(*lock(&s.state), SlotState::Running(_)))
+            .cloned();
+        slot.map(|s| s.cancel()).is_some()
+    }
+}
+
+/// A statement whose result streams now ([`Sessions::running`]).
+#[derive(Debug, Clone)]
+pub(crate) struct RunningStatement {
+    /// Its session's engine id (as `EXA_ALL_SESSIONS` shows it).
+    pub(crate) session: u64,
+    /// Its session's user.
+    pub(crate) user: String,
+    /// Its number in the server's log.
+    pub(crate) number: u64,
+    /// The engine's statement id (as `accelsql.gpu_leases` and `udf_calls` show it).
+    pub(crate) statement_id: Option<u64>,
+    /// Its text.
+    pub(crate) sql: String,
+    /// How long it has run.
+    pub(crate) elapsed: Duration,
+    /// Rows handed to its readers so far.
+    pub(crate) rows: u64,
 }
 
 #[cfg(test)]

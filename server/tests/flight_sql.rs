@@ -893,6 +893,38 @@ fn thirty_two_clients_of_mixed_statements_leak_nothing() {
     });
 }
 
+/// `GET path` over TLS (trusting `ca_pem`, the server named `localhost`) with the bearer
+/// `token`: the whole answer.
+async fn https_get(at: std::net::SocketAddr, ca_pem: &[u8], path: &str, token: &str) -> String {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(at).await.unwrap();
+    let mut stream = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    String::from_utf8(answer).unwrap()
+}
+
 #[test]
 fn tls_clients_connect_with_the_servers_certificate() {
     mt().block_on(async {
@@ -901,10 +933,21 @@ fn tls_clients_connect_with_the_servers_certificate() {
         let options = ServerOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
             tls: Some((data.join("cert.pem"), data.join("key.pem"))),
+            http_listen: Some("127.0.0.1:0".parse().unwrap()),
             ..ServerOptions::default()
         };
         let server = ServerHandle::start(engine, options).await.unwrap();
         assert!(server.url().starts_with("grpc+tls://"), "{}", server.url());
+        // The HTTP endpoint is HTTPS with the same certificate.
+        let metrics = https_get(
+            server.http_addr().unwrap(),
+            &std::fs::read(data.join("ca.pem")).unwrap(),
+            "/metrics",
+            server.token().unwrap(),
+        )
+        .await;
+        assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics:.200}");
+        assert!(metrics.ends_with("# EOF\n"), "{metrics:.200}");
         let ca =
             tonic::transport::Certificate::from_pem(std::fs::read(data.join("ca.pem")).unwrap());
         let tls = tonic::transport::ClientTlsConfig::new()

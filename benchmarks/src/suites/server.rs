@@ -421,6 +421,133 @@ async fn under_login_storm(at: &Endpoint, user: &str, storm: bool) -> Result<(Ve
     Ok((latencies, tries))
 }
 
+/// Sessions open while `/metrics` is scraped.
+pub const SCRAPE_SESSIONS: usize = 1000;
+/// Scrapes timed.
+pub const SCRAPES: usize = 500;
+/// The goal for a scrape of `/metrics` with [`SCRAPE_SESSIONS`] sessions open: p99 below this.
+pub const GOAL_SCRAPE_P99: Duration = Duration::from_millis(5);
+
+/// One `GET /metrics` on a fresh connection, as a scraper that logs in with the token does;
+/// the body's length.
+async fn scrape(at: std::net::SocketAddr, token: &str) -> Result<usize> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(at)
+        .await
+        .map_err(|e| bench_err!("cannot connect to {at}: {e}"))?;
+    let request = format!(
+        "GET /metrics HTTP/1.1\r\nhost: {at}\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n"
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| bench_err!("scrape: {e}"))?;
+    let mut answer = Vec::new();
+    stream
+        .read_to_end(&mut answer)
+        .await
+        .map_err(|e| bench_err!("scrape: {e}"))?;
+    if !answer.starts_with(b"HTTP/1.1 200") || !answer.ends_with(b"# EOF\n") {
+        return Err(bench_err!(
+            "scrape: {}",
+            String::from_utf8_lossy(&answer[..answer.len().min(200)])
+        ));
+    }
+    Ok(answer.len())
+}
+
+/// The metrics part: a server with its HTTP endpoint, [`SCRAPE_SESSIONS`] sessions logged in
+/// (over 8 connections) each having run a statement, then [`SCRAPES`] scrapes of `/metrics` one
+/// after another.
+async fn metrics_scrape(result: &mut SuiteResult) -> Result<()> {
+    let engine = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(2),
+        ..EngineOptions::default()
+    })?;
+    let server = ServerHandle::start(
+        engine,
+        ServerOptions {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            http_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+            max_sessions: SCRAPE_SESSIONS + 16,
+            max_sessions_per_user: SCRAPE_SESSIONS + 16,
+            ..ServerOptions::default()
+        },
+    )
+    .await
+    .map_err(|e| bench_err!("the server did not start: {e}"))?;
+    let token = server
+        .token()
+        .map(str::to_string)
+        .ok_or_else(|| bench_err!("the server made no token"))?;
+    let http = server
+        .http_addr()
+        .ok_or_else(|| bench_err!("the server has no HTTP endpoint"))?;
+    let at = Endpoint {
+        url: server.url().to_string(),
+        token: Some(token.clone()),
+    };
+    let mut channels = Vec::new();
+    for _ in 0..8 {
+        channels.push(client(&at).await?.inner().clone());
+    }
+    let mut sessions = Vec::with_capacity(SCRAPE_SESSIONS);
+    for i in 0..SCRAPE_SESSIONS {
+        let mut c = FlightSqlServiceClient::new_from_inner(channels[i % channels.len()].clone());
+        c.handshake("bench", &token)
+            .await
+            .map_err(|e| bench_err!("session {i}: {e}"))?;
+        fetch(&mut c, "SELECT 1").await?;
+        sessions.push(c);
+    }
+    let mut bytes = 0;
+    for _ in 0..20 {
+        bytes = scrape(http, &token).await?;
+    }
+    let mut samples = Vec::with_capacity(SCRAPES);
+    for _ in 0..SCRAPES {
+        let start = Instant::now();
+        scrape(http, &token).await?;
+        samples.push(start.elapsed());
+    }
+    samples.sort();
+    let secs: Vec<f64> = samples.iter().map(Duration::as_secs_f64).collect();
+    let p99 = percentile_of_sorted(&secs, 0.99);
+    let mut table = Table::new(
+        format!("server: GET /metrics with {SCRAPE_SESSIONS} sessions open"),
+        "sessions",
+        None,
+    )
+    .without_rate();
+    let figure = measured(
+        "GET /metrics",
+        "HTTP endpoint",
+        SCRAPE_SESSIONS as u64,
+        &samples,
+    )
+    .with_metric("p99_ms", p99 * 1e3)
+    .with_metric("bytes", bytes as f64);
+    let median = figure.outcome.stats().map_or(0.0, |s| s.median_s);
+    table.push(figure);
+    result.tables.push(table);
+    let goal = GOAL_SCRAPE_P99.as_secs_f64();
+    result.notes.push(format!(
+        "Metrics scrape with {SCRAPE_SESSIONS} sessions open ({SCRAPES} scrapes, a new \
+         connection each, bearer token): {:.2} ms median, {:.2} ms p99, {bytes} bytes; goal \
+         p99 < {:.0} ms: {}.",
+        median * 1e3,
+        p99 * 1e3,
+        goal * 1e3,
+        if p99 < goal { "met" } else { "NOT met" }
+    ));
+    drop(sessions);
+    server
+        .stop()
+        .await
+        .map_err(|e| bench_err!("the server did not stop: {e}"))?;
+    Ok(())
+}
+
 /// The login-storm part: a server with a users file (PBKDF2 at its default rounds), one client
 /// running statements, idle and while [`STORMERS`] clients try wrong passwords.
 async fn login_storm(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
@@ -597,7 +724,8 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
                    no work) from one client, then from two at once on one simulated GPU: the \
                    latency each client sees; the difference is what waiting for and handing \
                    over the lease costs over the wire. (4) With a users file: `SELECT 1` from one \
-                   logged-in client, idle and while 4 clients try wrong passwords."
+                   logged-in client, idle and while 4 clients try wrong passwords. (5) `GET /metrics` \
+                   on the HTTP endpoint with 1,000 sessions open."
             .into();
     let engine = Engine::with_options(EngineOptions {
         scheduler: SchedulerConfig::default().with_simulated_gpus(1),
@@ -617,7 +745,7 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
         url: server.url().to_string(),
         token: server.token().map(str::to_string),
     };
-    let progress = Progress::new("server", 4, "parts");
+    let progress = Progress::new("server", 5, "parts");
 
     progress.set_message("wide result");
     let rows = ctx.scaled(BASE_ROWS, 1000);
@@ -705,6 +833,9 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
 
     progress.set_message("login storm");
     login_storm(ctx, result).await?;
+    progress.inc(1);
+    progress.set_message("metrics scrape");
+    metrics_scrape(result).await?;
     progress.inc(1);
     progress.finish();
     result.notes.push(

@@ -3,5 +3,6 @@
 //! module with `cargo test -p accelsql-cluster --test integration -- slt::`.
 
 mod cluster;
+mod metrics;
 mod security;
 mod slt;

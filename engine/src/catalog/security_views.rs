@@ -400,10 +400,7 @@ fn with_sys_as_dba(grants: &BTreeSet<Granted>) -> BTreeSet<Granted> {
     all
 }
 
-fn granted_rows(
-    grants: &BTreeSet<Granted>,
-    shown: impl Fn(&str) -> bool,
-) -> Vec<Vec<V>> {
+fn granted_rows(grants: &BTreeSet<Granted>, shown: impl Fn(&str) -> bool) -> Vec<Vec<V>> {
     grants
         .iter()
         .filter(|x| shown(&x.grantee))

@@ -92,6 +92,39 @@ pub struct UdfCallRecord {
     pub reserved_bytes: Option<u64>,
 }
 
+impl UdfCallRecord {
+    /// The call's placement and the reason for it as metric labels, from a small fixed set
+    /// (the decision's words are free text): placement `gpu`, `cpu`, or `fallback` (placed on
+    /// the GPU, some batches ran on the CPU); reason `required`, `preferred`, `not_requested`,
+    /// `no_privilege`, `no_gpu`, `gpu_taken`, and for a fallback `out_of_memory` or
+    /// `device_failure`.
+    pub fn metric_labels(&self) -> (&'static str, &'static str) {
+        let d = &self.decision;
+        match d.placement {
+            Placement::Gpu if self.cpu_fallback_batches > 0 => {
+                let memory = self
+                    .fallback_reason
+                    .as_deref()
+                    .is_some_and(|r| r.to_ascii_lowercase().contains("memory"));
+                (
+                    "fallback",
+                    if memory {
+                        "out_of_memory"
+                    } else {
+                        "device_failure"
+                    },
+                )
+            }
+            Placement::Gpu if d.request == AcceleratorRequest::Required => ("gpu", "required"),
+            Placement::Gpu => ("gpu", "preferred"),
+            Placement::Cpu if d.request == AcceleratorRequest::None => ("cpu", "not_requested"),
+            Placement::Cpu if d.reason.contains("privilege") => ("cpu", "no_privilege"),
+            Placement::Cpu if d.reason.starts_with("GPUs taken") => ("cpu", "gpu_taken"),
+            Placement::Cpu => ("cpu", "no_gpu"),
+        }
+    }
+}
+
 impl std::fmt::Display for UdfCallRecord {
     /// One line per call, as `EXPLAIN ANALYZE` shows it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

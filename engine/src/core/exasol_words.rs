@@ -155,7 +155,10 @@ mod tests {
                 row.code,
                 row.words
             );
-            assert!(docs.contains(&line), "docs/src/exasol-errors.md lacks:\n{line}");
+            assert!(
+                docs.contains(&line),
+                "docs/src/exasol-errors.md lacks:\n{line}"
+            );
         }
     }
 }

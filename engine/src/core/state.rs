@@ -63,6 +63,8 @@ pub(crate) struct EngineState {
     /// Whether sessions resolve unknown table names as files ([`EngineOptions::url_tables`]).
     pub(crate) url_tables: bool,
     recent_calls: Mutex<VecDeque<UdfCallRecord>>,
+    /// Finished calls counted by [`UdfCallRecord::metric_labels`], since the engine started.
+    call_totals: Mutex<std::collections::BTreeMap<(&'static str, &'static str), u64>>,
     /// The session, user and text of recent statements (what system tables may show whom).
     pub(crate) owners: super::owners::StatementOwners,
     /// The sessions alive now (`KILL SESSION`).
@@ -147,6 +149,7 @@ impl EngineState {
             restricted: options.restricted,
             node_leases: NodeLeases::default(),
             recent_calls: Mutex::new(VecDeque::new()),
+            call_totals: Mutex::default(),
             owners: Default::default(),
             sessions: Default::default(),
         })
@@ -169,6 +172,17 @@ impl EngineState {
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .cloned()
+            .collect()
+    }
+
+    /// Finished calls by placement and reason ([`UdfCallRecord::metric_labels`]) since the
+    /// engine started; a cluster task's call counts once per node, with its first task.
+    pub(crate) fn call_totals(&self) -> Vec<((&'static str, &'static str), u64)> {
+        self.call_totals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| (*k, *v))
             .collect()
     }
 
@@ -198,6 +212,12 @@ impl EngineState {
                 known.absorb(r);
                 continue;
             }
+            *self
+                .call_totals
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(r.metric_labels())
+                .or_default() += 1;
             if recent.len() == RECENT_CALLS {
                 recent.pop_front();
             }

@@ -134,6 +134,29 @@ impl Engine {
         &self.inner.state.inventory
     }
 
+    /// Finished UDF calls by placement and reason
+    /// ([`UdfCallRecord::metric_labels`](crate::UdfCallRecord::metric_labels)) since the engine
+    /// started, for metrics.
+    pub fn udf_call_totals(&self) -> Vec<((&'static str, &'static str), u64)> {
+        self.inner.state.call_totals()
+    }
+
+    /// This engine's node number on a cluster (`0` alone).
+    pub fn node_id(&self) -> usize {
+        self.inner.state.node.id
+    }
+
+    /// The engine's memory pool: bytes its sessions have reserved now, and its limit (`None`:
+    /// unbounded).
+    pub fn memory_pool_usage(&self) -> (usize, Option<usize>) {
+        let pool = &self.inner.state.runtime.memory_pool;
+        let limit = match pool.memory_limit() {
+            datafusion::execution::memory_pool::MemoryLimit::Finite(n) => Some(n),
+            _ => None,
+        };
+        (pool.reserved(), limit)
+    }
+
     /// The last [`RECENT_CALLS`](crate::RECENT_CALLS) finished UDF calls, oldest first.
     pub fn recent_calls(&self) -> Vec<UdfCallRecord> {
         self.inner.state.recent_calls()

@@ -394,6 +394,12 @@ impl Session {
         self.identity.set_user(Some(user.into()), sees_others);
     }
 
+    /// Whether this session is shown other sessions' SQL and calls ([`Session::set_user`]'s
+    /// `sees_others`; the embedding program's sessions are).
+    pub fn sees_others(&self) -> bool {
+        self.identity.viewer().sees_all
+    }
+
     /// The user [`Session::set_user`] named.
     pub fn user(&self) -> Option<String> {
         self.identity.user()
@@ -708,8 +714,12 @@ impl Session {
                 parse_exasol_statement(exasol_piece.as_deref().unwrap_or(&piece.text))?
             {
                 let statement = match statement {
-                    ExasolStatement::Import(t) if exasol => ExasolStatement::Import(t.into_written()),
-                    ExasolStatement::Export(t) if exasol => ExasolStatement::Export(t.into_written()),
+                    ExasolStatement::Import(t) if exasol => {
+                        ExasolStatement::Import(t.into_written())
+                    }
+                    ExasolStatement::Export(t) if exasol => {
+                        ExasolStatement::Export(t.into_written())
+                    }
                     other => other,
                 };
                 self.check_connection_change(&statement, &grants)?;

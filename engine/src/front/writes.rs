@@ -194,13 +194,14 @@ pub(crate) fn insert_with_table_fields(plan: LogicalPlan) -> Result<LogicalPlan>
             }
             if is_geometry(target) {
                 // GEOMETRY's text as Exasol writes it (`POINT (1 1)`).
-                column = Expr::ScalarFunction(datafusion::logical_expr::expr::ScalarFunction::new_udf(
-                    Arc::new(crate::udf::wkt::geometry_function()),
-                    vec![Expr::Cast(datafusion::logical_expr::Cast::new(
-                        Box::new(column),
-                        DataType::Utf8,
-                    ))],
-                ));
+                column =
+                    Expr::ScalarFunction(datafusion::logical_expr::expr::ScalarFunction::new_udf(
+                        Arc::new(crate::udf::wkt::geometry_function()),
+                        vec![Expr::Cast(datafusion::logical_expr::Cast::new(
+                            Box::new(column),
+                            DataType::Utf8,
+                        ))],
+                    ));
             }
             let to = Field::new(field.name(), field.data_type().clone(), field.is_nullable())
                 .with_metadata(target.metadata().clone());

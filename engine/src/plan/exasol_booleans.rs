@@ -180,7 +180,10 @@ mod tests {
         )
         .await;
         assert!(out.iter().any(|l| l.contains("| TRUE  | TRUE!")), "{out:?}");
-        assert!(out.iter().any(|l| l.contains("| FALSE | FALSE!")), "{out:?}");
+        assert!(
+            out.iter().any(|l| l.contains("| FALSE | FALSE!")),
+            "{out:?}"
+        );
         assert!(out.iter().all(|l| !l.contains("true")), "{out:?}");
     }
 
@@ -191,7 +194,10 @@ mod tests {
              FROM (VALUES (CAST(NULL AS BOOLEAN))) v(b)",
         )
         .await;
-        assert!(out.iter().any(|l| l.contains("| true | Boolean | false |")), "{out:?}");
+        assert!(
+            out.iter().any(|l| l.contains("| true | Boolean | false |")),
+            "{out:?}"
+        );
         // A string beside a BOOLEAN keeps DataFusion's reading (a string).
         let out = rows("SELECT arrow_typeof(nvl(true, 'x')) AS t").await;
         assert!(out.iter().any(|l| l.contains("Utf8")), "{out:?}");

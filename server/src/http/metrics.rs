@@ -1,18 +1,17 @@
 //! The server's Prometheus metrics (`/metrics`), with `prometheus-client`: counters and
 //! histograms the statement path records as statements end ([`record_statement`]) and logins
-//! fail ([`record_login_failure`]), and gauges read at each scrape from the live state —
-//! sessions, connections, each device's memory and utilisation (NVML) and the lease queue, from
-//! the engine directly (a scrape runs no statement). On a cluster's front end they are its own
-//! process's; each node's rows are in the dashboard.
+//! fail ([`record_login_failure`]); sessions and connections; and the node's own — devices,
+//! the lease queue, UDF calls, memory pool, spills, script workers — read from the engine at
+//! each scrape by [`NodeMetrics`] (a scrape runs no statement). On a cluster's front end they
+//! are its own process's; each executor serves its node's (`cluster executor --http`).
 
-use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use accelsql_engine::Engine;
 use accelsql_engine::datafusion::arrow::array::{Array, RecordBatch};
 use accelsql_engine::datafusion::arrow::util::display::array_value_to_string;
-use prometheus_client::encoding::text::encode;
+use accelsql_ops::{NodeMetrics, encode_registry};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -28,18 +27,12 @@ pub(crate) struct Metrics {
     statements: Family<Labels, Counter>,
     statement_seconds: Histogram,
     lease_wait_seconds: Histogram,
-    udf_calls: Family<Labels, Counter>,
     login_failures: Counter,
     sessions: Gauge,
     connections: Gauge,
-    device_memory: Family<Labels, Gauge<u64, AtomicU64>>,
-    device_utilization: Family<Labels, Gauge>,
-    leases: Family<Labels, Gauge>,
     scrapes: Counter,
-    spilled: Gauge<u64, AtomicU64>,
-    lease_outcomes: Family<Labels, Counter>,
-    /// The lease queue's totals at the last scrape, to count on from.
-    lease_seen: std::sync::Mutex<[u64; 4]>,
+    /// The node's metrics, read from the engine at each scrape.
+    node: NodeMetrics,
     /// One scrape reads the live state at a time.
     scrape: tokio::sync::Mutex<()>,
     /// Held while a statement's metrics are recorded and while they are encoded, so that a
@@ -73,15 +66,9 @@ impl Metrics {
         let lease_wait_seconds = Histogram::new(exponential_buckets(0.001, 4.0, 10));
         registry.register_with_unit(
             "lease_wait",
-            "How long GPU calls waited in the node lease queue",
+            "How long statements' GPU calls waited in the node lease queue",
             Unit::Seconds,
             lease_wait_seconds.clone(),
-        );
-        let udf_calls = Family::<Labels, Counter>::default();
-        registry.register(
-            "udf_calls",
-            "UDF calls of ended statements, by placement (gpu, cpu)",
-            udf_calls.clone(),
         );
         let login_failures = Counter::default();
         registry.register(
@@ -97,56 +84,19 @@ impl Metrics {
             "Open client connections",
             connections.clone(),
         );
-        let device_memory = Family::<Labels, Gauge<u64, AtomicU64>>::default();
-        registry.register_with_unit(
-            "device_memory",
-            "Device memory by node, device and kind (total, free, reserved by leases)",
-            Unit::Bytes,
-            device_memory.clone(),
-        );
-        let device_utilization = Family::<Labels, Gauge>::default();
-        registry.register(
-            "device_utilization_percent",
-            "Device utilisation by node and device, in percent (NVML)",
-            device_utilization.clone(),
-        );
-        let leases = Family::<Labels, Gauge>::default();
-        registry.register(
-            "leases",
-            "Node lease queue entries by node, state (holding, waiting) and consumer group",
-            leases.clone(),
-        );
         let scrapes = Counter::default();
-        let spilled = Gauge::<u64, AtomicU64>::default();
-        registry.register_with_unit(
-            "spilled",
-            "Bytes the sessions have spilled to disk now",
-            Unit::Bytes,
-            spilled.clone(),
-        );
-        let lease_outcomes = Family::<Labels, Counter>::default();
-        registry.register(
-            "lease_requests",
-            "Node lease requests by how they ended (granted, timed_out, cancelled, refused)",
-            lease_outcomes.clone(),
-        );
         registry.register("scrapes", "Scrapes of this endpoint", scrapes.clone());
+        let node = NodeMetrics::register(&mut registry);
         Self {
             registry,
             statements,
             statement_seconds,
             lease_wait_seconds,
-            udf_calls,
             login_failures,
             sessions,
             connections,
-            device_memory,
-            device_utilization,
-            leases,
             scrapes,
-            spilled,
-            lease_outcomes,
-            lease_seen: std::sync::Mutex::new([0; 4]),
+            node,
             scrape: tokio::sync::Mutex::new(()),
             recording: std::sync::Mutex::new(()),
         }
@@ -154,19 +104,14 @@ impl Metrics {
 }
 
 /// The process's metrics (one server per process; embedded tests share them).
-pub(crate) fn metrics() -> &'static Metrics {
+fn metrics() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
     METRICS.get_or_init(Metrics::new)
 }
 
 /// Records an ended statement: its `outcome` (`ok`, `error[CODE]`, `cancelled`), how long it
-/// took, its calls' placements and the lease wait.
-pub(crate) fn record_statement(
-    outcome: &str,
-    elapsed: Duration,
-    placements: &[&str],
-    lease_wait: Option<Duration>,
-) {
+/// took and its calls' lease wait (its calls are counted by the engine, see [`NodeMetrics`]).
+pub(crate) fn record_statement(outcome: &str, elapsed: Duration, lease_wait: Option<Duration>) {
     let m = metrics();
     let _one = m.recording.lock().unwrap_or_else(|e| e.into_inner());
     let (kind, code) = match outcome
@@ -182,11 +127,6 @@ pub(crate) fn record_statement(
     m.statement_seconds.observe(elapsed.as_secs_f64());
     if let Some(wait) = lease_wait {
         m.lease_wait_seconds.observe(wait.as_secs_f64());
-    }
-    for placement in placements {
-        m.udf_calls
-            .get_or_create(&labels(&[("placement", placement)]))
-            .inc();
     }
 }
 
@@ -219,8 +159,8 @@ pub(crate) fn batch_rows(batches: &[RecordBatch]) -> Vec<Vec<(String, Option<Str
     out
 }
 
-/// The exposition text: the live gauges read from `engine` (its devices, fresh from NVML, and
-/// its lease queue), `sessions` and `connections` as given. No statement runs for a scrape.
+/// The exposition text: the node's metrics read from `engine` (its devices, fresh from NVML,
+/// and its lease queue), `sessions` and `connections` as given. No statement runs for a scrape.
 pub(crate) async fn render(engine: &Engine, sessions: usize, connections: usize) -> String {
     let m = metrics();
     let _one = m.scrape.lock().await;
@@ -228,81 +168,9 @@ pub(crate) async fn render(engine: &Engine, sessions: usize, connections: usize)
     m.sessions.set(i64::try_from(sessions).unwrap_or(i64::MAX));
     m.connections
         .set(i64::try_from(connections).unwrap_or(i64::MAX));
-    let probe = engine.clone();
-    let devices = tokio::task::spawn_blocking(move || probe.inventory().devices())
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
-    let queue = engine.lease_queue().snapshot();
-    let node = "0";
-    m.device_memory.clear();
-    m.device_utilization.clear();
-    for d in &devices {
-        let device = d.index.to_string();
-        let reserved = queue
-            .memory
-            .iter()
-            .find(|q| q.index == d.index)
-            .map_or(0, |q| if q.whole { q.total } else { q.reserved });
-        for (kind, bytes) in [
-            ("total", d.memory_total),
-            ("free", d.memory_free),
-            ("reserved", reserved),
-        ] {
-            m.device_memory
-                .get_or_create(&labels(&[("node", node), ("device", &device), ("kind", kind)]))
-                .set(bytes);
-        }
-        if let Some(percent) = d.utilization {
-            m.device_utilization
-                .get_or_create(&labels(&[("node", node), ("device", &device)]))
-                .set(i64::from(percent));
-        }
-    }
-    m.spilled.set(engine.spilled_bytes());
-    {
-        // The queue's totals only grow: count on by what they grew since the last scrape.
-        let t = &queue.totals;
-        let now = [t.granted, t.timed_out, t.cancelled, t.refused];
-        let mut seen = m.lease_seen.lock().unwrap_or_else(|e| e.into_inner());
-        for ((name, value), last) in ["granted", "timed_out", "cancelled", "refused"]
-            .iter()
-            .zip(now)
-            .zip(seen.iter_mut())
-        {
-            m.lease_outcomes
-                .get_or_create(&labels(&[("outcome", name)]))
-                .inc_by(value.saturating_sub(*last));
-            *last = (*last).max(value);
-        }
-    }
-    m.leases.clear();
-    let group = |g: &Option<String>| g.clone().unwrap_or_default();
-    for h in &queue.holders {
-        m.leases
-            .get_or_create(&labels(&[
-                ("node", node),
-                ("state", "holding"),
-                ("consumer_group", &group(&h.group)),
-            ]))
-            .inc();
-    }
-    for w in &queue.waiting {
-        m.leases
-            .get_or_create(&labels(&[
-                ("node", node),
-                ("state", "waiting"),
-                ("consumer_group", &group(&w.group)),
-            ]))
-            .inc();
-    }
-    let mut text = String::new();
+    m.node.update(engine).await;
     let _consistent = m.recording.lock().unwrap_or_else(|e| e.into_inner());
-    if let Err(e) = encode(&mut text, &m.registry) {
-        log::warn!("metrics: {e}");
-    }
-    text
+    encode_registry(&m.registry)
 }
 
 #[cfg(test)]
@@ -311,24 +179,25 @@ mod tests {
 
     #[test]
     fn statements_are_counted_by_outcome_and_code() {
-        record_statement("ok", Duration::from_millis(3), &["gpu", "cpu"], None);
+        record_statement("ok", Duration::from_millis(3), None);
         record_statement(
             "error[22069]",
             Duration::from_millis(1),
-            &[],
             Some(Duration::from_millis(2)),
         );
-        let mut text = String::new();
-        encode(&mut text, &metrics().registry).unwrap();
+        let text = encode_registry(&metrics().registry);
         assert!(
             text.contains(r#"accelsql_statements_total{outcome="error",code="22069"}"#),
             "{text}"
         );
         assert!(
-            text.contains(r#"accelsql_udf_calls_total{placement="gpu"}"#),
+            text.contains("accelsql_lease_wait_seconds_count "),
             "{text}"
         );
-        assert!(text.contains("accelsql_statement_duration_seconds_count"), "{text}");
+        assert!(
+            text.contains("accelsql_statement_duration_seconds_count"),
+            "{text}"
+        );
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

@@ -55,25 +55,28 @@ const PASSED_FOR: Duration = Duration::from_secs(10);
 /// The most credentials remembered.
 const PASSED_MAX: usize = 64;
 
-/// Serves the endpoint on `listener` until the task is dropped.
-pub(crate) async fn serve(listener: tokio::net::TcpListener, service: AccelsqlFlightSql) {
+/// Serves the endpoint on `listener` until the task is dropped, over TLS where `tls` is given;
+/// every connection within [`accelsql_ops::Limits`] (header timeout and size, a cap on
+/// connections), so that a slow or hostile HTTP client never reaches the data ports.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    service: AccelsqlFlightSql,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     let http = Http {
         service,
         passed: Arc::default(),
     };
     let app = Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(|| async { "ready\n" }))
         .route("/metrics", get(metrics_page))
         .route("/", get(dashboard))
         .route("/api/state", get(state))
         .route("/api/kill", post(kill))
+        .route("/api/cancel", post(cancel))
         .layer(DefaultBodyLimit::max(4096))
-        .with_state(http);
-    let app = app.into_make_service_with_connect_info::<SocketAddr>();
-    if let Err(e) = axum::serve(listener, app).await {
-        log::error!("HTTP endpoint stopped: {e}");
-    }
+        .with_state(http)
+        .merge(accelsql_ops::probes());
+    accelsql_ops::serve(listener, app, tls, accelsql_ops::Limits::default()).await;
 }
 
 /// A refusal: status and a one-line message with accelsql's code.
@@ -204,17 +207,9 @@ async fn metrics_page(
         return *refusal;
     }
     let inner = http.service.inner();
-    let text = metrics::render(
-        &inner.engine,
-        inner.sessions.len(),
-        inner.connections.len(),
-    )
-    .await;
+    let text = metrics::render(&inner.engine, inner.sessions.len(), inner.connections.len()).await;
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, accelsql_ops::OPENMETRICS_CONTENT_TYPE)],
         text,
     )
         .into_response()
@@ -279,13 +274,85 @@ async fn state(
             "SELECT * FROM accelsql.udf_calls ORDER BY statement_id DESC, call_id LIMIT 50",
         )
         .await,
+        "statements": running_statements(&http, &client),
     });
     http.service.inner().sessions.close(Caller::Token(&token));
-    (
-        [(header::CACHE_CONTROL, "no-store")],
-        axum::Json(body),
+    ([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response()
+}
+
+/// The statements running now: all of them for a user who sees other sessions' SQL, else the
+/// user's own (as the system tables show them).
+fn running_statements(http: &Http, client: &crate::sessions::ClientSession) -> Value {
+    let sees_all = client.session.sees_others();
+    let me = client.session.user().unwrap_or_else(|| client.user.clone());
+    Value::Array(
+        http.service
+            .inner()
+            .sessions
+            .running()
+            .into_iter()
+            .filter(|r| sees_all || r.user == me)
+            .map(|r| {
+                json!({
+                    "session": r.session,
+                    "user": r.user,
+                    "number": r.number,
+                    "statement_id": r.statement_id,
+                    "sql": r.sql.chars().take(200).collect::<String>(),
+                    "elapsed_ms": u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX),
+                    "rows": r.rows,
+                })
+            })
+            .collect(),
     )
-        .into_response()
+}
+
+/// `POST /api/cancel?session=N&statement=M`: stops statement M (its log number) of session N,
+/// for a user who sees that session's statements; its client gets 57014.
+async fn cancel(
+    State(http): State<Http>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let (token, client) = match authorized_session(&http, &headers, peer).await {
+        Ok(authorized) => authorized,
+        Err(refusal) => return *refusal,
+    };
+    let number = |key: &str| query.get(key).and_then(|s| s.parse::<u64>().ok());
+    let sessions = &http.service.inner().sessions;
+    let answer = match (number("session"), number("statement")) {
+        (Some(session), Some(statement)) => {
+            let me = client.session.user().unwrap_or_else(|| client.user.clone());
+            let visible = client.session.sees_others()
+                || sessions
+                    .running()
+                    .iter()
+                    .any(|r| r.session == session && r.number == statement && r.user == me);
+            if visible && sessions.cancel_statement(session, statement) {
+                http.service.log(&format!(
+                    "session={session} stmt={statement} cancelled from the HTTP dashboard by {}",
+                    client.user
+                ));
+                axum::Json(json!({ "cancelled": statement, "session": session })).into_response()
+            } else {
+                *refused(
+                    StatusCode::NOT_FOUND,
+                    "42704",
+                    &format!(
+                        "no running statement {statement} in session {session} that you may see"
+                    ),
+                )
+            }
+        }
+        _ => *refused(
+            StatusCode::BAD_REQUEST,
+            "22023",
+            "give the statement to stop: /api/cancel?session=N&statement=M",
+        ),
+    };
+    sessions.close(Caller::Token(&token));
+    answer
 }
 
 /// `POST /api/kill?session=N`: `KILL SESSION N`, as the user who asks.
@@ -293,7 +360,7 @@ async fn kill(
     State(http): State<Http>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Query(query): Query<std::collections::HashMap<String, String>>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     let (token, client) = match authorized_session(&http, &headers, peer).await {
         Ok(authorized) => authorized,

@@ -62,6 +62,7 @@ mod worker;
 pub use chunks::RunChunking;
 pub use fork_server::{WarmStart, warm_starts};
 pub use interpreter::{MIN_PYTHON, PythonVersion, find_python3};
+pub use process::{WorkerCounts, worker_counts};
 pub use single_call::{single_call, single_call_with_timeout};
 pub use single_call_spec::{ExportSpec, ImportSpec, SingleCall};
 pub use spec::{

@@ -145,6 +145,45 @@ fn kill_all(pids: &[u32]) {
     }
 }
 
+/// Script workers this process started, ended, and ended by a signal (a kill or a crash),
+/// since it started: for metrics ([`worker_counts`]).
+static WORKERS: [std::sync::atomic::AtomicU64; 3] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 3];
+
+/// How many script workers this process has started, ended and seen end by a signal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerCounts {
+    /// Started, by the engine or a fork server.
+    pub started: u64,
+    /// Ended (their process reaped).
+    pub ended: u64,
+    /// Of those, ended by a signal: killed (a statement stopped, a limit passed) or crashed.
+    pub killed: u64,
+}
+
+impl WorkerCounts {
+    /// Workers alive now.
+    pub fn alive(&self) -> u64 {
+        self.started.saturating_sub(self.ended)
+    }
+}
+
+/// This process's [`WorkerCounts`].
+pub fn worker_counts() -> WorkerCounts {
+    let [started, ended, killed] = &WORKERS;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    WorkerCounts {
+        started: load(started),
+        ended: load(ended),
+        killed: load(killed),
+    }
+}
+
+/// Counts one worker started.
+fn count_started() {
+    WORKERS[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// How long a worker whose fork server was asked to kill it may take to be reported dead.
 const KILL_REPORT_WAIT: Duration = Duration::from_secs(10);
 
@@ -256,6 +295,7 @@ impl Process {
         die_with_engine(&mut cmd);
         let mut child = spawn_from_long_lived_thread(cmd)?;
         let pid = child.id();
+        count_started();
         let stderr = match child.stderr.take() {
             Some(pipe) => StderrTail::drained(pid, pipe),
             None => StderrTail::closed(),
@@ -281,6 +321,7 @@ impl Process {
         status: OwnedFd,
     ) -> io::Result<Self> {
         sock.set_nonblocking(true)?;
+        count_started();
         Ok(Self {
             owner: Owner::ForkServer { server, status },
             sock,
@@ -377,6 +418,10 @@ impl Process {
         let below = descendants(self.pid);
         let status = self.end(grace);
         kill_all(&below);
+        WORKERS[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if status.signal().is_some() {
+            WORKERS[2].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         status
     }
 

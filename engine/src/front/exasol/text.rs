@@ -154,7 +154,8 @@ fn local_time_zone(tokens: Vec<Token>, changed: &mut bool) -> Vec<Token> {
         let mut ts = before.and_then(|w| prev_solid(&tokens, w));
         // `TIMESTAMP(6) WITH …`: back over the precision.
         if let Some(close) = ts.filter(|&c| matches!(tokens[c], Token::RParen)) {
-            let number = prev_solid(&tokens, close).filter(|&n| matches!(tokens[n], Token::Number(..)));
+            let number =
+                prev_solid(&tokens, close).filter(|&n| matches!(tokens[n], Token::Number(..)));
             let open = number
                 .and_then(|n| prev_solid(&tokens, n))
                 .filter(|&o| matches!(tokens[o], Token::LParen));

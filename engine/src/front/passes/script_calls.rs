@@ -160,11 +160,7 @@ impl VisitorMut for Resolver<'_> {
             let emits = !matches!(e.output, StoredOutput::Returns(_));
             (e.set, emits, qualified_function(&e.schema, &e.name))
         });
-        let inside = |kind: CallKind| {
-            self.calls
-                .last()
-                .is_some_and(|calls| calls.contains(&kind))
-        };
+        let inside = |kind: CallKind| self.calls.last().is_some_and(|calls| calls.contains(&kind));
         if let Some((true, emits, set_script)) = &script {
             let why = if *emits && inside(CallKind::Scalar) {
                 Some("it EMITS rows and is called inside a SCALAR script's call")

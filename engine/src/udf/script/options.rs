@@ -69,14 +69,12 @@ pub(crate) fn take_options(body: &str) -> Result<(ScriptOptions, String), Engine
                          ';' (write %env NAME=value;)"
                     )));
                 }
-                let (name, value) = value
-                    .split_once('=')
-                    .ok_or_else(|| {
-                        fail(format!(
-                            "Error while parsing %env option line: Script option %env does not \
+                let (name, value) = value.split_once('=').ok_or_else(|| {
+                    fail(format!(
+                        "Error while parsing %env option line: Script option %env does not \
                              have the form VAR=VALUE; got {value:?}"
-                        ))
-                    })?;
+                    ))
+                })?;
                 let name = name.trim();
                 if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                     return Err(fail(format!(
