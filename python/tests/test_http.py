@@ -161,6 +161,17 @@ def test_metrics_parse_as_prometheus_text_and_add_up(server):
             cur.fetchall()
         with pytest.raises(Exception):
             cur.execute("SELECT * FROM no_such_table")
+    with server.connect() as conn:
+        cur = conn.cursor()
+        cur.execute(textwrap.dedent("""
+            CREATE OR REPLACE PYTHON3 SCALAR SCRIPT on_gpu_or_cpu(x DOUBLE) RETURNS DOUBLE AS
+            %perInstanceRequiredAcceleratorDevices GpuNvidia|None;
+            def run(ctx):
+                return ctx.x
+            /
+            """))
+        cur.execute("SELECT on_gpu_or_cpu(1), 2 AS y")
+        cur.fetchall()
     before = families(server.get("/metrics")[2])
     server.get("/metrics", auth=("sys", "wrong"))
     with server.connect() as conn:
@@ -186,6 +197,11 @@ def test_metrics_parse_as_prometheus_text_and_add_up(server):
     assert sorted(s.labels["device"] for s in totals) == ["0", "1"] and all(s.value > 0 for s in totals)
     # The lease queue's requests and the spill.
     assert "accelsql_lease_requests" in after and "accelsql_spilled_bytes" in after
+    # The preferred-GPU call ran on a (simulated) GPU, in a script worker the engine started.
+    assert sample(after, "accelsql_udf_calls", "accelsql_udf_calls_total", placement="gpu", reason="preferred") >= 1
+    started = sample(after, "accelsql_script_worker_events", "accelsql_script_worker_events_total", event="started")
+    assert started >= 1, after["accelsql_script_worker_events"].samples
+    assert sample(after, "accelsql_memory_pool_bytes", "accelsql_memory_pool_bytes", kind="reserved") >= 0
     # The statement log is one JSON object a line.
     lines = [json.loads(l) for l in server.log_text().splitlines() if l.startswith("{")]
     assert any(l["outcome"] == "ok" and l["sql"] == "SELECT 1" for l in lines), lines[-3:]
