@@ -659,3 +659,93 @@ fn the_interactive_prompt_takes_backslash_commands_on_a_terminal() {
     let history = std::fs::read_to_string(home.path().join(".accelsql_history")).unwrap();
     assert!(history.contains("\\dt"), "{history}");
 }
+
+/// The ```sql blocks of `text` with their first line's number and, where a ```text block
+/// follows (blank lines between), what it shows.
+fn sql_examples(text: &str) -> Vec<(usize, String, Option<String>)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let block_at = |start: usize| -> (String, usize) {
+        let mut body = String::new();
+        let mut i = start;
+        while i < lines.len() && lines[i] != "```" {
+            body.push_str(lines[i]);
+            body.push('\n');
+            i += 1;
+        }
+        (body, i + 1)
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i] != "```sql" {
+            i += 1;
+            continue;
+        }
+        let (sql, next) = block_at(i + 1);
+        let mut j = next;
+        while j < lines.len() && lines[j].trim().is_empty() {
+            j += 1;
+        }
+        let (shown, after) = if lines.get(j) == Some(&"```text") {
+            let (shown, after) = block_at(j + 1);
+            (Some(shown), after)
+        } else {
+            (None, next)
+        };
+        out.push((i + 1, sql, shown));
+        i = after;
+    }
+    out
+}
+
+/// The book's SQL examples run as written: every ```sql block of `docs/src/*.md`, page by page
+/// in a fresh directory (a page's blocks in order, its tables kept between them), in the shell
+/// on two simulated GPUs; a ```text block right after one is the shell's whole output for it.
+/// A page that shows SQL the engine refuses, or output it does not print, fails here.
+#[test]
+fn every_sql_example_of_the_book_runs_and_prints_what_the_book_shows() {
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src");
+    let mut pages: Vec<_> = std::fs::read_dir(&docs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    let (mut run, mut checked) = (0, 0);
+    let mut failures = Vec::new();
+    for page in &pages {
+        let examples = sql_examples(&std::fs::read_to_string(page).unwrap());
+        if examples.is_empty() {
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let name = page.file_name().unwrap().to_string_lossy().into_owned();
+        for (line, sql, shown) in examples {
+            std::fs::write(dir.path().join("example.sql"), &sql).unwrap();
+            let output = Command::new(ACCELSQL)
+                .current_dir(dir.path())
+                .env("ACCELSQL_DATA_DIR", dir.path().join("db"))
+                .env("ACCELSQL_SIMULATED_GPUS", "2")
+                .env_remove("CUDA_VISIBLE_DEVICES")
+                .env_remove("ACCELSQL_DEVICE_LOCK_DIR")
+                .env_remove("ACCELSQL_GPU_WAIT_TIMEOUT")
+                .args(["-f", "example.sql"])
+                .output()
+                .unwrap();
+            run += 1;
+            if !output.status.success() {
+                failures.push(format!("{name}:{line}: {}", stderr(&output)));
+            } else if let Some(shown) = shown {
+                checked += 1;
+                if stdout(&output) != shown {
+                    failures.push(format!(
+                        "{name}:{line}: the book shows\n{shown}the shell printed\n{}",
+                        stdout(&output)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(run >= 6 && checked >= 6, "only {run} examples ({checked} with output) found");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
