@@ -6,6 +6,7 @@ mod cluster;
 mod data_dir;
 mod error;
 mod gpu;
+mod reference;
 mod script_user;
 mod serve;
 mod shell;

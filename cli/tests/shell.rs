@@ -746,6 +746,9 @@ fn every_sql_example_of_the_book_runs_and_prints_what_the_book_shows() {
             }
         }
     }
-    assert!(run >= 6 && checked >= 6, "only {run} examples ({checked} with output) found");
+    assert!(
+        run >= 6 && checked >= 6,
+        "only {run} examples ({checked} with output) found"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
