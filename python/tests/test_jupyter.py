@@ -101,3 +101,29 @@ def test_the_flow_through_jupysql(tmp_path):
     assert "<table>" in outputs(nb.cells[4]) or "| a " in outputs(nb.cells[4]), outputs(nb.cells[4])
     assert "refused True" in outputs(nb.cells[5])
     assert "took turns:" in outputs(nb.cells[7])
+
+
+def test_the_examples_notebook_runs_as_a_user_opens_it(tmp_path):
+    """examples/gpu_resource_considerations.ipynb, the file a user opens in Jupyter, executed
+    whole in a kernel: the 22069 refusal, one optional call of four on a GPU, and two sessions
+    taking turns on the lease."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "gpu_resource_considerations.ipynb")
+    nb = nbformat.read(path, as_version=4)
+    assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit it without outputs"
+    os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+    client = nbclient.NotebookClient(
+        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()
+    nbformat.write(nb, str(tmp_path / "executed.ipynb"))
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    text = [outputs(c) for c in code]
+    assert "GPUs: 2 (simulated)" in text[0] or "(real)" in text[0], text[0]
+    assert "ERROR [22069]" in text[2], text[2]
+    assert "<table" in text[3] and "udf4" in text[3].lower(), text[3]
+    import re
+
+    placements = code[4].outputs[0]["data"]["text/plain"]
+    gpu, cpu = len(re.findall(r"\bGPU\b", placements)), len(re.findall(r"\bCPU\b", placements))
+    assert (gpu, cpu) == (1, 3), placements
+    assert "serialized" in text[5] and "OVERLAPPED" not in text[5], text[5]
