@@ -35,9 +35,11 @@ mod exasol;
 mod http;
 mod login;
 mod metadata;
+mod metrics;
 mod results;
 mod service;
 mod sessions;
+mod sync;
 
 use std::future::Future;
 use std::net::SocketAddr;

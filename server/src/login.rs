@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 
 use crate::auth::{Users, constant_time_eq, parse_basic};
 use crate::error::{Result, ServerError};
-use crate::sessions::lock;
+use crate::sync::lock;
 use crate::unauthenticated_err;
 
 /// Failed logins a user name (or an address) may have in a burst before it must wait.
@@ -197,7 +197,7 @@ impl Login {
             return Ok(if user.is_empty() { "-".into() } else { user });
         }
         self.failed(&keys);
-        crate::http::metrics::record_login_failure();
+        crate::metrics::record_login_failure();
         Err(unauthenticated_err!("wrong user or password"))
     }
 

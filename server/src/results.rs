@@ -75,7 +75,7 @@ impl StatementLog {
             }
         }
         let elapsed = self.started.elapsed();
-        crate::http::metrics::record_statement(outcome, elapsed, wait);
+        crate::metrics::record_statement(outcome, elapsed, wait);
         let text: String = self.sql.split_whitespace().collect::<Vec<_>>().join(" ");
         let text: String = text.chars().take(80).collect();
         let ms = elapsed.as_secs_f64() * 1e3;

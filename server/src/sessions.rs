@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -27,11 +27,7 @@ const PREPARED_OVERHEAD: usize = 256;
 /// How long an executed statement's result waits for its DoGet before it is dropped.
 pub(crate) const UNCLAIMED_RESULT_TTL: Duration = Duration::from_secs(120);
 
-/// Locks `m`, taking over a poisoned lock (the data stay consistent: every critical section
-/// here is a map insert or removal).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use crate::sync::lock;
 
 /// A prepared statement: its text and the parameter rows bound to it (DoPut), both counted
 /// against the session's memory budget while it is open.

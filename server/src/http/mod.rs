@@ -10,14 +10,14 @@
 //! runs as that user. Requests are small and bounded: bodies of 4 KiB at most, one scrape at a
 //! time; the endpoint shares nothing with the data ports but the engine.
 
-pub(crate) mod metrics;
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use accelsql_engine::Session;
+use accelsql_engine::datafusion::arrow::array::{Array, RecordBatch};
+use accelsql_engine::datafusion::arrow::util::display::array_value_to_string;
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -155,7 +155,7 @@ async fn authorize(http: &Http, headers: &HeaderMap, peer: SocketAddr) -> Result
              WHERE privilege = 'SELECT ANY DICTIONARY'",
         )
         .await
-        .map(|b| metrics::batch_rows(&b))
+        .map(|b| batch_rows(&b))
         .ok()
         .and_then(|rows| rows.first().and_then(|r| r.first().cloned()))
         .and_then(|(_, n)| n)
@@ -207,7 +207,8 @@ async fn metrics_page(
         return *refusal;
     }
     let inner = http.service.inner();
-    let text = metrics::render(&inner.engine, inner.sessions.len(), inner.connections.len()).await;
+    let text =
+        crate::metrics::render(&inner.engine, inner.sessions.len(), inner.connections.len()).await;
     (
         [(header::CONTENT_TYPE, accelsql_ops::OPENMETRICS_CONTENT_TYPE)],
         text,
@@ -230,7 +231,7 @@ async fn dashboard(
 async fn json_rows(session: &Session, sql: &str) -> Value {
     match session.sql(sql).await {
         Ok(batches) => Value::Array(
-            metrics::batch_rows(&batches)
+            batch_rows(&batches)
                 .into_iter()
                 .map(|row| {
                     Value::Object(
@@ -386,4 +387,28 @@ async fn kill(
     };
     http.service.inner().sessions.close(Caller::Token(&token));
     answer
+}
+
+/// The rows of `batches`, each as (column, value text) pairs.
+fn batch_rows(batches: &[RecordBatch]) -> Vec<Vec<(String, Option<String>)>> {
+    let mut out = Vec::new();
+    for batch in batches {
+        let schema = batch.schema();
+        for row in 0..batch.num_rows() {
+            out.push(
+                schema
+                    .fields()
+                    .iter()
+                    .zip(batch.columns())
+                    .map(|(f, c)| {
+                        let value = (!c.is_null(row))
+                            .then(|| array_value_to_string(c, row).ok())
+                            .flatten();
+                        (f.name().clone(), value)
+                    })
+                    .collect(),
+            );
+        }
+    }
+    out
 }

@@ -1,4 +1,4 @@
-//! The server's Prometheus metrics (`/metrics`), with `prometheus-client`: counters and
+//! The server's Prometheus metrics (served at `/metrics` by `http/`), with `prometheus-client`: counters and
 //! histograms the statement path records as statements end ([`record_statement`]) and logins
 //! fail ([`record_login_failure`]); sessions and connections; and the node's own — devices,
 //! the lease queue, UDF calls, memory pool, spills, script workers — read from the engine at
@@ -9,8 +9,6 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use accelsql_engine::Engine;
-use accelsql_engine::datafusion::arrow::array::{Array, RecordBatch};
-use accelsql_engine::datafusion::arrow::util::display::array_value_to_string;
 use accelsql_ops::{NodeMetrics, encode_registry};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -133,30 +131,6 @@ pub(crate) fn record_statement(outcome: &str, elapsed: Duration, lease_wait: Opt
 /// Records a refused login.
 pub(crate) fn record_login_failure() {
     metrics().login_failures.inc();
-}
-
-/// The rows of `batches`, each as (column, value text) pairs.
-pub(crate) fn batch_rows(batches: &[RecordBatch]) -> Vec<Vec<(String, Option<String>)>> {
-    let mut out = Vec::new();
-    for batch in batches {
-        let schema = batch.schema();
-        for row in 0..batch.num_rows() {
-            out.push(
-                schema
-                    .fields()
-                    .iter()
-                    .zip(batch.columns())
-                    .map(|(f, c)| {
-                        let value = (!c.is_null(row))
-                            .then(|| array_value_to_string(c, row).ok())
-                            .flatten();
-                        (f.name().clone(), value)
-                    })
-                    .collect(),
-            );
-        }
-    }
-    out
 }
 
 /// The exposition text: the node's metrics read from `engine` (its devices, fresh from NVML,
