@@ -189,8 +189,10 @@ fn commands<'a>(
     }
 }
 
-/// The whole page.
-pub(crate) fn configuration_reference() -> String {
+/// The book's configuration reference (`docs/src/configuration.md`), as Markdown: every
+/// environment variable accelsql reads, every session setting with its default, and every
+/// command's options.
+pub fn configuration_reference() -> String {
     let mut page = String::from(
         "# Configuration\n\n<!-- Made from the code by cli/src/reference.rs: edit the code, then \
          `ACCELSQL_BLESS=1 cargo test -p accelsql-cli reference` rewrites this page (the test \

@@ -2,8 +2,8 @@
 # Builds what the GPU verification runs on a machine with an NVIDIA GPU but no Rust toolchain, and
 # packs it into target/gpu-pack: one xz tarball of stripped release binaries (well under the
 # 64 MiB a device call carries) and the kit's scripts:
-#   accelsql              the CLI (`gpu status`, `serve`, the SQL checks), built with the gpu-kit
-#                         feature: run through a link named accelsql-slt it is the .slt runner,
+#   accelsql              the CLI (`gpu status`, `serve`, the SQL checks): the kit's multi-call
+#                         binary (`kit/`): run through a link named accelsql-slt it is the .slt runner,
 #                         named accelsql-benchmarks the harness (one DataFusion binary, not three)
 #   gpu_differential      the CPU/GPU differential tests
 #   gpu_builtins          the GPU built-ins benchmark (bandwidth, crossover, compile, per-call)
@@ -36,13 +36,13 @@ for line in sys.stdin:
 
 echo "gpu-verify: building (release)"
 # One cargo invocation, so that all of them share one set of dependency features (and builds).
-cargo build --release -p accelsql-cli -p accelsql-udf-runtime -p accelsql-benchmarks -p accelsql-sql-tests \
-  --features accelsql-cli/gpu-kit --bin accelsql --test gpu_differential \
+cargo build --release -p accelsql-kit -p accelsql-udf-runtime -p accelsql-benchmarks -p accelsql-sql-tests \
+  --bin accelsql-kit --test gpu_differential \
   --bench gpu_builtins --bench flight_clients --message-format=json-render-diagnostics \
   > "$pack/build.json"
 bins="$pack/bins"
 mkdir -p "$bins"
-for spec in bin:accelsql test:gpu_differential bench:gpu_builtins bench:flight_clients; do
+for spec in bin:accelsql-kit test:gpu_differential bench:gpu_builtins bench:flight_clients; do
   kind=${spec%%:*}
   name=${spec#*:}
   src=$(executable "$kind" "$name" < "$pack/build.json")
@@ -50,6 +50,8 @@ for spec in bin:accelsql test:gpu_differential bench:gpu_builtins bench:flight_c
     echo "gpu-verify: ERROR: no executable for $kind $name" >&2
     exit 1
   fi
+  # The kit's binary travels as `accelsql` (the command), beside its two other names.
+  [ "$name" = accelsql-kit ] && name=accelsql
   strip -o "$bins/$name" "$src"
 done
 rm "$pack/build.json"
