@@ -44,11 +44,11 @@ struct Http {
 /// Credentials that passed: a SHA-256 of the header and the peer, with the user and when.
 type Passed = HashMap<[u8; 32], (String, Instant)>;
 
-/// A refusal as the handlers pass it on (boxed: a response is large).
-type Refused = Box<Response>;
-
 /// A user's session for one request, and its token to close it with.
 type RequestSession = (String, Arc<crate::sessions::ClientSession>);
+
+/// A refusal as the handlers pass it on (boxed: a response is large).
+type Refused = Box<Response>;
 
 /// How long credentials that passed are taken without a check.
 const PASSED_FOR: Duration = Duration::from_secs(10);
@@ -188,14 +188,29 @@ fn open(http: &Http, user: &str) -> Result<RequestSession, Refused> {
     Ok((token, client))
 }
 
-/// The user's session for one request, once its credentials passed.
-async fn authorized_session(
+/// Runs `handle` in a session of the user the request's credentials name (once they passed),
+/// closing it afterwards; the refusal where they do not pass.
+async fn in_session<F, Fut>(
     http: &Http,
     headers: &HeaderMap,
     peer: SocketAddr,
-) -> Result<RequestSession, Refused> {
-    let user = authorize(http, headers, peer).await?;
-    open(http, &user)
+    handle: F,
+) -> Response
+where
+    F: FnOnce(Arc<crate::sessions::ClientSession>) -> Fut,
+    Fut: std::future::Future<Output = Response>,
+{
+    let opened = match authorize(http, headers, peer).await {
+        Ok(user) => open(http, &user),
+        Err(refusal) => Err(refusal),
+    };
+    let (token, client) = match opened {
+        Ok(opened) => opened,
+        Err(refusal) => return *refusal,
+    };
+    let answer = handle(client).await;
+    http.service.inner().sessions.close(Caller::Token(&token));
+    answer
 }
 
 async fn metrics_page(
@@ -251,10 +266,8 @@ async fn state(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
-    let (token, client) = match authorized_session(&http, &headers, peer).await {
-        Ok(authorized) => authorized,
-        Err(refusal) => return *refusal,
-    };
+    let http = &http;
+    in_session(http, &headers, peer, |client| async move {
     let session = &client.session;
     let own = session.id();
     let body = json!({
@@ -277,8 +290,9 @@ async fn state(
         .await,
         "statements": running_statements(&http, &client),
     });
-    http.service.inner().sessions.close(Caller::Token(&token));
     ([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response()
+    })
+    .await
 }
 
 /// The statements running now: all of them for a user who sees other sessions' SQL, else the
@@ -316,44 +330,43 @@ async fn cancel(
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let (token, client) = match authorized_session(&http, &headers, peer).await {
-        Ok(authorized) => authorized,
-        Err(refusal) => return *refusal,
-    };
-    let number = |key: &str| query.get(key).and_then(|s| s.parse::<u64>().ok());
-    let sessions = &http.service.inner().sessions;
-    let answer = match (number("session"), number("statement")) {
-        (Some(session), Some(statement)) => {
-            let me = client.session.user().unwrap_or_else(|| client.user.clone());
-            let visible = client.session.sees_others()
-                || sessions
-                    .running()
-                    .iter()
-                    .any(|r| r.session == session && r.number == statement && r.user == me);
-            if visible && sessions.cancel_statement(session, statement) {
-                http.service.log(&format!(
+    let http = &http;
+    in_session(http, &headers, peer, |client| async move {
+        let number = |key: &str| query.get(key).and_then(|s| s.parse::<u64>().ok());
+        let sessions = &http.service.inner().sessions;
+        match (number("session"), number("statement")) {
+            (Some(session), Some(statement)) => {
+                let me = client.session.user().unwrap_or_else(|| client.user.clone());
+                let visible = client.session.sees_others()
+                    || sessions
+                        .running()
+                        .iter()
+                        .any(|r| r.session == session && r.number == statement && r.user == me);
+                if visible && sessions.cancel_statement(session, statement) {
+                    http.service.log(&format!(
                     "session={session} stmt={statement} cancelled from the HTTP dashboard by {}",
                     client.user
                 ));
-                axum::Json(json!({ "cancelled": statement, "session": session })).into_response()
-            } else {
-                *refused(
-                    StatusCode::NOT_FOUND,
-                    "42704",
-                    &format!(
-                        "no running statement {statement} in session {session} that you may see"
-                    ),
-                )
+                    axum::Json(json!({ "cancelled": statement, "session": session }))
+                        .into_response()
+                } else {
+                    *refused(
+                        StatusCode::NOT_FOUND,
+                        "42704",
+                        &format!(
+                            "no running statement {statement} in session {session} that you may see"
+                        ),
+                    )
+                }
             }
+            _ => *refused(
+                StatusCode::BAD_REQUEST,
+                "22023",
+                "give the statement to stop: /api/cancel?session=N&statement=M",
+            ),
         }
-        _ => *refused(
-            StatusCode::BAD_REQUEST,
-            "22023",
-            "give the statement to stop: /api/cancel?session=N&statement=M",
-        ),
-    };
-    sessions.close(Caller::Token(&token));
-    answer
+    })
+    .await
 }
 
 /// `POST /api/kill?session=N`: `KILL SESSION N`, as the user who asks.
@@ -363,30 +376,28 @@ async fn kill(
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let (token, client) = match authorized_session(&http, &headers, peer).await {
-        Ok(authorized) => authorized,
-        Err(refusal) => return *refusal,
-    };
-    let target = query.get("session").and_then(|s| s.parse::<u64>().ok());
-    let answer = match target {
-        None => *refused(
-            StatusCode::BAD_REQUEST,
-            "22023",
-            "give the session to end: /api/kill?session=N",
-        ),
-        Some(id) => match client.session.sql(&format!("KILL SESSION {id}")).await {
-            Ok(_) => {
-                http.service.log(&format!(
-                    "session={id} killed from the HTTP dashboard by {}",
-                    client.user
-                ));
-                axum::Json(json!({ "killed": id })).into_response()
-            }
-            Err(e) => *refused(StatusCode::BAD_REQUEST, e.code(), &e.to_string()),
-        },
-    };
-    http.service.inner().sessions.close(Caller::Token(&token));
-    answer
+    let http = &http;
+    in_session(http, &headers, peer, |client| async move {
+        let target = query.get("session").and_then(|s| s.parse::<u64>().ok());
+        match target {
+            None => *refused(
+                StatusCode::BAD_REQUEST,
+                "22023",
+                "give the session to end: /api/kill?session=N",
+            ),
+            Some(id) => match client.session.sql(&format!("KILL SESSION {id}")).await {
+                Ok(_) => {
+                    http.service.log(&format!(
+                        "session={id} killed from the HTTP dashboard by {}",
+                        client.user
+                    ));
+                    axum::Json(json!({ "killed": id })).into_response()
+                }
+                Err(e) => *refused(StatusCode::BAD_REQUEST, e.code(), &e.to_string()),
+            },
+        }
+    })
+    .await
 }
 
 /// The rows of `batches`, each as (column, value text) pairs.
