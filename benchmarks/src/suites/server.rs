@@ -456,26 +456,38 @@ async fn scrape(at: std::net::SocketAddr, token: &str) -> Result<usize> {
     Ok(answer.len())
 }
 
+/// A server on 127.0.0.1 (any free port) over a fresh engine with `gpus` simulated GPUs, with
+/// `options` for the rest.
+async fn start_server(gpus: usize, options: ServerOptions) -> Result<ServerHandle> {
+    let engine = Engine::with_options(EngineOptions {
+        scheduler: SchedulerConfig::default().with_simulated_gpus(gpus),
+        ..EngineOptions::default()
+    })?;
+    ServerHandle::start(
+        engine,
+        ServerOptions {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..options
+        },
+    )
+    .await
+    .map_err(|e| bench_err!("the server did not start: {e}"))
+}
+
 /// The metrics part: a server with its HTTP endpoint, [`SCRAPE_SESSIONS`] sessions logged in
 /// (over 8 connections) each having run a statement, then [`SCRAPES`] scrapes of `/metrics` one
 /// after another.
 async fn metrics_scrape(result: &mut SuiteResult) -> Result<()> {
-    let engine = Engine::with_options(EngineOptions {
-        scheduler: SchedulerConfig::default().with_simulated_gpus(2),
-        ..EngineOptions::default()
-    })?;
-    let server = ServerHandle::start(
-        engine,
+    let server = start_server(
+        2,
         ServerOptions {
-            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             http_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
             max_sessions: SCRAPE_SESSIONS + 16,
             max_sessions_per_user: SCRAPE_SESSIONS + 16,
             ..ServerOptions::default()
         },
     )
-    .await
-    .map_err(|e| bench_err!("the server did not start: {e}"))?;
+    .await?;
     let token = server
         .token()
         .map(str::to_string)
@@ -557,20 +569,14 @@ async fn login_storm(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
     let users = ctx.data_dir.join("server-login-storm-users");
     accelsql_server::add_user(&users, "bench", "right", accelsql_server::DEFAULT_ROUNDS)
         .map_err(|e| bench_err!("the users file: {e}"))?;
-    let engine = Engine::with_options(EngineOptions {
-        scheduler: SchedulerConfig::default().with_simulated_gpus(0),
-        ..EngineOptions::default()
-    })?;
-    let server = ServerHandle::start(
-        engine,
+    let server = start_server(
+        0,
         ServerOptions {
-            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             auth: accelsql_server::ServerAuth::Users(users),
             ..ServerOptions::default()
         },
     )
-    .await
-    .map_err(|e| bench_err!("the server did not start: {e}"))?;
+    .await?;
     let at = Endpoint {
         url: server.url().to_string(),
         token: Some("right".to_string()),
