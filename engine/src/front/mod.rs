@@ -26,4 +26,5 @@ pub(crate) mod session;
 pub mod splitter;
 pub(crate) mod stored;
 pub(crate) mod tables;
+pub(crate) mod tokens;
 pub(crate) mod writes;

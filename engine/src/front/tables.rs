@@ -24,7 +24,7 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Word};
 
-use super::exasol::statements::{Tok, syntax, tokens};
+use super::tokens::{Tok, syntax, tokens};
 use crate::core::error::{EngineError, Result};
 
 /// A statement on tables that DataFusion does not plan.

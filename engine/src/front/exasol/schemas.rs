@@ -11,8 +11,8 @@ use datafusion::sql::sqlparser::ast::{
 
 use crate::core::error::EngineError;
 
-/// The schema accelsql starts in, and returns to on `CLOSE SCHEMA`.
-pub(crate) const DEFAULT_SCHEMA: &str = "public";
+/// The schema accelsql starts in, and returns to on `CLOSE SCHEMA` (the core's).
+pub(crate) use crate::core::tables::DEFAULT_SCHEMA;
 
 /// What a statement does to schemas, as the session must know before and after running it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 
 use crate::core::error::Result;
 use crate::core::privileges::{ObjectKind, ObjectPrivilege, SystemPrivilege, canonical_account};
-use crate::front::exasol::statements::{Tok, exasol_folded, qualified_name, syntax, tokens};
+use crate::front::tokens::{Tok, exasol_folded, qualified_name, syntax, tokens};
 
 /// A statement about users, roles, privileges or consumer groups.
 #[derive(Debug, Clone, PartialEq, Eq)]

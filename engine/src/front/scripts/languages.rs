@@ -27,7 +27,7 @@ use crate::udf::script::origin::{Denied, ScriptOrigin, TravelRuntime};
 use crate::udf::script::udf::{ScriptUdf, script_spec, script_udf, script_udf_named};
 
 /// The schema scripts are created in when the statement names none.
-use crate::front::exasol::schemas::DEFAULT_SCHEMA;
+use crate::core::tables::DEFAULT_SCHEMA;
 
 /// How an alias runs scripts.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,90 @@
+//! The front end's view of a statement's tokens, for the passes that read text before
+//! DataFusion parses it (Exasol statements, security statements, table statements): sqlparser's
+//! tokenizer, its tokens cut down to words (quoted or not), string literals and the rest.
+
+use datafusion::error::DataFusionError;
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::ParserError;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+
+use crate::core::error::EngineError;
+
+/// One token as the recogniser sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Tok {
+    /// A word; `quoted` when it was a delimited identifier.
+    Word { text: String, quoted: bool },
+    /// A single-quoted string literal.
+    Str(String),
+    /// Any other token, as text.
+    Other(String),
+}
+
+impl Tok {
+    pub(crate) fn is(&self, keyword: &str) -> bool {
+        matches!(self, Tok::Word { text, quoted: false } if text.eq_ignore_ascii_case(keyword))
+    }
+
+    pub(crate) fn text(&self) -> String {
+        match self {
+            Tok::Word { text, quoted: true } => format!("\"{}\"", text.replace('"', "\"\"")),
+            Tok::Word { text, .. } | Tok::Other(text) => text.clone(),
+            Tok::Str(s) => format!("'{}'", s.replace('\'', "''")),
+        }
+    }
+}
+
+pub(crate) fn tokens(text: &str) -> Option<Vec<Tok>> {
+    let dialect = GenericDialect {};
+    let raw = Tokenizer::new(&dialect, text).tokenize().ok()?;
+    Some(
+        raw.into_iter()
+            .filter(|t| !matches!(t, Token::Whitespace(_) | Token::EOF | Token::SemiColon))
+            .map(|t| match t {
+                Token::Word(w) => Tok::Word {
+                    text: w.value,
+                    quoted: w.quote_style.is_some(),
+                },
+                Token::SingleQuotedString(s) => Tok::Str(s),
+                other => Tok::Other(other.to_string()),
+            })
+            .collect(),
+    )
+}
+
+/// An identifier as Exasol folds it: unquoted → upper case.
+pub(crate) fn exasol_folded(tok: &Tok) -> Option<String> {
+    match tok {
+        Tok::Word { text, quoted: true } => Some(text.clone()),
+        Tok::Word { text, .. } => Some(text.to_ascii_uppercase()),
+        _ => None,
+    }
+}
+
+/// A syntax error (42000) for `text`: `what` was expected.
+pub(crate) fn syntax(what: &str, text: &str) -> EngineError {
+    EngineError::Sql(DataFusionError::SQL(
+        Box::new(ParserError::ParserError(format!(
+            "{what}; got: {}",
+            text.trim()
+        ))),
+        None,
+    ))
+}
+
+/// Reads a possibly qualified name (`a`, `a.b`) at `toks[*i]`, as SQL text.
+pub(crate) fn qualified_name(toks: &[Tok], i: &mut usize) -> Option<String> {
+    let mut parts = Vec::new();
+    loop {
+        match toks.get(*i) {
+            Some(t @ Tok::Word { .. }) => parts.push(t.text()),
+            _ => return None,
+        }
+        *i += 1;
+        if toks.get(*i) == Some(&Tok::Other(".".into())) {
+            *i += 1;
+        } else {
+            return Some(parts.join("."));
+        }
+    }
+}
