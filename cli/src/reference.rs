@@ -109,6 +109,10 @@ pub(crate) const TEST_ENVIRONMENT: &[(&str, &str)] = &[
         "`writes`, `bulk` or `scans`: the `tables` suite runs that part alone",
     ),
     (
+        "ACCELSQL_BENCH_SERVER",
+        "`metrics`: the `server` suite runs its metrics-scrape part alone",
+    ),
+    (
         "ACCELSQL_BENCH_RUSTC",
         "set by `benchmarks/build.rs`: the compiler version the report records",
     ),

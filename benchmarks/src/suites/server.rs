@@ -733,6 +733,10 @@ pub(crate) async fn run(ctx: &Context, result: &mut SuiteResult) -> Result<()> {
                    logged-in client, idle and while 4 clients try wrong passwords. (5) `GET /metrics` \
                    on the HTTP endpoint with 1,000 sessions open."
             .into();
+    // `ACCELSQL_BENCH_SERVER=metrics`: the metrics scrape alone (a quick look at that goal).
+    if std::env::var("ACCELSQL_BENCH_SERVER").is_ok_and(|part| part == "metrics") {
+        return metrics_scrape(result).await;
+    }
     let engine = Engine::with_options(EngineOptions {
         scheduler: SchedulerConfig::default().with_simulated_gpus(1),
         ..EngineOptions::default()
