@@ -710,7 +710,7 @@ impl Sessions {
                     .collect::<Vec<_>>()
             })
             .collect();
-        out.sort_by(|a, b| b.elapsed.cmp(&a.elapsed));
+        out.sort_by_key(|r| std::cmp::Reverse(r.elapsed));
         out
     }
 

@@ -288,7 +288,7 @@ async fn state(
             "SELECT * FROM accelsql.udf_calls ORDER BY statement_id DESC, call_id LIMIT 50",
         )
         .await,
-        "statements": running_statements(&http, &client),
+        "statements": running_statements(http, &client),
     });
     ([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response()
     })
