@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_http import HttpServer, hold_and_wait
+from test_http import HttpServer, assert_stopped, hold_and_wait, streaming
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,11 +124,7 @@ def test_the_dashboard_shows_the_queue_and_ends_a_session(server, browser):
 
 def test_the_page_shows_a_statements_rows_rising_and_stops_it_from_its_button(server, browser):
     browser.get(server.http + "/")
-    conn = server.connect()
-    cur = conn.cursor()
-    try:
-        cur.execute("SELECT value AS n FROM generate_series(1, 300000000)")
-        reader = cur.fetch_record_batch()
+    with streaming(server, "SELECT value AS n FROM generate_series(1, 300000000)") as reader:
         seen = []
         deadline = time.time() + 30
         while time.time() < deadline and len(set(seen)) < 3:
@@ -159,17 +155,8 @@ def test_the_page_shows_a_statements_rows_rising_and_stops_it_from_its_button(se
 
         WebDriverWait(browser, 5).until(expected_conditions.alert_is_present())
         browser.switch_to.alert.accept()
-        with pytest.raises(Exception) as stopped:
-            for _ in range(100_000):
-                reader.read_next_batch()
-        assert "57014" in str(stopped.value), stopped.value
+        assert_stopped(reader)
         WebDriverWait(browser, 5).until(
             lambda d: "stopped" in d.find_element("id", "status").text
             or not [r for r in _rows(d, "statements") if "generate_series" in r["sql"]]
         )
-    finally:
-        try:
-            cur.close()
-        except Exception:  # the stopped statement's reader
-            pass
-        conn.close()

@@ -4,6 +4,7 @@ wait on each other, and ending a session from it. The server is the real binary,
 GPUs, on 127.0.0.1 only."""
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -113,6 +114,31 @@ def hold_and_wait(server, seconds):
     waiter = threading.Thread(target=run, args=("waiter", 1))
     waiter.start()
     return outcomes, holder, waiter
+
+
+@contextlib.contextmanager
+def streaming(server, sql):
+    """A reader of `sql`'s result, streaming from the server while the test reads it batch by
+    batch; its cursor and connection are closed afterwards (a stopped reader's close may fail)."""
+    conn = server.connect()
+    cur = conn.cursor()
+    try:
+        cur.execute(sql)
+        yield cur.fetch_record_batch()
+    finally:
+        try:
+            cur.close()
+        except Exception:  # the stopped statement's reader
+            pass
+        conn.close()
+
+
+def assert_stopped(reader):
+    """The rest of `reader` fails with the statement's 57014."""
+    with pytest.raises(Exception) as stopped:
+        for _ in range(100_000):
+            reader.read_next_batch()
+    assert "57014" in str(stopped.value), stopped.value
 
 
 def families(text):
@@ -268,11 +294,7 @@ def test_slow_clients_and_floods_on_the_http_port_leave_both_ports_serving(serve
 
 
 def test_a_running_statement_is_listed_with_its_rows_and_stopped_from_the_endpoint(server):
-    conn = server.connect()
-    cur = conn.cursor()
-    try:
-        cur.execute("SELECT value FROM generate_series(1, 200000000)")
-        reader = cur.fetch_record_batch()
+    with streaming(server, "SELECT value FROM generate_series(1, 200000000)") as reader:
         seen = []
         listed = []
         deadline = time.time() + 30
@@ -291,17 +313,8 @@ def test_a_running_statement_is_listed_with_its_rows_and_stopped_from_the_endpoi
             f"/api/cancel?session={running['session']}&statement={running['number']}", method="POST"
         )
         assert status == 200, body
-        with pytest.raises(Exception) as stopped:
-            for _ in range(100_000):
-                reader.read_next_batch()
-        assert "57014" in str(stopped.value), stopped.value
+        assert_stopped(reader)
         state = json.loads(server.get("/api/state")[2])
         assert not [s for s in state["statements"] if "generate_series" in s["sql"]]
         status, _, body = server.get("/api/cancel?session=1&statement=999999", method="POST")
         assert status == 404 and body.startswith("[42704]"), body
-    finally:
-        try:
-            cur.close()
-        except Exception:  # the stopped statement's reader
-            pass
-        conn.close()
