@@ -154,6 +154,29 @@ impl AccelsqlFlightSql {
         Ok(self.inner.sessions.find(caller, conn.map(|c| c.id))?)
     }
 
+    /// A catalog command's FlightInfo (its result's schema, one endpoint whose ticket is the
+    /// command), for a caller with a session.
+    fn metadata_info(
+        &self,
+        command: &impl ProstMessageExt,
+        schema: &Schema,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.client(&request)?;
+        command_info(command, schema, request.into_inner())
+    }
+
+    /// A catalog command's result that has no rows (accelsql's tables have no keys), for a
+    /// caller with a session.
+    fn no_rows(
+        &self,
+        request: &Request<Ticket>,
+        schema: SchemaRef,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.client(request)?;
+        batch_response(Ok(RecordBatch::new_empty(schema)))
+    }
+
     fn caller<'a>(&self, header: Option<&'a str>, conn: Option<&ConnState>) -> Result<Caller<'a>> {
         match header {
             Some(h) => match parse_bearer(h) {
@@ -572,9 +595,8 @@ impl FlightSqlService for AccelsqlFlightSql {
         query: CommandGetCatalogs,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.client(&request)?;
         let schema = query.into_builder().schema();
-        command_info(&query, &schema, request.into_inner())
+        self.metadata_info(&query, &schema, request)
     }
 
     async fn get_flight_info_schemas(
@@ -582,9 +604,8 @@ impl FlightSqlService for AccelsqlFlightSql {
         query: CommandGetDbSchemas,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.client(&request)?;
         let schema = query.clone().into_builder().schema();
-        command_info(&query, &schema, request.into_inner())
+        self.metadata_info(&query, &schema, request)
     }
 
     async fn get_flight_info_tables(
@@ -592,9 +613,8 @@ impl FlightSqlService for AccelsqlFlightSql {
         query: CommandGetTables,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.client(&request)?;
         let schema = query.clone().into_builder().schema();
-        command_info(&query, &schema, request.into_inner())
+        self.metadata_info(&query, &schema, request)
     }
 
     async fn get_flight_info_table_types(
@@ -602,9 +622,8 @@ impl FlightSqlService for AccelsqlFlightSql {
         query: CommandGetTableTypes,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.client(&request)?;
         let schema = query.into_builder().schema();
-        command_info(&query, &schema, request.into_inner())
+        self.metadata_info(&query, &schema, request)
     }
 
     async fn get_flight_info_sql_info(
@@ -612,9 +631,8 @@ impl FlightSqlService for AccelsqlFlightSql {
         query: CommandGetSqlInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.client(&request)?;
         let schema = query.clone().into_builder(metadata::sql_info()?).schema();
-        command_info(&query, &schema, request.into_inner())
+        self.metadata_info(&query, &schema, request)
     }
 
     async fn get_flight_info_primary_keys(
@@ -622,12 +640,7 @@ impl FlightSqlService for AccelsqlFlightSql {
         query: CommandGetPrimaryKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.client(&request)?;
-        command_info(
-            &query,
-            &metadata::primary_keys_schema(),
-            request.into_inner(),
-        )
+        self.metadata_info(&query, &metadata::primary_keys_schema(), request)
     }
 
     async fn get_flight_info_exported_keys(
@@ -635,12 +648,7 @@ impl FlightSqlService for AccelsqlFlightSql {
         query: CommandGetExportedKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.client(&request)?;
-        command_info(
-            &query,
-            &metadata::foreign_keys_schema(),
-            request.into_inner(),
-        )
+        self.metadata_info(&query, &metadata::foreign_keys_schema(), request)
     }
 
     async fn get_flight_info_imported_keys(
@@ -648,12 +656,7 @@ impl FlightSqlService for AccelsqlFlightSql {
         query: CommandGetImportedKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.client(&request)?;
-        command_info(
-            &query,
-            &metadata::foreign_keys_schema(),
-            request.into_inner(),
-        )
+        self.metadata_info(&query, &metadata::foreign_keys_schema(), request)
     }
 
     async fn get_flight_info_cross_reference(
@@ -661,12 +664,7 @@ impl FlightSqlService for AccelsqlFlightSql {
         query: CommandGetCrossReference,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.client(&request)?;
-        command_info(
-            &query,
-            &metadata::foreign_keys_schema(),
-            request.into_inner(),
-        )
+        self.metadata_info(&query, &metadata::foreign_keys_schema(), request)
     }
 
     async fn get_flight_info_xdbc_type_info(
@@ -674,9 +672,8 @@ impl FlightSqlService for AccelsqlFlightSql {
         query: CommandGetXdbcTypeInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.client(&request)?;
         let schema = query.into_builder(metadata::xdbc_info()?).schema();
-        command_info(&query, &schema, request.into_inner())
+        self.metadata_info(&query, &schema, request)
     }
 
     async fn do_get_statement(
@@ -763,8 +760,7 @@ impl FlightSqlService for AccelsqlFlightSql {
         _query: CommandGetPrimaryKeys,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.client(&request)?;
-        batch_response(Ok(RecordBatch::new_empty(metadata::primary_keys_schema())))
+        self.no_rows(&request, metadata::primary_keys_schema())
     }
 
     async fn do_get_exported_keys(
@@ -772,8 +768,7 @@ impl FlightSqlService for AccelsqlFlightSql {
         _query: CommandGetExportedKeys,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.client(&request)?;
-        batch_response(Ok(RecordBatch::new_empty(metadata::foreign_keys_schema())))
+        self.no_rows(&request, metadata::foreign_keys_schema())
     }
 
     async fn do_get_imported_keys(
@@ -781,8 +776,7 @@ impl FlightSqlService for AccelsqlFlightSql {
         _query: CommandGetImportedKeys,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.client(&request)?;
-        batch_response(Ok(RecordBatch::new_empty(metadata::foreign_keys_schema())))
+        self.no_rows(&request, metadata::foreign_keys_schema())
     }
 
     async fn do_get_cross_reference(
@@ -790,8 +784,7 @@ impl FlightSqlService for AccelsqlFlightSql {
         _query: CommandGetCrossReference,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.client(&request)?;
-        batch_response(Ok(RecordBatch::new_empty(metadata::foreign_keys_schema())))
+        self.no_rows(&request, metadata::foreign_keys_schema())
     }
 
     async fn do_get_xdbc_type_info(

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use accelsql_udf_runtime::{AcceleratorRequest, StatementInfo};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::exec_datafusion_err;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{AggregateUDF, ScalarUDF};
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
@@ -187,8 +188,8 @@ pub fn udf_call_parts(plan: &dyn ExecutionPlan) -> Option<UdfCallParts> {
 
 /// A CPU placement for a call the placement rule left alone.
 fn unplaced_call(name: &str) -> PlacedCall {
-    PlacedCall {
-        decision: PlacementDecision {
+    PlacedCall::new(
+        PlacementDecision {
             call_id: 0,
             block: 0,
             udf: name.to_string(),
@@ -196,18 +197,8 @@ fn unplaced_call(name: &str) -> PlacedCall {
             placement: Placement::Cpu,
             reason: "unplaced".into(),
         },
-        devices: Arc::new(LeaseDevices::new()),
-        node_id: 0,
-        instances: 1,
-        device_memory: None,
-        pool: OnceLock::new(),
-        statement: StatementInfo::default(),
-        stats: CallStats::default(),
-        client: 0,
-        gpu_class: None,
-        client_hold: None,
-        copy: 0,
-    }
+        Arc::new(LeaseDevices::new()),
+    )
 }
 
 /// A task's share of its statement's node lease: the node's GPUs stay with the statement while
@@ -299,13 +290,11 @@ impl NodeSide<'_> {
             None => match self.udfs.set(name) {
                 Some(def) => def,
                 None => {
-                    return Err(EngineError::Sql(
-                        datafusion::error::DataFusionError::Execution(format!(
-                            "[42883] the function {name} is not known to node {}: register \
+                    return Err(EngineError::Sql(exec_datafusion_err!(
+                        "[42883] the function {name} is not known to node {}: register \
                                  it on every node of the cluster (NodeOptions::configure)",
-                            self.state.node.id
-                        )),
-                    ));
+                        self.state.node.id
+                    )));
                 }
             },
         };

@@ -78,6 +78,25 @@ pub(crate) struct PlacedCall {
 }
 
 impl PlacedCall {
+    /// A call placed as `decision` says, on the devices of `devices` once its lease is
+    /// granted: one instance, node 0, no statement bounds (callers set what they know).
+    pub(crate) fn new(decision: PlacementDecision, devices: Arc<LeaseDevices>) -> Self {
+        Self {
+            decision,
+            devices,
+            node_id: 0,
+            instances: 1,
+            device_memory: None,
+            pool: OnceLock::new(),
+            statement: StatementInfo::default(),
+            stats: CallStats::default(),
+            client: 0,
+            gpu_class: None,
+            client_hold: None,
+            copy: 0,
+        }
+    }
+
     /// The call's instance pool, built on first use from the lease's devices (read once).
     fn pool(&self) -> crate::Result<&InstancePool> {
         if let Some(pool) = self.pool.get() {
@@ -308,8 +327,8 @@ mod tests {
         };
         let devices = Arc::new(LeaseDevices::new());
         devices.set(LeaseGrant::whole(vec![device])).unwrap();
-        PlacedCall {
-            decision: PlacementDecision {
+        PlacedCall::new(
+            PlacementDecision {
                 call_id: 1,
                 block: 1,
                 udf: "f".into(),
@@ -318,17 +337,7 @@ mod tests {
                 reason: "test".into(),
             },
             devices,
-            node_id: 0,
-            instances: 1,
-            device_memory: None,
-            pool: OnceLock::new(),
-            statement: StatementInfo::default(),
-            stats: CallStats::default(),
-            client: 0,
-            gpu_class: None,
-            client_hold: None,
-            copy: 0,
-        }
+        )
     }
 
     #[tokio::test]

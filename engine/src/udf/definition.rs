@@ -9,6 +9,7 @@ use accelsql_udf_runtime::annotations::parse_instance_limit;
 use accelsql_udf_runtime::{AcceleratorRequest, GpuColumnarKernel, GpuDevice, InstanceContext};
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::DataType;
+use datafusion::common::plan_datafusion_err;
 use datafusion::logical_expr::{ColumnarValue, Signature, TypeSignature, Volatility};
 
 use super::kernel;
@@ -130,54 +131,167 @@ impl std::hash::Hash for ArgumentRule {
     }
 }
 
-/// The builder methods every UDF kind shares: arguments and Exasol's annotations.
+/// What every UDF kind declares and carries: its name, its arguments, Exasol's annotations,
+/// and where it comes from (a script of this process, or one another process rebuilds).
+#[derive(Clone)]
+pub(crate) struct UdfHeader {
+    pub(crate) name: String,
+    pub(crate) inputs: Inputs,
+    pub(crate) accelerator: AcceleratorRequest,
+    pub(crate) instance_limit: Option<usize>,
+    /// `%perInstanceRequiredAcceleratorMemory`: device memory one GPU instance needs.
+    pub(crate) device_memory: Option<u64>,
+    /// Defined by a script of this process's catalog (see
+    /// [`runs_only_in_this_process`](crate::udf::runs_only_in_this_process)).
+    pub(crate) local: bool,
+    /// How another process rebuilds it, for a script that can travel.
+    pub(crate) origin: Option<Arc<ScriptOrigin>>,
+}
+
+impl UdfHeader {
+    /// A definition named `name`: no arguments, no annotations.
+    pub(crate) fn new(name: String) -> Self {
+        Self {
+            name,
+            inputs: Inputs::Exact(Vec::new()),
+            accelerator: AcceleratorRequest::None,
+            instance_limit: None,
+            device_memory: None,
+            local: false,
+            origin: None,
+        }
+    }
+
+    /// The header's fields for a `Debug` of its UDF.
+    pub(crate) fn debug_fields<'a, 'b>(
+        &self,
+        f: &'a mut fmt::DebugStruct<'a, 'b>,
+    ) -> &'a mut fmt::DebugStruct<'a, 'b> {
+        f.field("name", &self.name)
+            .field("inputs", &self.inputs)
+            .field("accelerator", &self.accelerator)
+            .field("instance_limit", &self.instance_limit)
+            .field("device_memory", &self.device_memory)
+    }
+}
+
+/// The methods every UDF kind shares, read from its [`UdfHeader`] (`self.header`).
+macro_rules! common_udf_methods {
+    () => {
+        /// The SQL name.
+        pub fn name(&self) -> &str {
+            &self.header.name
+        }
+
+        /// The same UDF under `name`, taken as is: a script's quoted or schema-qualified name,
+        /// which the front end has already checked (the builder's check is for Rust
+        /// identifiers).
+        pub(crate) fn renamed(mut self, name: String) -> Self {
+            self.header.name = name;
+            self
+        }
+
+        /// Marks it as defined by a script of this process (it cannot run in another process).
+        pub(crate) fn local_to_this_process(mut self) -> Self {
+            self.header.local = true;
+            self
+        }
+
+        /// Marks it as a script that another process rebuilds from `origin`.
+        pub(crate) fn with_origin(mut self, origin: Arc<ScriptOrigin>) -> Self {
+            self.header.origin = Some(origin);
+            self
+        }
+
+        /// How another process rebuilds it, when it is a script that can travel.
+        pub(crate) fn origin(&self) -> Option<&Arc<ScriptOrigin>> {
+            self.header.origin.as_ref()
+        }
+
+        /// Whether a script of this process's catalog defined it (it cannot run in another
+        /// process unless it carries its [`origin`](Self::origin)).
+        pub(crate) fn is_local(&self) -> bool {
+            self.header.local
+        }
+
+        /// The accelerator annotation.
+        pub fn accelerator(&self) -> AcceleratorRequest {
+            self.header.accelerator
+        }
+
+        /// `%perNodeAndCallInstanceLimit`, if set.
+        pub fn instance_limit(&self) -> Option<usize> {
+            self.header.instance_limit
+        }
+
+        /// `%perInstanceRequiredAcceleratorMemory`: the device memory one GPU instance declares
+        /// it needs, if it declares any (see [`GpuSharing`](crate::gpu_scheduler::GpuSharing)).
+        pub fn device_memory(&self) -> Option<u64> {
+            self.header.device_memory
+        }
+
+        /// The arguments it takes.
+        pub fn inputs(&self) -> &Inputs {
+            &self.header.inputs
+        }
+
+        /// Whether it has a GPU implementation.
+        pub fn has_gpu_implementation(&self) -> bool {
+            self.gpu.is_some()
+        }
+    };
+}
+pub(crate) use common_udf_methods;
+
+/// The builder methods every UDF kind shares: arguments and Exasol's annotations (its
+/// [`UdfHeader`], `self.header`).
 macro_rules! common_builder_methods {
     () => {
         /// Exact argument types.
         pub fn inputs(mut self, types: impl IntoIterator<Item = DataType>) -> Self {
-            self.inputs = Inputs::Exact(types.into_iter().collect());
+            self.header.inputs = Inputs::Exact(types.into_iter().collect());
             self
         }
 
         /// Any number of arguments of any type.
         pub fn variadic(mut self) -> Self {
-            self.inputs = Inputs::Variadic;
+            self.header.inputs = Inputs::Variadic;
             self
         }
 
         /// These types, casting arguments of other types to them where Arrow can.
         pub fn castable_inputs(mut self, types: impl IntoIterator<Item = DataType>) -> Self {
-            self.inputs = Inputs::Castable(types.into_iter().collect());
+            self.header.inputs = Inputs::Castable(types.into_iter().collect());
             self
         }
 
         /// Arguments checked and cast by `rule` (see [`Inputs::Rule`]).
         pub fn rule_inputs(mut self, rule: $crate::udf::ArgumentRule) -> Self {
-            self.inputs = Inputs::Rule(rule);
+            self.header.inputs = Inputs::Rule(rule);
             self
         }
 
         /// The accelerator request, parsed as `%perInstanceRequiredAcceleratorDevices` is.
         pub fn accelerator(mut self, annotation: &str) -> Result<Self> {
-            self.accelerator = AcceleratorRequest::parse(annotation)?;
+            self.header.accelerator = AcceleratorRequest::parse(annotation)?;
             Ok(self)
         }
 
         /// The accelerator request, typed.
         pub fn accelerator_request(mut self, request: AcceleratorRequest) -> Self {
-            self.accelerator = request;
+            self.header.accelerator = request;
             self
         }
 
         /// `%perNodeAndCallInstanceLimit`, parsed from text.
         pub fn instance_limit_annotation(mut self, annotation: &str) -> Result<Self> {
-            self.instance_limit = Some(parse_instance_limit(annotation)?);
+            self.header.instance_limit = Some(parse_instance_limit(annotation)?);
             Ok(self)
         }
 
         /// At most `n` parallel instances per call.
         pub fn instance_limit(mut self, n: usize) -> Self {
-            self.instance_limit = Some(n.max(1));
+            self.header.instance_limit = Some(n.max(1));
             self
         }
 
@@ -186,15 +300,15 @@ macro_rules! common_builder_methods {
         /// shares devices with other such statements; its GPU runs stay within it. Without it
         /// a GPU call needs whole devices.
         pub fn device_memory(mut self, bytes: u64) -> Self {
-            self.device_memory = Some(bytes.max(1));
+            self.header.device_memory = Some(bytes.max(1));
             self
         }
 
         /// `%perInstanceRequiredAcceleratorMemory`, parsed from text (`6GiB`, `512MiB`, …).
         pub fn device_memory_annotation(mut self, annotation: &str) -> Result<Self> {
-            self.device_memory = Some(accelsql_udf_runtime::annotations::parse_device_memory(
-                annotation,
-            )?);
+            self.header.device_memory = Some(
+                accelsql_udf_runtime::annotations::parse_device_memory(annotation)?,
+            );
             Ok(self)
         }
     };
@@ -223,31 +337,17 @@ pub(crate) use common_builder_methods;
 /// ```
 #[derive(Clone)]
 pub struct ScalarUdf {
-    name: String,
-    inputs: Inputs,
+    header: UdfHeader,
     returns: DataType,
-    accelerator: AcceleratorRequest,
-    instance_limit: Option<usize>,
-    /// `%perInstanceRequiredAcceleratorMemory`: device memory one GPU instance needs.
-    device_memory: Option<u64>,
     pub(super) cpu: Arc<dyn ScalarKernel>,
     pub(super) gpu: Option<Arc<dyn ScalarKernel>>,
-    /// Defined by a script of this process's catalog (see
-    /// [`runs_only_in_this_process`](crate::udf::runs_only_in_this_process)).
-    local: bool,
-    /// How another process rebuilds it, for a script that can travel.
-    origin: Option<Arc<ScriptOrigin>>,
 }
 
 impl fmt::Debug for ScalarUdf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ScalarUdf")
-            .field("name", &self.name)
-            .field("inputs", &self.inputs)
+        self.header
+            .debug_fields(&mut f.debug_struct("ScalarUdf"))
             .field("returns", &self.returns)
-            .field("accelerator", &self.accelerator)
-            .field("instance_limit", &self.instance_limit)
-            .field("device_memory", &self.device_memory)
             .field("gpu", &self.gpu.is_some())
             .finish()
     }
@@ -257,93 +357,25 @@ impl ScalarUdf {
     /// Starts a definition; the name is how SQL calls it (lower-case, as SQL folds identifiers).
     pub fn builder(name: impl Into<String>) -> ScalarUdfBuilder {
         ScalarUdfBuilder {
-            name: name.into(),
-            inputs: Inputs::Exact(Vec::new()),
+            header: UdfHeader::new(name.into()),
             returns: None,
-            accelerator: AcceleratorRequest::None,
-            instance_limit: None,
-            device_memory: None,
             cpu: None,
             gpu: None,
         }
     }
 
-    /// The SQL name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The same UDF under `name`, taken as is: a script's quoted or schema-qualified name, which
-    /// the front end has already checked (the builder's check is for Rust identifiers).
-    pub(crate) fn renamed(mut self, name: String) -> Self {
-        self.name = name;
-        self
-    }
-
-    /// Marks it as defined by a script of this process (it cannot run in another process).
-    pub(crate) fn local_to_this_process(mut self) -> Self {
-        self.local = true;
-        self
-    }
-
-    /// Marks it as a script that another process rebuilds from `origin`.
-    pub(crate) fn with_origin(mut self, origin: Arc<ScriptOrigin>) -> Self {
-        self.origin = Some(origin);
-        self
-    }
-
-    /// How another process rebuilds it, when it is a script that can travel.
-    pub(crate) fn origin(&self) -> Option<&Arc<ScriptOrigin>> {
-        self.origin.as_ref()
-    }
-
-    /// Whether a script of this process's catalog defined it (it cannot run in another process
-    /// unless it carries its [`origin`](Self::origin)).
-    pub(crate) fn is_local(&self) -> bool {
-        self.local
-    }
-
-    /// The accelerator annotation.
-    pub fn accelerator(&self) -> AcceleratorRequest {
-        self.accelerator
-    }
-
-    /// `%perNodeAndCallInstanceLimit`, if set.
-    pub fn instance_limit(&self) -> Option<usize> {
-        self.instance_limit
-    }
-
-    /// `%perInstanceRequiredAcceleratorMemory`: the device memory one GPU instance declares
-    /// it needs, if it declares any (see [`GpuSharing`](crate::gpu_scheduler::GpuSharing)).
-    pub fn device_memory(&self) -> Option<u64> {
-        self.device_memory
-    }
-
-    /// The arguments it takes.
-    pub fn inputs(&self) -> &Inputs {
-        &self.inputs
-    }
+    common_udf_methods!();
 
     /// Its result type.
     pub fn returns(&self) -> &DataType {
         &self.returns
     }
-
-    /// Whether it has a GPU implementation.
-    pub fn has_gpu_implementation(&self) -> bool {
-        self.gpu.is_some()
-    }
 }
 
 /// Builder of [`ScalarUdf`].
 pub struct ScalarUdfBuilder {
-    name: String,
-    inputs: Inputs,
+    header: UdfHeader,
     returns: Option<DataType>,
-    accelerator: AcceleratorRequest,
-    instance_limit: Option<usize>,
-    /// `%perInstanceRequiredAcceleratorMemory`: device memory one GPU instance needs.
-    device_memory: Option<u64>,
     cpu: Option<Arc<dyn ScalarKernel>>,
     gpu: Option<Arc<dyn ScalarKernel>>,
 }
@@ -394,7 +426,7 @@ impl ScalarUdfBuilder {
 
     /// Checks and finishes the definition.
     pub fn build(self) -> Result<ScalarUdf> {
-        let name = check_name(&self.name)?;
+        let name = check_name(&self.header.name)?;
         let cpu = self.cpu.ok_or_else(|| {
             definition_err!(
                 "UDF {name} has no CPU implementation; every UDF needs one (fallback and reference)"
@@ -404,16 +436,13 @@ impl ScalarUdfBuilder {
             .returns
             .ok_or_else(|| definition_err!("UDF {name} has no result type (RETURNS)"))?;
         Ok(ScalarUdf {
-            name,
-            inputs: self.inputs,
+            header: UdfHeader {
+                name,
+                ..self.header
+            },
             returns,
-            accelerator: self.accelerator,
-            instance_limit: self.instance_limit,
-            device_memory: self.device_memory,
             cpu,
             gpu: self.gpu,
-            local: false,
-            origin: None,
         })
     }
 }
@@ -452,18 +481,18 @@ pub(crate) fn coerce(
     let types = match inputs {
         Inputs::Castable(types) => types,
         Inputs::Rule(rule) => {
-            return rule.coerce(arg_types).map_err(|message| {
-                datafusion::error::DataFusionError::Plan(format!("{udf}: {message}"))
-            });
+            return rule
+                .coerce(arg_types)
+                .map_err(|message| plan_datafusion_err!("{udf}: {message}"));
         }
         Inputs::Exact(_) | Inputs::Variadic => return Ok(arg_types.to_vec()),
     };
     if arg_types.len() != types.len() {
-        return Err(datafusion::error::DataFusionError::Plan(format!(
+        return Err(plan_datafusion_err!(
             "{udf} takes {} argument(s), got {}",
             types.len(),
             arg_types.len()
-        )));
+        ));
     }
     arg_types
         .iter()
@@ -473,10 +502,8 @@ pub(crate) fn coerce(
             if datafusion::arrow::compute::can_cast_types(given, wanted) {
                 Ok(wanted.clone())
             } else {
-                Err(datafusion::error::DataFusionError::Plan(format!(
-                    "argument {} of {udf} is {given}, which cannot become its parameter type {wanted}",
-                    i + 1
-                )))
+                Err(plan_datafusion_err!("argument {} of {udf} is {given}, which cannot become its parameter type {wanted}",
+                    i + 1))
             }
         })
         .collect()

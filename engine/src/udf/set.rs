@@ -10,10 +10,13 @@ use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::compute::concat;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields};
 use datafusion::common::ScalarValue;
+use datafusion::common::exec_datafusion_err;
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::ColumnarValue;
 
-use super::definition::{Inputs, check_name, common_builder_methods};
+use super::definition::{
+    Inputs, UdfHeader, check_name, common_builder_methods, common_udf_methods,
+};
 use super::script::origin::ScriptOrigin;
 use crate::{Result, definition_err};
 
@@ -84,10 +87,10 @@ pub trait SetKernel: Send + Sync {
                     .iter()
                     .map(|o| {
                         o.get(i).map(|a| a.as_ref()).ok_or_else(|| {
-                            DataFusionError::Execution(format!(
+                            exec_datafusion_err!(
                                 "a run returned {} columns, another more than {i}",
                                 o.len()
-                            ))
+                            )
                         })
                     })
                     .collect::<datafusion::error::Result<Vec<&dyn Array>>>()?;
@@ -379,20 +382,11 @@ impl fmt::Display for Output {
 /// ```
 #[derive(Clone)]
 pub struct SetUdf {
-    name: String,
+    header: UdfHeader,
     input_type: InputType,
-    inputs: Inputs,
     output: Output,
-    accelerator: AcceleratorRequest,
-    instance_limit: Option<usize>,
-    /// `%perInstanceRequiredAcceleratorMemory`: device memory one GPU instance needs.
-    device_memory: Option<u64>,
     pub(crate) cpu: Arc<dyn SetKernel>,
     pub(crate) gpu: Option<Arc<dyn SetKernel>>,
-    /// Defined by a script of this process's catalog.
-    local: bool,
-    /// How another process rebuilds it, for a script that can travel.
-    origin: Option<Arc<ScriptOrigin>>,
     /// How a call without GROUP BY runs as a partial run per input partition and a merge.
     top_k_merge: Option<TopKMerge>,
 }
@@ -419,14 +413,10 @@ pub struct TopKMerge {
 
 impl fmt::Debug for SetUdf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SetUdf")
-            .field("name", &self.name)
+        self.header
+            .debug_fields(&mut f.debug_struct("SetUdf"))
             .field("input_type", &self.input_type)
-            .field("inputs", &self.inputs)
             .field("output", &self.output)
-            .field("accelerator", &self.accelerator)
-            .field("instance_limit", &self.instance_limit)
-            .field("device_memory", &self.device_memory)
             .field("gpu", &self.gpu.is_some())
             .field("top_k_merge", &self.top_k_merge)
             .finish()
@@ -442,60 +432,20 @@ impl SetUdf {
     /// Starts a SET UDF definition (use [`SetUdfBuilder::scalar_input`] for SCALAR EMITS).
     pub fn builder(name: impl Into<String>) -> SetUdfBuilder {
         SetUdfBuilder {
-            name: name.into(),
+            header: UdfHeader::new(name.into()),
             input_type: InputType::Set,
-            inputs: Inputs::Exact(Vec::new()),
             output: None,
-            accelerator: AcceleratorRequest::None,
-            instance_limit: None,
-            device_memory: None,
             cpu: None,
             gpu: None,
             top_k_merge: None,
         }
     }
 
-    /// The SQL name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The same UDF under `name`, taken as is (see [`ScalarUdf::renamed`](super::ScalarUdf)).
-    pub(crate) fn renamed(mut self, name: String) -> Self {
-        self.name = name;
-        self
-    }
-
-    /// Marks it as defined by a script of this process (it cannot run in another process).
-    pub(crate) fn local_to_this_process(mut self) -> Self {
-        self.local = true;
-        self
-    }
-
-    /// Marks it as a script that another process rebuilds from `origin`.
-    pub(crate) fn with_origin(mut self, origin: Arc<ScriptOrigin>) -> Self {
-        self.origin = Some(origin);
-        self
-    }
-
-    /// How another process rebuilds it, when it is a script that can travel.
-    pub(crate) fn origin(&self) -> Option<&Arc<ScriptOrigin>> {
-        self.origin.as_ref()
-    }
-
-    /// Whether a script of this process defined it.
-    pub(crate) fn is_local(&self) -> bool {
-        self.local
-    }
+    common_udf_methods!();
 
     /// SCALAR or SET.
     pub fn input_type(&self) -> InputType {
         self.input_type
-    }
-
-    /// The arguments it takes.
-    pub fn inputs(&self) -> &Inputs {
-        &self.inputs
     }
 
     /// RETURNS or EMITS.
@@ -510,39 +460,13 @@ impl SetUdf {
             Output::Returns(_) => None,
         }
     }
-
-    /// The accelerator annotation.
-    pub fn accelerator(&self) -> AcceleratorRequest {
-        self.accelerator
-    }
-
-    /// `%perNodeAndCallInstanceLimit`, if set.
-    pub fn instance_limit(&self) -> Option<usize> {
-        self.instance_limit
-    }
-
-    /// `%perInstanceRequiredAcceleratorMemory`: the device memory one GPU instance declares
-    /// it needs, if it declares any (see [`GpuSharing`](crate::gpu_scheduler::GpuSharing)).
-    pub fn device_memory(&self) -> Option<u64> {
-        self.device_memory
-    }
-
-    /// Whether it has a GPU implementation.
-    pub fn has_gpu_implementation(&self) -> bool {
-        self.gpu.is_some()
-    }
 }
 
 /// Builder of [`SetUdf`].
 pub struct SetUdfBuilder {
-    name: String,
+    header: UdfHeader,
     input_type: InputType,
-    inputs: Inputs,
     output: Option<Output>,
-    accelerator: AcceleratorRequest,
-    instance_limit: Option<usize>,
-    /// `%perInstanceRequiredAcceleratorMemory`: device memory one GPU instance needs.
-    device_memory: Option<u64>,
     cpu: Option<Arc<dyn SetKernel>>,
     gpu: Option<Arc<dyn SetKernel>>,
     top_k_merge: Option<TopKMerge>,
@@ -591,7 +515,7 @@ impl SetUdfBuilder {
 
     /// Checks and finishes the definition.
     pub fn build(self) -> Result<SetUdf> {
-        let name = check_name(&self.name)?;
+        let name = check_name(&self.header.name)?;
         let cpu = self.cpu.ok_or_else(|| {
             definition_err!(
                 "UDF {name} has no CPU implementation; every UDF needs one (fallback and reference)"
@@ -606,7 +530,7 @@ impl SetUdfBuilder {
                     "UDF {name} is SCALAR RETURNS: define it as a ScalarUdf"
                 ));
             }
-            (Output::Returns(_), InputType::Set) if matches!(&self.inputs, Inputs::Exact(t) | Inputs::Castable(t) if t.is_empty()) =>
+            (Output::Returns(_), InputType::Set) if matches!(&self.header.inputs, Inputs::Exact(t) | Inputs::Castable(t) if t.is_empty()) =>
             {
                 return Err(definition_err!(
                     "SET RETURNS UDF {name} needs at least one parameter"
@@ -641,17 +565,14 @@ impl SetUdfBuilder {
             }
         }
         Ok(SetUdf {
-            name,
+            header: UdfHeader {
+                name,
+                ..self.header
+            },
             input_type: self.input_type,
-            inputs: self.inputs,
             output,
-            accelerator: self.accelerator,
-            instance_limit: self.instance_limit,
-            device_memory: self.device_memory,
             cpu,
             gpu: self.gpu,
-            local: false,
-            origin: None,
             top_k_merge: self.top_k_merge,
         })
     }
