@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::helpers::run;
+use crate::helpers::{run, until};
 use accelsql_engine::datafusion::arrow::array::{ArrayRef, Int64Array};
 use accelsql_engine::datafusion::arrow::datatypes::DataType;
 use accelsql_engine::datafusion::logical_expr::ColumnarValue;
@@ -100,14 +100,6 @@ async fn start(s: &Session, sql: &str) -> tokio::task::JoinHandle<Option<EngineE
         }
         None
     })
-}
-
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < Duration::from_secs(20), "never: {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::helpers::{error_of, run};
+use crate::helpers::{error_of, run, until};
 use accelsql_engine::{Engine, EngineOptions, SchedulerConfig, Session, testing};
 
 fn engine_with(data_dir: Option<&Path>, aging: Duration) -> Engine {
@@ -22,15 +22,6 @@ fn engine_with(data_dir: Option<&Path>, aging: Duration) -> Engine {
     .unwrap();
     testing::register_fixtures(&engine).unwrap();
     engine
-}
-
-/// Waits until `cond` holds (at most 10 s).
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < Duration::from_secs(10), "never: {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 #[tokio::test]

@@ -2,26 +2,12 @@
 //! worker processes, pinning, and faults.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
 
+use crate::helpers::run;
 use accelsql_engine::datafusion::arrow::array::RecordBatch;
-use accelsql_engine::{Engine, EngineOptions, SchedulerConfig, Session};
+use accelsql_engine::{Engine, EngineOptions, SchedulerConfig};
 
 fn engine(gpus: usize) -> Engine {
     Engine::with_config(SchedulerConfig::default().with_simulated_gpus(gpus)).unwrap()
-}
-
-fn flat(batches: &[RecordBatch]) -> Vec<String> {
-    accelsql_engine::testing::cells(batches)
-        .unwrap()
-        .into_iter()
-        .map(|r| r.join("|"))
-        .collect()
-}
-
-async fn run(s: &Session, sql: &str) -> Vec<String> {
-    match s.sql(sql).await {
-        Ok(b) => flat(&b),
-        Err(e) => panic!("{sql}\n{e}"),
-    }
 }
 
 const CITIES: &str = "CREATE TABLE cities(name VARCHAR, country VARCHAR, population BIGINT) AS VALUES \

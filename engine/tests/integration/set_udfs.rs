@@ -2,6 +2,7 @@
 //! RETURNS as aggregates, EMITS position errors, and their placement.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic: that is a failed test
 
+use crate::helpers::flat;
 use accelsql_engine::datafusion::arrow::array::RecordBatch;
 use accelsql_engine::{Engine, SchedulerConfig, Session, testing};
 
@@ -14,10 +15,6 @@ fn session(gpus: usize) -> Session {
 /// The result as rows of text cells ("NULL" for nulls).
 fn rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
     testing::cells(batches).unwrap()
-}
-
-fn flat(batches: &[RecordBatch]) -> Vec<String> {
-    rows(batches).into_iter().map(|r| r.join("|")).collect()
 }
 
 async fn err_code(s: &Session, sql: &str) -> (String, String) {
