@@ -36,9 +36,11 @@
 //! ```text
 //! Session::sql(text)                                   front/session.rs
 //!   split into statements                              front/splitter.rs
-//!   script DDL / Exasol statements run here            front/scripts/, front/exasol/
-//!   text passes, parse, statement passes               front/passes/
-//!   DataFusion plans: EMITS rule, placement rule       plan/emits_rule.rs, plan/placement.rs
+//!   each classified (one token view)                   front/statements.rs, front/tokens.rs
+//!   script DDL / Exasol statements run here            front/own_statements.rs
+//!   text passes, parse, statement passes               front/execute.rs, front/passes/
+//!   plan step: analyzer rules (EMITS, placement)       front/execute.rs, plan/rules.rs
+//!   run step, one per kind of plan                     front/execute.rs
 //!   physical plan (EMITS operator)                     exec/planner.rs, exec/emits.rs
 //!   StatementStream: lease, run, release, record       exec/stream.rs → core/state.rs
 //!   UDF adapters run kernels on pinned instances       udf/scalar.rs, udf/call.rs
@@ -87,7 +89,8 @@ pub use crate::exec::remote::{
 };
 pub use crate::front::engine::Engine;
 pub use crate::front::exasol::dialect::exasol_text;
-pub use crate::front::session::{LeasePlace, ResultShape, Session};
+pub use crate::front::results::ResultShape;
+pub use crate::front::session::{LeasePlace, Session};
 pub use crate::front::splitter;
 pub use crate::udf::{
     InputType, Inputs, Output, RunChunk, RunInput, ScalarKernel, ScalarUdf, ScalarUdfBuilder,

@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::security::SecurityState;
-use crate::core::error::EngineError;
 use crate::core::privileges::ObjectKind;
+use crate::data_dir_err;
+use crate::script_err;
 use crate::udf::script::definition::{ConnectionEntry, ScriptEntry};
 
 /// File name of the catalog in the data directory.
@@ -76,10 +77,8 @@ impl ScriptCatalog {
 
     /// The catalog of `data_dir`, created if absent; a damaged file is an error, never dropped.
     pub(crate) fn open(data_dir: &Path) -> crate::Result<Self> {
-        let io_err = |what: &str, e: std::io::Error| EngineError::DataDirectory {
-            path: data_dir.to_path_buf(),
-            message: format!("{what}: {e}"),
-        };
+        let io_err =
+            |what: &str, e: std::io::Error| data_dir_err!(data_dir.to_path_buf(), "{what}: {e}");
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -149,12 +148,11 @@ impl ScriptCatalog {
         self.change(|entries| {
             let key = (entry.schema.clone(), entry.name.clone());
             if !replace && entries.contains_key(&key) {
-                return Err(EngineError::ScriptDefinition {
-                    message: format!(
-                        "script {}.{} already exists; use CREATE OR REPLACE to change it",
-                        key.0, key.1
-                    ),
-                });
+                return Err(script_err!(
+                    "script {}.{} already exists; use CREATE OR REPLACE to change it",
+                    key.0,
+                    key.1
+                ));
             }
             entries.insert(key, Arc::new(entry));
             Ok(())
@@ -174,9 +172,7 @@ impl ScriptCatalog {
                 .is_none()
                 && !if_exists
             {
-                return Err(EngineError::ScriptDefinition {
-                    message: format!("script {schema}.{name} does not exist"),
-                });
+                return Err(script_err!("script {schema}.{name} does not exist"));
             }
             security.forget_object(ObjectKind::Script, &format!("{schema}.{name}"));
             Ok(())
@@ -289,12 +285,10 @@ impl ScriptCatalog {
     ) -> crate::Result<()> {
         self.change_connections(|all| {
             if !replace && all.contains_key(&connection.name) {
-                return Err(EngineError::ScriptDefinition {
-                    message: format!(
-                        "connection {} already exists; use CREATE OR REPLACE CONNECTION to change it",
-                        connection.name
-                    ),
-                });
+                return Err(script_err!(
+                    "connection {} already exists; use CREATE OR REPLACE CONNECTION to change it",
+                    connection.name
+                ));
             }
             all.insert(connection.name.clone(), connection);
             Ok(())
@@ -305,9 +299,7 @@ impl ScriptCatalog {
     pub(crate) fn drop_connection(&self, name: &str, if_exists: bool) -> crate::Result<()> {
         self.change_connections(|all| {
             if all.remove(name).is_none() && !if_exists {
-                return Err(EngineError::ScriptDefinition {
-                    message: format!("connection {name} does not exist"),
-                });
+                return Err(script_err!("connection {name} does not exist"));
             }
             Ok(())
         })
@@ -374,10 +366,7 @@ fn into_maps(stored: CatalogFile) -> Maps {
 /// Reads the catalog file (empty when there is none) and its stamp. A damaged file is an error,
 /// never dropped; a symbolic link is refused; a file others can read is made owner-only.
 fn read_catalog(file: &Path) -> crate::Result<(CatalogFile, Option<Stamp>)> {
-    let fail = |message: String| EngineError::DataDirectory {
-        path: file.to_path_buf(),
-        message,
-    };
+    let fail = |message: String| data_dir_err!(file.to_path_buf(), "{message}");
     let mut handle = match OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -445,10 +434,7 @@ fn read_catalog(file: &Path) -> crate::Result<(CatalogFile, Option<Stamp>)> {
 /// [`LOCK_WAIT`]; released when the returned file is dropped (or the process dies).
 fn lock_catalog(file: &Path) -> crate::Result<File> {
     let path = file.with_file_name(LOCK_FILE);
-    let fail = |message: String| EngineError::DataDirectory {
-        path: path.clone(),
-        message,
-    };
+    let fail = |message: String| data_dir_err!(path.clone(), "{message}");
     let lock = OpenOptions::new()
         .read(true)
         .write(true)
@@ -481,9 +467,8 @@ fn lock_catalog(file: &Path) -> crate::Result<File> {
 /// Writes the catalog durably: temp file, fsync, rename over the old one, fsync the directory.
 /// Returns the new file's stamp.
 fn persist(file: &Path, stored: &CatalogFile) -> crate::Result<Option<Stamp>> {
-    let fail = |e: std::io::Error| EngineError::DataDirectory {
-        path: file.to_path_buf(),
-        message: format!("cannot write the script catalog: {e}"),
+    let fail = |e: std::io::Error| {
+        data_dir_err!(file.to_path_buf(), "cannot write the script catalog: {e}")
     };
     let json = serde_json::to_vec_pretty(stored).map_err(|e| fail(std::io::Error::other(e)))?;
     let tmp = file.with_extension(format!("json.tmp-{}", std::process::id()));

@@ -7,7 +7,8 @@ use std::time::Duration;
 use accelsql_gpu_scheduler::SchedulerConfig;
 
 use super::distribute::PlanDistributor;
-use super::error::{EngineError, Result};
+use super::error::Result;
+use crate::setting_err;
 
 /// The default of [`EngineOptions::max_statement_depth`](crate::EngineOptions): deep enough for
 /// generated SQL (a thousand `OR`ed conditions), shallow enough that planning and running such
@@ -126,13 +127,12 @@ impl NodeIdentity {
     /// 22023 unless the node number is below the node count (at least 1).
     pub(crate) fn check(&self) -> Result<()> {
         if self.count == 0 || self.id >= self.count {
-            return Err(EngineError::InvalidSetting {
-                name: "node".into(),
-                message: format!(
-                    "node {} of {}: the node number must be below the node count (at least 1)",
-                    self.id, self.count
-                ),
-            });
+            return Err(setting_err!(
+                "node",
+                "node {} of {}: the node number must be below the node count (at least 1)",
+                self.id,
+                self.count
+            ));
         }
         Ok(())
     }

@@ -674,6 +674,49 @@ macro_rules! privilege_err {
     ($($arg:tt)*) => { $crate::EngineError::InsufficientPrivileges { what: format!($($arg)*) } };
 }
 
+/// Builds an [`EngineError::ScriptDefinition`]: `script_err!("script {name} does not exist")`.
+#[macro_export]
+macro_rules! script_err {
+    ($($arg:tt)*) => { $crate::EngineError::ScriptDefinition { message: format!($($arg)*) } };
+}
+
+/// Builds an [`EngineError::InvalidSetting`]: `setting_err!("accelsql.memory_limit", "must be
+/// more than 0 bytes")`.
+#[macro_export]
+macro_rules! setting_err {
+    ($name:expr, $($arg:tt)*) => {
+        $crate::EngineError::InvalidSetting { name: $name.to_string(), message: format!($($arg)*) }
+    };
+}
+
+/// Builds an [`EngineError::AlreadyExists`]: `exists_err!("role {name}")`.
+#[macro_export]
+macro_rules! exists_err {
+    ($($arg:tt)*) => { $crate::EngineError::AlreadyExists { what: format!($($arg)*) } };
+}
+
+/// Builds an [`EngineError::DoesNotExist`]: `missing_err!("user {name}")`.
+#[macro_export]
+macro_rules! missing_err {
+    ($($arg:tt)*) => { $crate::EngineError::DoesNotExist { what: format!($($arg)*) } };
+}
+
+/// Builds an [`EngineError::BadUdfResult`]: `udf_result_err!(def.name(), "{n} rows for {rows}")`.
+#[macro_export]
+macro_rules! udf_result_err {
+    ($udf:expr, $($arg:tt)*) => {
+        $crate::EngineError::BadUdfResult { udf: $udf.to_string(), message: format!($($arg)*) }
+    };
+}
+
+/// Builds an [`EngineError::DataDirectory`]: `data_dir_err!(path, "is not a directory")`.
+#[macro_export]
+macro_rules! data_dir_err {
+    ($path:expr, $($arg:tt)*) => {
+        $crate::EngineError::DataDirectory { path: $path, message: format!($($arg)*) }
+    };
+}
+
 /// Builds an [`EngineError::EmitsPosition`]: `emits_err!(udf, "it must be alone in its select list")`.
 #[macro_export]
 macro_rules! emits_err {

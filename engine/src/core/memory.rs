@@ -20,6 +20,7 @@ use datafusion::execution::memory_pool::{
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 
 use super::error::{EngineError, Result};
+use crate::data_dir_err;
 
 /// The share of the machine's memory (or of its cgroup's limit) an engine's pool gets when
 /// [`EngineOptions::memory_limit`](crate::EngineOptions::memory_limit) is not set.
@@ -69,9 +70,11 @@ pub(crate) fn engine_runtime(limit: usize, data_dir: Option<&Path>) -> Result<Ar
     let mode = match data_dir {
         Some(dir) => {
             let spill = dir.join(SPILL_DIR);
-            std::fs::create_dir_all(&spill).map_err(|e| EngineError::DataDirectory {
-                path: spill.clone(),
-                message: format!("cannot make the folder operators spill to: {e}"),
+            std::fs::create_dir_all(&spill).map_err(|e| {
+                data_dir_err!(
+                    spill.clone(),
+                    "cannot make the folder operators spill to: {e}"
+                )
             })?;
             DiskManagerMode::Directories(vec![spill])
         }

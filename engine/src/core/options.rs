@@ -8,6 +8,7 @@ use accelsql_gpu_scheduler::units::parse_duration;
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
 use datafusion::error::Result as DfResult;
 
+use crate::setting_err;
 use crate::{EngineError, Result};
 
 /// What an optional (`GpuNvidia|None`) call placed on the GPUs does when the node lease is busy.
@@ -304,23 +305,21 @@ impl AccelsqlOptions {
             }
             "statement_timeout" => {
                 if parse_timeout("accelsql.statement_timeout", value)? == Some(Duration::ZERO) {
-                    return Err(EngineError::InvalidSetting {
-                        name: "accelsql.statement_timeout".into(),
-                        message: "a statement timeout must be longer than 0; '' (empty) means \
+                    return Err(setting_err!(
+                        "accelsql.statement_timeout",
+                        "a statement timeout must be longer than 0; '' (empty) means \
                                   no bound"
-                            .into(),
-                    });
+                    ));
                 }
                 self.statement_timeout = value.to_string();
             }
             "memory_limit" => {
                 if parse_size("accelsql.memory_limit", value)? == Some(0) {
-                    return Err(EngineError::InvalidSetting {
-                        name: "accelsql.memory_limit".into(),
-                        message: "a memory budget must be more than 0 bytes; '' (empty) means \
+                    return Err(setting_err!(
+                        "accelsql.memory_limit",
+                        "a memory budget must be more than 0 bytes; '' (empty) means \
                                   no budget of its own"
-                            .into(),
-                    });
+                    ));
                 }
                 self.memory_limit = value.to_string();
             }
@@ -393,24 +392,22 @@ fn choose<T: Copy, const N: usize>(key: &str, value: &str, choices: [(&str, T); 
         .iter()
         .find(|(name, _)| name.eq_ignore_ascii_case(value))
         .map(|(_, choice)| *choice)
-        .ok_or_else(|| EngineError::InvalidSetting {
-            name: format!("accelsql.{key}"),
-            message: format!(
+        .ok_or_else(|| {
+            setting_err!(
+                format!("accelsql.{key}"),
                 "'{value}' is not one of {}",
                 choices.map(|(name, _)| format!("'{name}'")).join(", ")
-            ),
+            )
         })
 }
 
 /// 22E03 for a name that is not one of [`SETTINGS`].
 fn no_such_setting(key: &str) -> EngineError {
-    EngineError::InvalidSetting {
-        name: format!("accelsql.{key}"),
-        message: format!(
-            "no such setting; accelsql has: {}",
-            SETTINGS.map(|(n, _)| format!("accelsql.{n}")).join(", ")
-        ),
-    }
+    setting_err!(
+        format!("accelsql.{key}"),
+        "no such setting; accelsql has: {}",
+        SETTINGS.map(|(n, _)| format!("accelsql.{n}")).join(", ")
+    )
 }
 
 /// The bytes a size setting's text gives (`''`: none), or 22E03.

@@ -38,6 +38,7 @@ use super::text_batches::batches_within;
 use crate::core::error::EngineError;
 use crate::core::options::SetGrouping;
 use crate::udf::{InputType, PlacedCall, RunChunk, RunInput, SetUdf, on_instance};
+use crate::udf_result_err;
 
 /// The physical operator of one EMITS call.
 #[derive(Debug)]
@@ -603,12 +604,8 @@ impl RunState {
         }
         columns.extend(emitted);
         // More than 2 GiB of text in a column leaves as several batches.
-        let batches = batches_within(&call.schema, columns, i32::MAX as usize).map_err(|e| {
-            EngineError::BadUdfResult {
-                udf: def.name().to_string(),
-                message: e.to_string(),
-            }
-        })?;
+        let batches = batches_within(&call.schema, columns, i32::MAX as usize)
+            .map_err(|e| udf_result_err!(def.name(), "{e}"))?;
         self.pending.extend(batches);
         Ok(())
     }
@@ -623,10 +620,7 @@ fn carry(
     rows: usize,
     out_rows: usize,
 ) -> crate::Result<Vec<ArrayRef>> {
-    let bad = |message: String| EngineError::BadUdfResult {
-        udf: def.name().to_string(),
-        message,
-    };
+    let bad = |message: String| udf_result_err!(def.name(), "{message}");
     if ends.len() != rows || ends.last().copied().unwrap_or(0) != out_rows as u64 {
         return Err(bad(format!(
             "it traced {} input rows and {} output rows for a run of {rows} rows that emitted \
@@ -746,10 +740,7 @@ fn check_emitted(
     keys: usize,
     columns: Vec<ArrayRef>,
 ) -> crate::Result<Vec<ArrayRef>> {
-    let bad = |message: String| EngineError::BadUdfResult {
-        udf: def.name().to_string(),
-        message,
-    };
+    let bad = |message: String| udf_result_err!(def.name(), "{message}");
     let fields = &schema.fields()[keys..];
     if columns.len() != fields.len() {
         return Err(bad(format!(

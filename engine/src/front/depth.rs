@@ -13,9 +13,9 @@
 //! one level (a chain of `=` inside an `OR` chain counts both), every bracket one more, and the
 //! levels of all enclosing brackets add up.
 
-use datafusion::sql::sqlparser::dialect::GenericDialect;
+use super::tokens::written_tokens;
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::Token;
 
 /// The levels of one bracket: its operator chain (reset at a `,` or a clause keyword) and its
 /// chain of set operations (which clause keywords do not reset: each `UNION` nests the ones
@@ -35,8 +35,7 @@ impl Level {
 /// The estimated nesting depth of `text` (one or more statements; the deepest counts), or
 /// `None` when its tokens cannot be read (the parser then reports the error).
 pub(crate) fn statement_depth(text: &str) -> Option<usize> {
-    let dialect = GenericDialect {};
-    let tokens = Tokenizer::new(&dialect, text).tokenize().ok()?;
+    let tokens = written_tokens(text)?;
     // The enclosing brackets' levels, and the depth they add up to.
     let mut outer: Vec<Level> = Vec::new();
     let mut base = 0usize;

@@ -1,7 +1,8 @@
 //! The [`Engine`]: one per process; owns the engine's state (devices, the node lease queue, the
 //! recent-call log), the UDF registry and the script catalog, and opens
-//! [`Session`](crate::Session)s (`Engine::session`, defined beside the session). It is the handle
-//! an embedding program holds; the layers below are handed the parts they need.
+//! [`Session`](crate::Session)s (`Engine::session` and the users sessions run as are
+//! [`accounts`](super::accounts)'). It is the handle an embedding program holds; the layers
+//! below are handed the parts they need.
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
-//! Results the front end makes itself: the empty result of a statement without rows, and a
-//! result stream with its columns renamed.
+//! Results the front end makes itself: the empty result of a statement without rows, a result
+//! stream with its columns renamed, and how a result may be split among readers.
 
 use std::sync::Arc;
 
@@ -34,4 +34,22 @@ pub(crate) fn with_schema(
             })
         }),
     ))
+}
+
+/// How a statement's result may be split among readers: a server offers an unordered query's
+/// result as several endpoints, read at once; an ordered one as one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultShape {
+    /// The statement asked for an order (ORDER BY): one reader reads every row, in order.
+    pub ordered: bool,
+    /// The partitions the plan produces its result in (1 for anything but a query).
+    pub partitions: usize,
+}
+
+impl ResultShape {
+    /// One unordered stream: statements other than queries, and results built whole.
+    pub const SINGLE: Self = Self {
+        ordered: false,
+        partitions: 1,
+    };
 }

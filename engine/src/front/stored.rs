@@ -26,6 +26,8 @@ use super::tables::{ReportValue, TableStatement, report, stored_table, table_ref
 use crate::catalog::session_tables::SESSION_SCHEMAS;
 use crate::core::error::{EngineError, Result};
 use crate::core::privileges::{Grants, ObjectPrivilege, SYS_USER, SystemPrivilege};
+use crate::exists_err;
+use crate::missing_err;
 
 /// Who may do what to a table: its key (`schema.table`) and owner (`None`: SYS).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,9 +137,7 @@ impl Session {
             .context()
             .table_provider(TableReference::from(reference.clone()))
             .await
-            .map_err(|_| EngineError::DoesNotExist {
-                what: format!("table {}.{}", reference.schema, reference.table),
-            })?;
+            .map_err(|_| missing_err!("table {}.{}", reference.schema, reference.table))?;
         Ok((reference, provider))
     }
 
@@ -171,9 +171,7 @@ impl Session {
                     _ => {
                         let ctx = self.context();
                         if ctx.table_exist(TableReference::from(target.clone()))? {
-                            return Err(EngineError::AlreadyExists {
-                                what: format!("table {}.{}", target.schema, target.table),
-                            });
+                            return Err(exists_err!("table {}.{}", target.schema, target.table));
                         }
                         ctx.deregister_table(TableReference::from(source.clone()))?;
                         ctx.register_table(TableReference::from(target.clone()), provider)?;
@@ -361,9 +359,11 @@ impl Session {
             return Ok(());
         }
         if exists {
-            return Err(EngineError::AlreadyExists {
-                what: format!("table {}.{}", reference.schema, reference.table),
-            });
+            return Err(exists_err!(
+                "table {}.{}",
+                reference.schema,
+                reference.table
+            ));
         }
         match self.table_store() {
             Some(store) if self.in_engine_catalog(&reference) => {
@@ -375,9 +375,7 @@ impl Session {
                 let name = format!("{}.{}", reference.schema, reference.table);
                 let table = Arc::new(accelsql_storage::StoredTable::open(&name, url)?);
                 if !table.exists().await? {
-                    return Err(EngineError::DoesNotExist {
-                        what: format!("a Delta table at {location}"),
-                    });
+                    return Err(missing_err!("a Delta table at {location}"));
                 }
                 let provider = DeltaProvider::latest(table).await?;
                 self.context()
@@ -478,9 +476,11 @@ impl Session {
             return Ok(());
         }
         if exists && !create.or_replace {
-            return Err(EngineError::AlreadyExists {
-                what: format!("temporary table {}.{}", reference.schema, reference.table),
-            });
+            return Err(exists_err!(
+                "temporary table {}.{}",
+                reference.schema,
+                reference.table
+            ));
         }
         let table = MemTable::try_new(columns, vec![rows])?;
         self.temporary
@@ -557,17 +557,15 @@ impl Session {
                     .cloned()
                     .collect();
                 if present.len() != names.len() && !*if_exists {
-                    return Err(EngineError::DoesNotExist {
-                        what: format!(
-                            "column {} of table {}",
-                            names
-                                .iter()
-                                .find(|n| !present.contains(n))
-                                .cloned()
-                                .unwrap_or_default(),
-                            table.name()
-                        ),
-                    });
+                    return Err(missing_err!(
+                        "column {} of table {}",
+                        names
+                            .iter()
+                            .find(|n| !present.contains(n))
+                            .cloned()
+                            .unwrap_or_default(),
+                        table.name()
+                    ));
                 }
                 if present.is_empty() {
                     return empty_stream();

@@ -16,16 +16,16 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use datafusion::arrow::array::{RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::TableReference;
-use datafusion::error::DataFusionError;
+use datafusion::common::exec_datafusion_err;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::physical_plan::memory::MemoryStream;
-use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Word};
+use datafusion::sql::sqlparser::tokenizer::{Token, Word};
 
-use super::tokens::{Tok, syntax, tokens};
+use super::tokens::{Tok, syntax, written_tokens};
 use crate::core::error::{EngineError, Result};
+use crate::missing_err;
 
 /// A statement on tables that DataFusion does not plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,10 +83,16 @@ fn name_text(toks: &[Tok]) -> Option<String> {
 }
 
 /// The statement `text` is, if it is a [`TableStatement`]; an error for a malformed one.
+#[cfg(test)]
 pub(crate) fn parse_table_statement(text: &str) -> Result<Option<TableStatement>> {
-    let Some(toks) = tokens(text) else {
-        return Ok(None);
-    };
+    match crate::front::tokens::tokens(text) {
+        Some(toks) => table_statement(text, &toks),
+        None => Ok(None),
+    }
+}
+
+/// Like [`parse_table_statement`], for `text` already cut into `toks` (the classifier's tokens).
+pub(crate) fn table_statement(text: &str, toks: &[Tok]) -> Result<Option<TableStatement>> {
     let word = |i: usize, k: &str| toks.get(i).is_some_and(|t| t.is(k));
     let n = toks.len();
     if (word(0, "COMMIT") || word(0, "ROLLBACK"))
@@ -239,11 +245,7 @@ pub(crate) struct TableText {
 ///
 /// 22007 for a `TIMESTAMP AS OF` that is not a timestamp.
 pub(crate) fn rewrite_table_text(text: &str) -> Result<TableText> {
-    let dialect = GenericDialect {};
-    let Ok(mut toks) = Tokenizer::new(&dialect, text)
-        .with_unescape(false)
-        .tokenize()
-    else {
+    let Some(mut toks) = written_tokens(text) else {
         return Ok(TableText {
             text: text.to_string(),
             temporary: false,
@@ -451,10 +453,10 @@ fn parse_timestamp(text: &str) -> Result<DateTime<Utc>> {
     if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
         return Ok(d.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc());
     }
-    Err(EngineError::Sql(DataFusionError::Execution(format!(
+    Err(EngineError::from(exec_datafusion_err!(
         "[22007] TIMESTAMP AS OF '{text}': not a timestamp (write '2026-12-06 10:00:00' in UTC, \
          or RFC 3339 with an offset)"
-    ))))
+    )))
 }
 
 /// A table statement's one-row result: `(name, value)` columns.
@@ -490,9 +492,7 @@ pub(crate) fn stored_table(
 ) -> Result<Arc<StoredTable>> {
     store
         .table(&reference.schema, &reference.table)?
-        .ok_or_else(|| EngineError::DoesNotExist {
-            what: format!("table {}.{}", reference.schema, reference.table),
-        })
+        .ok_or_else(|| missing_err!("table {}.{}", reference.schema, reference.table))
 }
 
 /// `name` (SQL text) as a table reference, its unquoted parts folded as DataFusion folds them.

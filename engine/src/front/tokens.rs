@@ -1,6 +1,13 @@
-//! The front end's view of a statement's tokens, for the passes that read text before
-//! DataFusion parses it (Exasol statements, security statements, table statements): sqlparser's
-//! tokenizer, its tokens cut down to words (quoted or not), string literals and the rest.
+//! The front end's one tokenizer, for every pass that reads a statement's text before
+//! DataFusion parses it: sqlparser's, with the generic dialect. [`written_tokens`] keeps the
+//! text as written (the text rewrites join tokens back into text); [`tokens`] is the
+//! classifier's view, cut down to words (quoted or not), string literals and the rest.
+//!
+//! Two readers keep lexers of their own, because what they read is not text sqlparser's
+//! tokenizer accepts: the splitter ([`splitter`](super::splitter), which the shell and the
+//! Python package use too) reads unfinished text (an open quote means more is to come, not an
+//! error) and script bodies up to their `/` line; the script DDL reader (`scripts/ddl.rs`) reads
+//! a header and then a body in another language.
 
 use datafusion::error::DataFusionError;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
@@ -34,9 +41,20 @@ impl Tok {
     }
 }
 
+/// `text` as sqlparser's tokens, string literals as written (`'it''s'`), so that the tokens
+/// join back into the text exactly; `None` when it does not tokenize (an unclosed quote: the
+/// parser then says why).
+pub(crate) fn written_tokens(text: &str) -> Option<Vec<Token>> {
+    Tokenizer::new(&GenericDialect {}, text)
+        .with_unescape(false)
+        .tokenize()
+        .ok()
+}
+
+/// `text` as the classifier reads it: words, string literals (their values) and the rest,
+/// without whitespace, comments or `;`.
 pub(crate) fn tokens(text: &str) -> Option<Vec<Tok>> {
-    let dialect = GenericDialect {};
-    let raw = Tokenizer::new(&dialect, text).tokenize().ok()?;
+    let raw = Tokenizer::new(&GenericDialect {}, text).tokenize().ok()?;
     Some(
         raw.into_iter()
             .filter(|t| !matches!(t, Token::Whitespace(_) | Token::EOF | Token::SemiColon))

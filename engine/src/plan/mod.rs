@@ -5,7 +5,8 @@
 //! most one call per query block gets the GPUs), and the EMITS call's logical node with the
 //! analyzer rule that builds it ([`emits_node`], [`emits_rule`]), and the Exasol dialect's rule
 //! that makes empty strings NULL ([`empty_strings`]) and the expression planner
-//! that makes strings in arithmetic numbers ([`string_arithmetic`]).
+//! that makes strings in arithmetic numbers ([`string_arithmetic`]); the one list of accelsql's
+//! analyzer rules, in their order ([`rules`]).
 //!
 //! May use: `core`, `udf`.
 
@@ -14,6 +15,7 @@ pub(crate) mod emits_rule;
 pub(crate) mod empty_strings;
 pub(crate) mod exasol_booleans;
 pub(crate) mod placement;
+pub(crate) mod rules;
 pub(crate) mod statement;
 pub(crate) mod string_arithmetic;
 

@@ -17,6 +17,7 @@ use super::call::{PlacedCall, on_instance, same_placement};
 use super::definition::{coerce, signature};
 use super::set::{Output, RunChunk, RunInput, SetUdf};
 use crate::core::error::EngineError;
+use crate::udf_result_err;
 
 /// A SET RETURNS [`SetUdf`] as DataFusion sees it: unplaced as registered; the placement rule
 /// replaces each call with a placed copy of the same name.
@@ -180,10 +181,7 @@ impl Accumulator for GroupAccumulator {
                 def.gpu.as_deref(),
                 |kernel, context| kernel.run_input(context, &self.input),
             )?;
-            let bad = |message: String| EngineError::BadUdfResult {
-                udf: def.name().to_string(),
-                message,
-            };
+            let bad = |message: String| udf_result_err!(def.name(), "{message}");
             let [value] = ran.value.as_slice() else {
                 return Err(bad(format!(
                     "{} columns where RETURNS needs one value",

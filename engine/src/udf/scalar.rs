@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::call::{PlacedCall, on_instance, same_placement};
 use super::definition::{ScalarUdf, coerce, signature};
 use crate::core::error::EngineError;
+use crate::udf_result_err;
 
 /// A [`ScalarUdf`] as DataFusion sees it. Unplaced as registered; the placement rule replaces each
 /// call with a placed copy (same name, so plans and column names do not change).
@@ -65,20 +66,19 @@ impl AccelScalarUdf {
         )?;
         let array = ran.value;
         if array.len() != rows {
-            return Err(EngineError::BadUdfResult {
-                udf: self.def.name().to_string(),
-                message: format!("{} rows for a batch of {rows}", array.len()),
-            });
+            return Err(udf_result_err!(
+                self.def.name(),
+                "{} rows for a batch of {rows}",
+                array.len()
+            ));
         }
         if array.data_type() != self.def.returns() {
-            return Err(EngineError::BadUdfResult {
-                udf: self.def.name().to_string(),
-                message: format!(
-                    "type {} where RETURNS says {}",
-                    array.data_type(),
-                    self.def.returns()
-                ),
-            });
+            return Err(udf_result_err!(
+                self.def.name(),
+                "type {} where RETURNS says {}",
+                array.data_type(),
+                self.def.returns()
+            ));
         }
         if let Some(call) = &self.placed {
             call.stats.record(

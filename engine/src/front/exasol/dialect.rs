@@ -16,22 +16,18 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::Token;
 use futures::StreamExt;
 
 use crate::core::names::{exasol_field_type, exasol_shown_name, exasol_type_name, swap_case};
+use crate::front::tokens::written_tokens;
 use crate::plan::empty_strings::{empty_strings_as_null, nullable_strings};
 
 /// `text` as the engine reads an Exasol-dialect statement (see the module docs); unchanged
 /// when it has nothing to change (or does not tokenize: the parser then says why).
 pub fn exasol_text(text: &str) -> String {
-    let dialect = GenericDialect {};
-    let Ok(mut tokens) = Tokenizer::new(&dialect, text)
-        .with_unescape(false)
-        .tokenize()
-    else {
+    let Some(mut tokens) = written_tokens(text) else {
         return text.to_string();
     };
     // `SET x = ''` sets an empty value (the way to clear a setting), not NULL.

@@ -3,7 +3,7 @@
 //! scripts created in `s`. The current schema is DataFusion's `datafusion.catalog.default_schema`
 //! (unqualified tables) and the session's script schema (unqualified scripts).
 
-use datafusion::error::DataFusionError;
+use datafusion::common::plan_datafusion_err;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
     Ident, ObjectName, ObjectNamePart, ObjectType, SchemaName, Statement,
@@ -70,18 +70,18 @@ pub(crate) fn schema_change(statement: &DfStatement) -> Option<SchemaChange> {
 
 /// 42000 for a schema that does not exist.
 pub(crate) fn no_such_schema(name: &str) -> EngineError {
-    EngineError::Sql(DataFusionError::Plan(format!(
+    EngineError::from(plan_datafusion_err!(
         "schema {name} does not exist (CREATE SCHEMA {name} creates it)"
-    )))
+    ))
 }
 
 /// 42000 for `DROP SCHEMA s` without CASCADE while scripts live in it.
 pub(crate) fn schema_has_scripts(name: &str, scripts: &[String]) -> EngineError {
-    EngineError::Sql(DataFusionError::Plan(format!(
+    EngineError::from(plan_datafusion_err!(
         "schema {name} is not empty: it holds the scripts {}; DROP SCHEMA {name} CASCADE drops \
          them too",
         scripts.join(", ")
-    )))
+    ))
 }
 
 #[cfg(test)]

@@ -97,12 +97,17 @@ fn sql_folded(tok: &Tok) -> Option<String> {
 /// The Exasol statement `text` is, if it is one of [`ExasolStatement`]'s; `Ok(None)` for any
 /// other statement (DataFusion's parser takes it), an error for a malformed one.
 pub(crate) fn parse_exasol_statement(text: &str) -> Result<Option<ExasolStatement>> {
-    let Some(toks) = tokens(text) else {
-        return Ok(None);
-    };
+    match tokens(text) {
+        Some(toks) => exasol_statement(text, &toks),
+        None => Ok(None),
+    }
+}
+
+/// Like [`parse_exasol_statement`], for `text` already cut into `toks` (the classifier's tokens).
+pub(crate) fn exasol_statement(text: &str, toks: &[Tok]) -> Result<Option<ExasolStatement>> {
     let word = |i: usize, k: &str| toks.get(i).is_some_and(|t| t.is(k));
     if word(0, "OPEN") && word(1, "SCHEMA") {
-        return match toks.as_slice() {
+        return match toks {
             [_, _, name] => Ok(Some(ExasolStatement::OpenSchema(
                 sql_folded(name).ok_or_else(|| syntax("OPEN SCHEMA takes a schema name", text))?,
             ))),
@@ -157,10 +162,10 @@ pub(crate) fn parse_exasol_statement(text: &str) -> Result<Option<ExasolStatemen
             .ok_or_else(|| syntax("expected KILL SESSION <session number>", text));
     }
     if word(0, "IMPORT") && toks.iter().any(|t| t.is("SCRIPT")) {
-        return parse_import(&toks, text).map(|t| Some(ExasolStatement::Import(t)));
+        return parse_import(toks, text).map(|t| Some(ExasolStatement::Import(t)));
     }
     if word(0, "EXPORT") && toks.iter().any(|t| t.is("SCRIPT")) {
-        return parse_export(&toks, text).map(|t| Some(ExasolStatement::Export(t)));
+        return parse_export(toks, text).map(|t| Some(ExasolStatement::Export(t)));
     }
     if word(0, "IMPORT") || word(0, "EXPORT") {
         return Err(EngineError::Sql(DataFusionError::NotImplemented(

@@ -9,20 +9,16 @@
 //! standard SQL), and rows that are queries (`INSERT INTO t VALUES (SELECT a, b FROM s)`: the
 //! query's rows; several such rows are the `UNION ALL` of their queries).
 
-use datafusion::sql::sqlparser::dialect::GenericDialect;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
+use crate::front::tokens::written_tokens;
+use datafusion::sql::sqlparser::tokenizer::{Token, Whitespace};
 
 /// `text` with Exasol's character sets dropped, `VALUES` rows that are queries made the queries
 /// they are, and bare `VALUES` items parenthesized; the text unchanged when it has none of them
 /// (or does not tokenize: the parser then says why).
 pub(crate) fn rewrite_exasol_text(text: &str) -> String {
-    let dialect = GenericDialect {};
-    // Unescaped off: string literals keep their text as written (`'it''s'`), so the tokens
-    // join back into the statement exactly.
-    let Ok(tokens) = Tokenizer::new(&dialect, text)
-        .with_unescape(false)
-        .tokenize()
-    else {
+    // String literals keep their text as written (`'it''s'`), so the tokens join back into
+    // the statement exactly.
+    let Some(tokens) = written_tokens(text) else {
         return text.to_string();
     };
     let mut changed = false;
@@ -38,11 +34,7 @@ pub(crate) fn rewrite_exasol_text(text: &str) -> String {
 
 /// `sql` with each `FROM DUAL` reading `table` (an identifier as SQL writes it) instead.
 pub(crate) fn replace_from_dual(sql: &str, table: &str) -> String {
-    let dialect = GenericDialect {};
-    let Ok(tokens) = Tokenizer::new(&dialect, sql)
-        .with_unescape(false)
-        .tokenize()
-    else {
+    let Some(tokens) = written_tokens(sql) else {
         return sql.to_string();
     };
     let mut out = String::with_capacity(sql.len());
@@ -74,11 +66,7 @@ pub(crate) fn import_subselects(text: &str) -> Option<Vec<Piece>> {
     if !text.to_ascii_uppercase().contains("IMPORT") {
         return None;
     }
-    let dialect = GenericDialect {};
-    let tokens = Tokenizer::new(&dialect, text)
-        .with_unescape(false)
-        .tokenize()
-        .ok()?;
+    let tokens = written_tokens(text)?;
     let mut pieces = Vec::new();
     let mut plain = String::new();
     let mut i = 0;

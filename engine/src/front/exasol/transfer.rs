@@ -12,6 +12,7 @@
 use accelsql_udf_runtime::script::{
     ConnectionInfo, ExportSpec, ImportSpec, SingleCall, WorkerContext, single_call_with_timeout,
 };
+use datafusion::common::plan_datafusion_err;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 
@@ -29,12 +30,11 @@ use crate::core::names::exasol_name;
 use crate::core::privileges::Grants;
 use crate::front::scripts::languages::SessionScripts;
 use crate::front::splitter::split_statements;
+use crate::script_err;
 
 /// The error for generated SQL that is empty, or more than one statement (the script's fault).
 fn generated_error(script: &str, function: &str, message: &str) -> EngineError {
-    EngineError::ScriptDefinition {
-        message: format!("script {script}: {function} {message}"),
-    }
+    script_err!("script {script}: {function} {message}")
 }
 
 /// Runs SQL as a statement of the session that runs an IMPORT or EXPORT (the generated SQL,
@@ -150,10 +150,10 @@ pub(crate) async fn import(
 /// SQL's own columns are then the rows'.
 pub(crate) async fn import_query(cx: &TransferContext<'_>, t: ScriptTransfer) -> Result<String> {
     if let Some(table) = &t.table {
-        return Err(EngineError::Sql(DataFusionError::Plan(format!(
+        return Err(EngineError::from(plan_datafusion_err!(
             "IMPORT INTO {table} writes a table; a sub-select can only IMPORT INTO (<name> \
              <type>, …) or IMPORT FROM SCRIPT"
-        ))));
+        )));
     }
     let (names, types): (Vec<String>, Vec<String>) = t
         .columns

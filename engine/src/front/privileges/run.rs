@@ -13,7 +13,10 @@ use crate::catalog::security::{
 use crate::core::error::{EngineError, Result};
 use crate::core::groups::{ConsumerGroup, DEFAULT_GROUP};
 use crate::core::privileges::{Grants, ObjectKind, ObjectPrivilege, SYS_USER, SystemPrivilege};
+use crate::exists_err;
+use crate::missing_err;
 use crate::privilege_err;
+use crate::setting_err;
 use crate::udf::script::names::find_script;
 
 /// What a security statement needs of its session.
@@ -47,11 +50,11 @@ fn now_micros() -> i64 {
 }
 
 fn exists(what: String) -> EngineError {
-    EngineError::AlreadyExists { what }
+    exists_err!("{what}")
 }
 
 fn missing(what: String) -> EngineError {
-    EngineError::DoesNotExist { what }
+    missing_err!("{what}")
 }
 
 /// A salted slow hash of `password`, made off the async threads.
@@ -59,10 +62,7 @@ async fn hash(password: String, rounds: u32) -> Result<String> {
     tokio::task::spawn_blocking(move || crate::core::passwords::hash_password(&password, rounds))
         .await
         .map_err(|e| EngineError::Sql(datafusion::error::DataFusionError::External(Box::new(e))))?
-        .map_err(|message| EngineError::InvalidSetting {
-            name: "password".into(),
-            message,
-        })
+        .map_err(|message| setting_err!("password", "{message}"))
 }
 
 /// Runs `statement`.
@@ -376,12 +376,9 @@ fn check_new_name(s: &SecurityState, name: &str) -> Result<()> {
 
 fn set_attributes(group: &mut ConsumerGroup, attributes: &[(String, String)]) -> Result<()> {
     for (key, value) in attributes {
-        group
-            .set(key, value)
-            .map_err(|message| EngineError::InvalidSetting {
-                name: format!("consumer group {} {key}", group.name),
-                message,
-            })?;
+        group.set(key, value).map_err(|message| {
+            setting_err!(format!("consumer group {} {key}", group.name), "{message}")
+        })?;
     }
     Ok(())
 }

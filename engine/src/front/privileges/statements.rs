@@ -4,7 +4,7 @@
 
 use crate::core::error::Result;
 use crate::core::privileges::{ObjectKind, ObjectPrivilege, SystemPrivilege, canonical_account};
-use crate::front::tokens::{Tok, exasol_folded, qualified_name, syntax, tokens};
+use crate::front::tokens::{Tok, exasol_folded, qualified_name, syntax};
 
 /// A statement about users, roles, privileges or consumer groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,10 +108,16 @@ pub(crate) enum GrantItem {
 }
 
 /// The statement `text` is, if it is one of [`SecurityStatement`]'s.
+#[cfg(test)]
 pub(crate) fn parse_security_statement(text: &str) -> Result<Option<SecurityStatement>> {
-    let Some(toks) = tokens(text) else {
-        return Ok(None);
-    };
+    match crate::front::tokens::tokens(text) {
+        Some(toks) => security_statement(text, &toks),
+        None => Ok(None),
+    }
+}
+
+/// Like [`parse_security_statement`], for `text` already cut into `toks` (the classifier's tokens).
+pub(crate) fn security_statement(text: &str, toks: &[Tok]) -> Result<Option<SecurityStatement>> {
     let word = |i: usize, k: &str| toks.get(i).is_some_and(|t| t.is(k));
     let name_at = |i: usize, what: &str| {
         toks.get(i)

@@ -5,6 +5,7 @@
 
 use super::ddl::parse_columns;
 use crate::core::error::EngineError;
+use crate::script_err;
 
 /// One call of an `EMITS (...)` script in a statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,9 +152,7 @@ fn misplaced_emits(function: &str, is_script: bool) -> EngineError {
 }
 
 fn dynamic_err(script: &str, message: &str) -> EngineError {
-    EngineError::ScriptDefinition {
-        message: format!("call of EMITS (...) script {script}: {message}"),
-    }
+    script_err!("call of EMITS (...) script {script}: {message}")
 }
 
 /// The identifier at `i`, as SQL folds it (unquoted: lower case; `"quoted"`: as written, `""`

@@ -28,6 +28,7 @@ use crate::udf::script::udf::{ScriptUdf, script_spec, script_udf, script_udf_nam
 
 /// The schema scripts are created in when the statement names none.
 use crate::core::tables::DEFAULT_SCHEMA;
+use crate::script_err;
 
 /// How an alias runs scripts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,9 +162,9 @@ impl SessionScripts {
             exasol,
         );
         if !allowed && !matches!(ddl, ScriptDdl::SetLanguages(_)) {
-            return Err(EngineError::ScriptDefinition {
-                message: "script DDL is disabled in this engine (EngineOptions::script_ddl)".into(),
-            });
+            return Err(script_err!(
+                "script DDL is disabled in this engine (EngineOptions::script_ddl)"
+            ));
         }
         self.check_ddl(&ddl, catalog, grants)?;
         match ddl {
@@ -212,23 +213,19 @@ impl SessionScripts {
                     .unwrap_or_else(|e| e.into_inner())
                     .contains_key(&create.language)
                 {
-                    return Err(EngineError::ScriptDefinition {
-                        message: format!(
-                            "unknown language alias {}; this session's SCRIPT_LANGUAGES are '{}' \
+                    return Err(script_err!(
+                        "unknown language alias {}; this session's SCRIPT_LANGUAGES are '{}' \
                              (add one with ALTER SESSION SET SCRIPT_LANGUAGES = '…')",
-                            create.language,
-                            self.languages_text()
-                        ),
-                    });
+                        create.language,
+                        self.languages_text()
+                    ));
                 }
                 if taken(&create.name) {
-                    return Err(EngineError::ScriptDefinition {
-                        message: format!(
-                            "a Rust UDF named {} is registered in the engine; scripts cannot \
+                    return Err(script_err!(
+                        "a Rust UDF named {} is registered in the engine; scripts cannot \
                              replace it",
-                            create.name
-                        ),
-                    });
+                        create.name
+                    ));
                 }
                 let (options, code) = take_options(&create.body)?;
                 let entry = ScriptEntry {
@@ -469,11 +466,9 @@ impl SessionScripts {
         let entry = find_script(name, &entries, &current)?;
         let grants = self.grants();
         crate::front::privileges::check_execute(&grants, &script_ref(&entry))?;
-        let interpreter =
-            self.interpreter(&entry.language)
-                .map_err(|why| EngineError::ScriptDefinition {
-                    message: format!("script {}.{}: {why}", entry.schema, entry.name),
-                })?;
+        let interpreter = self
+            .interpreter(&entry.language)
+            .map_err(|why| script_err!("script {}.{}: {why}", entry.schema, entry.name))?;
         let links = self
             .reach(&entry, &entries, &catalog.connections(), &current, &grants)
             .links;
@@ -582,11 +577,10 @@ impl SessionScripts {
             .is_some_and(|w| w.eq_ignore_ascii_case("INSERT"));
         if inserts && calls.iter().any(|c| c.columns.is_some()) {
             // Exasol's rule and words: INSERT … SELECT takes the columns from its table.
-            return Err(EngineError::ScriptDefinition {
-                message: "The return arguments for EMITS functions are inferred from the table \
+            return Err(script_err!(
+                "The return arguments for EMITS functions are inferred from the table \
                           to insert into. Specification of EMITS is not allowed in this case."
-                    .into(),
-            });
+            ));
         }
         let mut udfs = Vec::with_capacity(calls.len());
         let connections = catalog.connections();
@@ -660,9 +654,8 @@ async fn default_output_columns(
     user: &str,
     exasol: bool,
 ) -> crate::Result<Vec<(String, String)>> {
-    let dynamic_err = |message: &str| EngineError::ScriptDefinition {
-        message: format!("script {}.{}: {message}", entry.schema, entry.name),
-    };
+    let dynamic_err =
+        |message: &str| script_err!("script {}.{}: {message}", entry.schema, entry.name);
     if !entry.code.contains("default_output_columns") {
         // Exasol's words.
         return Err(dynamic_err(
@@ -697,9 +690,7 @@ async fn default_output_columns(
 }
 
 fn bad_languages(pair: &str) -> EngineError {
-    EngineError::ScriptDefinition {
-        message: format!("SCRIPT_LANGUAGES entry {pair:?} is not understood; accepted: {ACCEPTED}"),
-    }
+    script_err!("SCRIPT_LANGUAGES entry {pair:?} is not understood; accepted: {ACCEPTED}")
 }
 
 /// The privilege checks' view of a script.

@@ -10,6 +10,7 @@ use accelsql_udf_runtime::AcceleratorRequest;
 use accelsql_udf_runtime::annotations::{parse_device_memory, parse_instance_limit};
 
 use crate::EngineError;
+use crate::script_err;
 
 /// What a script body's options say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,9 +39,7 @@ pub(crate) fn take_options(body: &str) -> Result<(ScriptOptions, String), Engine
             code.push(line);
             continue;
         };
-        let fail = |message: String| EngineError::ScriptDefinition {
-            message: format!("script line {}: {message}", i + 1),
-        };
+        let fail = |message: String| script_err!("script line {}: {message}", i + 1);
         let option = option.trim_end();
         let terminated = option.ends_with(';');
         let option = option.trim_end_matches(';').trim_end();

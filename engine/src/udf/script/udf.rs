@@ -18,8 +18,10 @@ use super::definition::{ScriptEntry, StoredOutput};
 use super::links::{ScriptLinks, script_connections, script_imports};
 use super::origin::{ScriptOrigin, TravelRuntime, builtin_python3};
 use crate::core::error::EngineError;
+use crate::script_err;
 use crate::udf::definition::ScalarUdf;
 use crate::udf::set::{RunInput, SetKernel, SetUdf};
+use crate::udf_result_err;
 
 /// A script, ready to register in a session.
 pub(crate) enum ScriptUdf {
@@ -40,9 +42,7 @@ impl ScriptUdf {
 }
 
 fn definition_error(entry: &ScriptEntry, message: impl std::fmt::Display) -> EngineError {
-    EngineError::ScriptDefinition {
-        message: format!("script {}.{}: {message}", entry.schema, entry.name),
-    }
+    script_err!("script {}.{}: {message}", entry.schema, entry.name)
 }
 
 /// The runtime's view of `entry`: types parsed, interpreter chosen.
@@ -161,10 +161,11 @@ pub(crate) fn script_udf_named(
                             .collect::<datafusion::error::Result<Vec<_>>>()?;
                         let mut out = kernel.run(ctx, vec![(rows, arrays)], &mut None)?;
                         if out.len() != 1 {
-                            return Err(EngineError::BadUdfResult {
-                                udf: kernel.spec.qualified_name(),
-                                message: format!("{} columns for RETURNS", out.len()),
-                            }
+                            return Err(udf_result_err!(
+                                kernel.spec.qualified_name(),
+                                "{} columns for RETURNS",
+                                out.len()
+                            )
                             .into_datafusion());
                         }
                         let column = out.remove(0);
@@ -385,10 +386,9 @@ impl ScriptRunner {
         row_ends: &mut Option<Vec<u64>>,
     ) -> datafusion::error::Result<Vec<ArrayRef>> {
         if let Some(why) = &self.unavailable {
-            return Err(EngineError::ScriptDefinition {
-                message: format!("script {}: {why}", self.spec.qualified_name()),
-            }
-            .into_datafusion());
+            return Err(
+                script_err!("script {}: {why}", self.spec.qualified_name()).into_datafusion()
+            );
         }
         let mut storage = ctx.storage.lock();
         let slot = match storage
