@@ -1,10 +1,12 @@
 //! Splits SQL text into statements at top-level `;`, remembering where each one starts.
 //!
-//! The splitter only knows enough lexical SQL to tell a terminating `;` from one inside a
-//! `'string'` (with `''` escapes), a `"quoted identifier"` (with `""` escapes), a `-- line comment`,
-//! a `/* block comment */` (nested, as PostgreSQL and sqlparser allow) or a dollar-quoted body
-//! (`$$ … $$`, `$tag$ … $tag$`). Everything else is left to the SQL parser: an unterminated quote
-//! or comment simply runs to the end of the text, and the parser reports it.
+//! It reads the text with sqlparser's tokenizer (the front end's one tokenizer), which tells a
+//! terminating `;` from one inside a `'string'` (with `''` escapes), a `"quoted identifier"`
+//! (with `""` escapes), a `-- line comment`, a `/* block comment */` (nested, as PostgreSQL
+//! allows) or a dollar-quoted body (`$$ … $$`, `$tag$ … $tag$`). Everything else is left to the
+//! SQL parser: an unterminated quote or comment simply runs to the end of the text, and the
+//! parser reports it. A script statement's body (`CREATE … SCRIPT … AS` up to its `/` line) is
+//! not SQL and is not tokenized.
 //!
 //! Shells and script runners use [`split_statements`] to run one statement at a time, so an
 //! error can name the failing statement and the line it starts on; a REPL uses [`is_complete`]
@@ -18,6 +20,9 @@
 //! assert_eq!(statements[1].text, "SELECT ';' AS semi");
 //! assert_eq!((statements[1].line, statements[1].index), (3, 2));
 //! ```
+
+use datafusion::sql::sqlparser::dialect::Dialect;
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, Tokenizer, Whitespace};
 
 /// One statement of a script, without its terminating `;`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +62,7 @@ pub fn split_statements(text: &str) -> Vec<SqlStatement> {
                 }
             }
             LexemeKind::Code | LexemeKind::Quoted => {
-                if current.is_none() && is_script_head(&text[lexeme.start..]) {
+                if current.is_none() && lexer.at_script_head() {
                     // `CREATE … SCRIPT … AS <body>`: the body is not SQL (its `;`, quotes and
                     // comments belong to it); the statement ends at a line holding only `/`,
                     // or at the end of the text.
@@ -84,11 +89,16 @@ pub fn split_statements(text: &str) -> Vec<SqlStatement> {
 /// Whether `text` starts (after whitespace and comments) with Exasol's script DDL head
 /// `CREATE [OR REPLACE] <language> SCALAR|SET SCRIPT`.
 pub fn is_script_head(text: &str) -> bool {
-    let words: Vec<String> = Lexer::new(text)
-        .filter(|l| !matches!(l.kind, LexemeKind::Whitespace | LexemeKind::Comment))
-        .take(6)
-        .map(|l| text[l.start..l.end].to_ascii_uppercase())
-        .collect();
+    let mut lexer = Lexer::new(text);
+    lexer
+        .find(|l| !matches!(l.kind, LexemeKind::Whitespace | LexemeKind::Comment))
+        .is_some()
+        && lexer.at_script_head()
+}
+
+/// Whether `words` (a statement's first significant tokens, up to six) are a script head.
+fn script_head_words(words: &[&str]) -> bool {
+    let words: Vec<String> = words.iter().map(|w| w.to_ascii_uppercase()).collect();
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
     let rest = match words.as_slice() {
         ["CREATE", "OR", "REPLACE", rest @ ..] => rest,
@@ -123,7 +133,7 @@ fn open_script(text: &str) -> bool {
             LexemeKind::Whitespace | LexemeKind::Comment => {}
             LexemeKind::Semicolon => statement_started = false,
             LexemeKind::Code | LexemeKind::Quoted => {
-                if !statement_started && is_script_head(&text[lexeme.start..]) {
+                if !statement_started && lexer.at_script_head() {
                     let (end, resume) = script_end(text, lexeme.start);
                     if end == resume {
                         return true;
@@ -237,92 +247,234 @@ struct Lexeme {
     closed: bool,
 }
 
-/// Cuts text into [`Lexeme`]s. Each lexeme ends on a character boundary, so `&text[start..end]`
-/// is always valid.
+/// The splitter's lexical SQL, for sqlparser's tokenizer (the front end's one tokenizer, see
+/// [`tokens`](super::tokens)): `''` and `""` escapes only (no backslash escapes), nested block
+/// comments, dollar-quoted bodies, `$` inside words (`a$b$` is a name, not a dollar quote).
+#[derive(Debug)]
+struct SplitterDialect;
+
+impl Dialect for SplitterDialect {
+    fn is_identifier_start(&self, ch: char) -> bool {
+        ch.is_alphabetic() || ch == '_'
+    }
+
+    fn is_identifier_part(&self, ch: char) -> bool {
+        ch.is_alphanumeric() || ch == '_' || ch == '$'
+    }
+
+    fn is_delimited_identifier_start(&self, ch: char) -> bool {
+        ch == '"'
+    }
+
+    fn supports_nested_comments(&self) -> bool {
+        true
+    }
+}
+
+/// Cuts text into [`Lexeme`]s with sqlparser's tokenizer, a window of lines at a time (a
+/// script's body is skipped without tokenizing what follows it twice). Each lexeme ends on a
+/// character boundary, so `&text[start..end]` is always valid. A quote or comment that the text
+/// ends inside of is one unclosed lexeme running to the end; after a script body the splitter
+/// moves on ([`Lexer::advance_to`]) and the text after it is tokenized afresh.
 struct Lexer<'a> {
     text: &'a str,
-    pos: usize,
-    line: usize,
+    lexemes: Vec<Lexeme>,
+    /// The next lexeme to hand out.
+    next: usize,
+    /// Where the lexemes so far end, and the line there.
+    done: usize,
+    done_line: usize,
+    /// The next window's size, in characters.
+    window: usize,
 }
+
+/// The first window's size in characters (it grows while a token runs past its end).
+const WINDOW: usize = 4 * 1024;
 
 impl<'a> Lexer<'a> {
     fn new(text: &'a str) -> Self {
+        Self::starting_at(text, 0, 1)
+    }
+
+    /// The lexemes of `text` from byte offset `start`, which stands on line `line`.
+    fn starting_at(text: &'a str, start: usize, line: usize) -> Self {
         Self {
             text,
-            pos: 0,
-            line: 1,
+            lexemes: Vec::new(),
+            next: 0,
+            done: start,
+            done_line: line,
+            window: WINDOW,
         }
     }
 
-    fn rest(&self) -> &'a str {
-        &self.text[self.pos..]
+    /// Tokenizes the next window; false at the end of the text.
+    fn fill(&mut self) -> bool {
+        let text = self.text;
+        if self.done >= text.len() {
+            return false;
+        }
+        loop {
+            // A window ends after a newline (or at the end of the text).
+            let end = match text[self.done..].char_indices().nth(self.window) {
+                Some((at, _)) => text[self.done + at..]
+                    .find('\n')
+                    .map_or(text.len(), |n| self.done + at + n + 1),
+                None => text.len(),
+            };
+            let (mut lexemes, stopped) = lexemes(&text[..end], self.done, self.done_line);
+            let mut until = end;
+            if stopped && end < text.len() {
+                // Something opens that the window does not close (a string, a comment, a
+                // script's body): keep what came before it; what follows is read with a larger
+                // window, and only if the splitter asks for it.
+                if lexemes.last().is_some_and(|l| !l.closed) {
+                    lexemes.pop();
+                }
+                self.window = self.window.saturating_mul(2);
+                match lexemes.last() {
+                    Some(last) => until = last.end,
+                    None => continue,
+                }
+            } else {
+                self.window = WINDOW;
+            }
+            self.done_line += text[self.done..until].matches('\n').count();
+            self.done = until;
+            self.lexemes.extend(lexemes);
+            return true;
+        }
     }
 
-    /// Moves to byte offset `end` (a character boundary), counting the newlines passed.
+    /// Moves to byte offset `end` (a character boundary at or after the lexeme handed out
+    /// last), counting the newlines passed.
     fn advance_to(&mut self, end: usize) {
-        self.line += self.text[self.pos..end].matches('\n').count();
-        self.pos = end;
+        let (from, line) = match self.next.checked_sub(1).and_then(|i| self.lexemes.get(i)) {
+            Some(last) => (last.start, last.line),
+            None => (0, 1),
+        };
+        let line = line + self.text[from..end].matches('\n').count();
+        *self = Self::starting_at(self.text, end, line);
     }
 
-    /// End of a quote opened at `self.pos` with `quote`, where a doubled `quote` escapes it.
-    fn quoted_end(&self, quote: char) -> (usize, bool) {
-        let rest = self.rest();
-        let mut chars = rest.char_indices().skip(1).peekable();
-        while let Some((i, c)) = chars.next() {
-            if c == quote {
-                if chars.peek().is_some_and(|&(_, next)| next == quote) {
-                    chars.next();
-                } else {
-                    return (self.pos + i + c.len_utf8(), true);
-                }
+    /// Whether the lexeme handed out last starts a script statement (see [`is_script_head`]):
+    /// its text and the next significant lexemes' (no whitespace, no comments), six at most.
+    fn at_script_head(&mut self) -> bool {
+        let mut words = Vec::new();
+        let mut i = self.next.saturating_sub(1);
+        while words.len() < 6 {
+            if i >= self.lexemes.len() && !self.fill() {
+                break;
+            }
+            let Some(l) = self.lexemes.get(i) else {
+                break;
+            };
+            if !matches!(l.kind, LexemeKind::Whitespace | LexemeKind::Comment) {
+                words.push(&self.text[l.start..l.end]);
+            }
+            i += 1;
+        }
+        script_head_words(&words)
+    }
+}
+
+/// The lexemes of `text` from byte offset `start` (on line `line`), as sqlparser tokenizes it,
+/// and whether the tokenizer stopped before the end (then the last lexeme is the unclosed rest).
+fn lexemes(text: &str, start: usize, line: usize) -> (Vec<Lexeme>, bool) {
+    let rest = &text[start..];
+    let mut tokens = Vec::new();
+    let stopped = Tokenizer::new(&SplitterDialect, rest)
+        .with_unescape(false)
+        .tokenize_with_location_into_buf(&mut tokens)
+        .is_err();
+    let mut at = Position::new(rest);
+    let mut out = Vec::with_capacity(tokens.len() + 1);
+    for token in &tokens {
+        let from = at.offset(token.span.start);
+        let to = at.offset(token.span.end);
+        out.push(Lexeme {
+            kind: kind_of(&token.token),
+            start: start + from,
+            end: start + to,
+            line: line + (token.span.start.line as usize).saturating_sub(1),
+            closed: true,
+        });
+    }
+    let done = out.last().map_or(start, |l| l.end);
+    if stopped && done < text.len() {
+        // The tokens stop where a quote or comment opens that the text ends inside of (or
+        // where text that is not SQL begins): one run to the end, left open.
+        let tail = &text[done..];
+        let kind = if tail.starts_with("/*") {
+            LexemeKind::Comment
+        } else {
+            LexemeKind::Quoted
+        };
+        out.push(Lexeme {
+            kind,
+            start: done,
+            end: text.len(),
+            line: line + text[start..done].matches('\n').count(),
+            closed: false,
+        });
+    }
+    (out, stopped)
+}
+
+/// What a token is to the splitter.
+fn kind_of(token: &Token) -> LexemeKind {
+    match token {
+        Token::Whitespace(
+            Whitespace::SingleLineComment { .. } | Whitespace::MultiLineComment(_),
+        ) => LexemeKind::Comment,
+        Token::Whitespace(_) => LexemeKind::Whitespace,
+        // Other Unicode spaces (a no-break space pasted from a web page) are spaces too.
+        Token::Char(c) if c.is_whitespace() => LexemeKind::Whitespace,
+        Token::SemiColon => LexemeKind::Semicolon,
+        Token::SingleQuotedString(_)
+        | Token::DoubleQuotedString(_)
+        | Token::DollarQuotedString(_)
+        | Token::NationalStringLiteral(_)
+        | Token::HexStringLiteral(_) => LexemeKind::Quoted,
+        Token::Word(w) if w.quote_style.is_some() => LexemeKind::Quoted,
+        _ => LexemeKind::Code,
+    }
+}
+
+/// Byte offsets of sqlparser's locations (1-based lines and columns counted in characters) in
+/// the text it tokenized, read forward once.
+struct Position<'a> {
+    text: &'a str,
+    byte: usize,
+    line: u64,
+    column: u64,
+}
+
+impl<'a> Position<'a> {
+    fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            byte: 0,
+            line: 1,
+            column: 1,
+        }
+    }
+
+    /// The byte offset of `location`, at or after the last one asked for.
+    fn offset(&mut self, location: Location) -> usize {
+        while (self.line, self.column) < (location.line, location.column) {
+            let Some(c) = self.text[self.byte..].chars().next() else {
+                break;
+            };
+            self.byte += c.len_utf8();
+            if c == '\n' {
+                self.line += 1;
+                self.column = 1;
+            } else {
+                self.column += 1;
             }
         }
-        (self.text.len(), false)
-    }
-
-    /// End of a (nested) block comment opened at `self.pos`.
-    fn block_comment_end(&self) -> (usize, bool) {
-        let bytes = self.rest().as_bytes();
-        let mut depth = 0usize;
-        let mut i = 0;
-        while i + 1 < bytes.len() {
-            match (bytes[i], bytes[i + 1]) {
-                (b'/', b'*') => {
-                    depth += 1;
-                    i += 2;
-                }
-                (b'*', b'/') => {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        return (self.pos + i, true);
-                    }
-                }
-                _ => i += 1,
-            }
-        }
-        (self.text.len(), false)
-    }
-
-    /// If a dollar quote (`$$` or `$tag$`) opens at `self.pos`, its end.
-    fn dollar_quoted_end(&self) -> Option<(usize, bool)> {
-        let rest = self.rest();
-        let after = &rest[1..];
-        let tag_len = after
-            .char_indices()
-            .take_while(|&(i, c)| c == '_' || c.is_alphabetic() || (i > 0 && c.is_alphanumeric()))
-            .map(|(i, c)| i + c.len_utf8())
-            .last()
-            .unwrap_or(0);
-        if !after[tag_len..].starts_with('$') {
-            return None; // `$1` placeholders and the like
-        }
-        let delimiter = &rest[..tag_len + 2];
-        let body = &rest[delimiter.len()..];
-        Some(match body.find(delimiter) {
-            Some(at) => (self.pos + delimiter.len() + at + delimiter.len(), true),
-            None => (self.text.len(), false),
-        })
+        self.byte
     }
 }
 
@@ -330,44 +482,11 @@ impl Iterator for Lexer<'_> {
     type Item = Lexeme;
 
     fn next(&mut self) -> Option<Lexeme> {
-        let rest = self.rest();
-        let c = rest.chars().next()?;
-        let (kind, end, closed) = if c.is_whitespace() {
-            let len = rest
-                .find(|c: char| !c.is_whitespace())
-                .unwrap_or(rest.len());
-            (LexemeKind::Whitespace, self.pos + len, true)
-        } else if rest.starts_with("--") {
-            // The newline is not part of the comment: it is whitespace, and closes it.
-            let len = rest.find('\n').unwrap_or(rest.len());
-            (LexemeKind::Comment, self.pos + len, true)
-        } else if rest.starts_with("/*") {
-            let (end, closed) = self.block_comment_end();
-            (LexemeKind::Comment, end, closed)
-        } else if c == '\'' || c == '"' {
-            let (end, closed) = self.quoted_end(c);
-            (LexemeKind::Quoted, end, closed)
-        } else if c == ';' {
-            (LexemeKind::Semicolon, self.pos + 1, true)
-        } else if let Some((end, closed)) = (c == '$').then(|| self.dollar_quoted_end()).flatten() {
-            (LexemeKind::Quoted, end, closed)
-        } else if c.is_alphanumeric() || c == '_' {
-            // A whole word, so that `a$b$` is not mistaken for the start of a dollar quote.
-            let len = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
-                .unwrap_or(rest.len());
-            (LexemeKind::Code, self.pos + len, true)
-        } else {
-            (LexemeKind::Code, self.pos + c.len_utf8(), true)
-        };
-        let lexeme = Lexeme {
-            kind,
-            start: self.pos,
-            end,
-            line: self.line,
-            closed,
-        };
-        self.advance_to(end);
+        if self.next >= self.lexemes.len() && !self.fill() {
+            return None;
+        }
+        let lexeme = *self.lexemes.get(self.next)?;
+        self.next += 1;
         Some(lexeme)
     }
 }
@@ -498,6 +617,16 @@ mod tests {
         );
         assert_eq!(texts("SELECT 1 /* open; "), ["SELECT 1 /* open;"]);
         assert_eq!(texts("SELECT 1 -- trailing\n;"), ["SELECT 1"]);
+    }
+
+    #[test]
+    fn a_backslash_does_not_escape_a_quote_and_unicode_spaces_are_spaces() {
+        assert_eq!(
+            texts("SELECT 'C:\\'; SELECT 2"),
+            ["SELECT 'C:\\'", "SELECT 2"]
+        );
+        assert_eq!(texts("SELECT 1;\u{a0}\n"), ["SELECT 1"]);
+        assert!(is_blank("\u{a0};"));
     }
 
     #[test]

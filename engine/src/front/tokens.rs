@@ -3,11 +3,11 @@
 //! text as written (the text rewrites join tokens back into text); [`tokens`] is the
 //! classifier's view, cut down to words (quoted or not), string literals and the rest.
 //!
-//! Two readers keep lexers of their own, because what they read is not text sqlparser's
-//! tokenizer accepts: the splitter ([`splitter`](super::splitter), which the shell and the
-//! Python package use too) reads unfinished text (an open quote means more is to come, not an
-//! error) and script bodies up to their `/` line; the script DDL reader (`scripts/ddl.rs`) reads
-//! a header and then a body in another language.
+//! The splitter ([`splitter`](super::splitter), which the shell and the Python package use too)
+//! runs the same tokenizer with its own lexical dialect (no backslash escapes, nested comments),
+//! a window of lines at a time, and skips script bodies, which are not SQL. One reader keeps a
+//! lexer of its own: the script DDL reader (`scripts/ddl.rs`), which reads a header and then a
+//! body in another language.
 
 use datafusion::error::DataFusionError;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
