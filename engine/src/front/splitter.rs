@@ -21,8 +21,9 @@
 //! assert_eq!((statements[1].line, statements[1].index), (3, 2));
 //! ```
 
-use datafusion::sql::sqlparser::dialect::Dialect;
-use datafusion::sql::sqlparser::tokenizer::{Location, Token, Tokenizer, Whitespace};
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
+
+use super::tokens::{PlainDialect, Position};
 
 /// One statement of a script, without its terminating `;`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +95,16 @@ pub fn is_script_head(text: &str) -> bool {
         .find(|l| !matches!(l.kind, LexemeKind::Whitespace | LexemeKind::Comment))
         .is_some()
         && lexer.at_script_head()
+}
+
+/// The first `n` significant tokens of `text` (no whitespace, no comments), as written; read
+/// lazily, so a long statement is not tokenized for its first words.
+pub(crate) fn first_words(text: &str, n: usize) -> Vec<&str> {
+    Lexer::new(text)
+        .filter(|l| !matches!(l.kind, LexemeKind::Whitespace | LexemeKind::Comment))
+        .take(n)
+        .map(|l| &text[l.start..l.end])
+        .collect()
 }
 
 /// Whether `words` (a statement's first significant tokens, up to six) are a script head.
@@ -247,30 +258,6 @@ struct Lexeme {
     closed: bool,
 }
 
-/// The splitter's lexical SQL, for sqlparser's tokenizer (the front end's one tokenizer, see
-/// [`tokens`](super::tokens)): `''` and `""` escapes only (no backslash escapes), nested block
-/// comments, dollar-quoted bodies, `$` inside words (`a$b$` is a name, not a dollar quote).
-#[derive(Debug)]
-struct SplitterDialect;
-
-impl Dialect for SplitterDialect {
-    fn is_identifier_start(&self, ch: char) -> bool {
-        ch.is_alphabetic() || ch == '_'
-    }
-
-    fn is_identifier_part(&self, ch: char) -> bool {
-        ch.is_alphanumeric() || ch == '_' || ch == '$'
-    }
-
-    fn is_delimited_identifier_start(&self, ch: char) -> bool {
-        ch == '"'
-    }
-
-    fn supports_nested_comments(&self) -> bool {
-        true
-    }
-}
-
 /// Cuts text into [`Lexeme`]s with sqlparser's tokenizer, a window of lines at a time (a
 /// script's body is skipped without tokenizing what follows it twice). Each lexeme ends on a
 /// character boundary, so `&text[start..end]` is always valid. A quote or comment that the text
@@ -383,7 +370,7 @@ impl<'a> Lexer<'a> {
 fn lexemes(text: &str, start: usize, line: usize) -> (Vec<Lexeme>, bool) {
     let rest = &text[start..];
     let mut tokens = Vec::new();
-    let stopped = Tokenizer::new(&SplitterDialect, rest)
+    let stopped = Tokenizer::new(&PlainDialect, rest)
         .with_unescape(false)
         .tokenize_with_location_into_buf(&mut tokens)
         .is_err();
@@ -438,43 +425,6 @@ fn kind_of(token: &Token) -> LexemeKind {
         | Token::HexStringLiteral(_) => LexemeKind::Quoted,
         Token::Word(w) if w.quote_style.is_some() => LexemeKind::Quoted,
         _ => LexemeKind::Code,
-    }
-}
-
-/// Byte offsets of sqlparser's locations (1-based lines and columns counted in characters) in
-/// the text it tokenized, read forward once.
-struct Position<'a> {
-    text: &'a str,
-    byte: usize,
-    line: u64,
-    column: u64,
-}
-
-impl<'a> Position<'a> {
-    fn new(text: &'a str) -> Self {
-        Self {
-            text,
-            byte: 0,
-            line: 1,
-            column: 1,
-        }
-    }
-
-    /// The byte offset of `location`, at or after the last one asked for.
-    fn offset(&mut self, location: Location) -> usize {
-        while (self.line, self.column) < (location.line, location.column) {
-            let Some(c) = self.text[self.byte..].chars().next() else {
-                break;
-            };
-            self.byte += c.len_utf8();
-            if c == '\n' {
-                self.line += 1;
-                self.column = 1;
-            } else {
-                self.column += 1;
-            }
-        }
-        self.byte
     }
 }
 

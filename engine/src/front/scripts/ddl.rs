@@ -85,9 +85,9 @@ impl From<DdlError> for EngineError {
 
 /// Whether `text` is a script statement for [`parse`].
 pub(crate) fn is_script_ddl(text: &str) -> bool {
-    let mut t = Tokens::new(text);
-    let words: Vec<String> = (0..5)
-        .map_while(|_| t.next_token().map(|tok| tok.text.to_ascii_uppercase()))
+    let words: Vec<String> = crate::front::splitter::first_words(text, 5)
+        .into_iter()
+        .map(str::to_ascii_uppercase)
         .collect();
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     crate::front::splitter::is_script_head(text)
@@ -226,14 +226,21 @@ fn parse_create(t: &mut Tokens<'_>, text: &str) -> Result<CreateScript, DdlError
 struct Token {
     text: String,
     start: usize,
+    end: usize,
     quoted: bool,
 }
 
-/// A small tokenizer for DDL heads: words, quoted identifiers, strings, symbols; skips
-/// whitespace and comments.
+/// A DDL head's tokens (words, quoted identifiers, strings, symbols; no whitespace or comments),
+/// read with the front end's tokenizer ([`crate::front::tokens::located_tokens`]). Where the
+/// tokenizer stops (a quote left open, a body that is not SQL), the rest is one last token.
 struct Tokens<'a> {
     text: &'a str,
+    toks: Vec<Token>,
+    /// The next token to read.
+    next: usize,
+    /// Where the token read last ends.
     pos: usize,
+    /// Where the token read last starts.
     last_start: usize,
     /// Read quoted names as the Exasol dialect does (see [`parse`]).
     exasol: bool,
@@ -241,75 +248,43 @@ struct Tokens<'a> {
 
 impl<'a> Tokens<'a> {
     fn new(text: &'a str) -> Self {
+        let toks = crate::front::tokens::located_tokens(text)
+            .into_iter()
+            .map(|t| Token {
+                text: t.text,
+                start: t.start,
+                end: t.end,
+                quoted: t.quoted,
+            })
+            .collect();
         Self {
             text,
+            toks,
+            next: 0,
             pos: 0,
             last_start: 0,
             exasol: false,
         }
     }
 
+    /// Moves to the start of the next token (the end of the text after the last).
     fn skip_space(&mut self) {
-        loop {
-            let rest = &self.text[self.pos..];
-            let trimmed = rest.trim_start();
-            self.pos += rest.len() - trimmed.len();
-            if trimmed.starts_with("--") {
-                self.pos += trimmed.find('\n').unwrap_or(trimmed.len());
-            } else if trimmed.starts_with("/*") {
-                self.pos += trimmed.find("*/").map_or(trimmed.len(), |i| i + 2);
-            } else {
-                return;
-            }
-        }
+        self.pos = self
+            .toks
+            .get(self.next)
+            .map_or(self.text.len(), |t| t.start);
     }
 
     fn peek_token(&mut self) -> Option<Token> {
-        let saved = (self.pos, self.last_start);
-        let token = self.next_token();
-        (self.pos, self.last_start) = saved;
-        token
+        self.toks.get(self.next).cloned()
     }
 
     fn next_token(&mut self) -> Option<Token> {
-        self.skip_space();
-        let rest = &self.text[self.pos..];
-        let c = rest.chars().next()?;
-        let start = self.pos;
-        self.last_start = start;
-        let (text, len, quoted) = if c == '"' || c == '\'' {
-            let mut value = String::new();
-            let mut chars = rest.char_indices().skip(1).peekable();
-            let mut end = rest.len();
-            while let Some((i, ch)) = chars.next() {
-                if ch == c {
-                    if chars.peek().is_some_and(|&(_, n)| n == c) {
-                        value.push(c);
-                        chars.next();
-                        continue;
-                    }
-                    end = i + 1;
-                    break;
-                }
-                value.push(ch);
-            }
-            (value, end, true)
-        } else if rest.starts_with("...") {
-            ("...".to_string(), 3, false)
-        } else if c.is_alphanumeric() || c == '_' {
-            let len = rest
-                .find(|ch: char| !(ch.is_alphanumeric() || ch == '_'))
-                .unwrap_or(rest.len());
-            (rest[..len].to_string(), len, false)
-        } else {
-            (c.to_string(), c.len_utf8(), false)
-        };
-        self.pos += len;
-        Some(Token {
-            text,
-            start,
-            quoted,
-        })
+        let token = self.toks.get(self.next).cloned()?;
+        self.next += 1;
+        self.last_start = token.start;
+        self.pos = token.end;
+        Some(token)
     }
 
     fn position(&self, at: usize) -> (usize, usize) {
