@@ -359,7 +359,7 @@ impl Session {
                 let stream = self.alter_table(&alter, added, &grants).await?;
                 Ok((stream, ResultShape::SINGLE))
             }
-            Prepared::Plan(plan, planned) => self.run_plan(plan, *planned).await,
+            Prepared::Plan(plan, state, planned) => self.run_plan(plan, *state, *planned).await,
         }
     }
 
@@ -467,10 +467,12 @@ impl Session {
         if !grants.is_all() {
             self.check_table_access(&plan, &grants).await?;
         }
+        let batch_size = state.config().batch_size();
         Ok(Prepared::Plan(
             plan,
+            Box::new(state),
             Box::new(Planned {
-                state,
+                batch_size,
                 exasol,
                 upper_case: own.identifier_case == IdentifierCase::Upper,
                 gpu_wait_timeout: own.gpu_wait_timeout()?,
@@ -564,18 +566,14 @@ impl Session {
     async fn run_plan(
         &self,
         plan: LogicalPlan,
+        state: SessionState,
         planned: Planned,
     ) -> Result<(SendableRecordBatchStream, ResultShape)> {
-        let Planned {
-            state,
-            exasol,
-            grants,
-            ..
-        } = &planned;
+        let Planned { exasol, grants, .. } = &planned;
         if is_table_ddl(&plan) {
             self.commit_before_ddl().await?;
         }
-        let plan = dml_without_subqueries(plan, state).await?;
+        let plan = dml_without_subqueries(plan, &state).await?;
         if dml_never_matches(&plan)? {
             return Ok((count_stream(0)?, ResultShape::SINGLE));
         }
@@ -608,7 +606,7 @@ impl Session {
                     return Ok((empty_stream()?, ResultShape::SINGLE));
                 }
                 let query = insert_with_table_fields(truncate_as_delete(c.input.as_ref().clone()))?;
-                let (stream, _) = self.run_query(&planned, query).await?;
+                let (stream, _) = self.run_query(&planned, state, query).await?;
                 self.create_from_rows(&c, target, stream, *exasol, grants)
                     .await?;
                 return Ok((empty_stream()?, ResultShape::SINGLE));
@@ -623,8 +621,8 @@ impl Session {
         };
         if let Some((create, query)) = ctas_query(&plan, exists, *exasol) {
             let query = insert_with_table_fields(truncate_as_delete(query))?;
-            let (stream, _) = self.run_query(&planned, query).await?;
-            self.create_in_memory_from(create, stream, *exasol, state.config().batch_size())
+            let (stream, _) = self.run_query(&planned, state, query).await?;
+            self.create_in_memory_from(create, stream, *exasol, planned.batch_size)
                 .await?;
             return Ok((empty_stream()?, ResultShape::SINGLE));
         }
@@ -636,10 +634,10 @@ impl Session {
                 Ok((stream, ResultShape::SINGLE))
             }
             LogicalPlan::Explain(_) => {
-                let stream = self.run_explain(&planned, plan).await?;
+                let stream = self.run_explain(&planned, state, plan).await?;
                 Ok((stream, ResultShape::SINGLE))
             }
-            _ => self.run_result(&planned, plan).await,
+            _ => self.run_result(&planned, state, plan).await,
         }
     }
 
@@ -685,7 +683,7 @@ impl Session {
         if let Some(table) = created
             && let Ok(table) = self.ctx.table_provider(table).await
         {
-            compact_table(&table, planned.state.config().batch_size()).await?;
+            compact_table(&table, planned.batch_size).await?;
         }
         Ok(stream)
     }
@@ -694,9 +692,10 @@ impl Session {
     async fn run_explain(
         &self,
         planned: &Planned,
+        state: SessionState,
         plan: LogicalPlan,
     ) -> Result<SendableRecordBatchStream> {
-        let df = DataFrame::new(planned.state.clone(), plan);
+        let df = DataFrame::new(state, plan);
         let task = Arc::new(df.task_ctx());
         let physical = df.create_physical_plan().await?;
         // EXPLAIN reports analyzer failures as plan text; a placement failure still
@@ -715,6 +714,7 @@ impl Session {
     async fn run_query(
         &self,
         planned: &Planned,
+        state: SessionState,
         plan: LogicalPlan,
     ) -> Result<(StatementStream, ResultShape)> {
         let engine = self.engine.state();
@@ -739,7 +739,7 @@ impl Session {
         // Writes (INSERT into this session's tables, COPY TO) change this process's state:
         // they run here; queries go to the distributor, if any.
         let distribute = !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Copy(_));
-        let df = DataFrame::new(planned.state.clone(), plan);
+        let df = DataFrame::new(state, plan);
         let task = Arc::new(df.task_ctx());
         let mut physical = df.create_physical_plan().await?;
         if let (Some(distributor), true) = (&engine.distributor, distribute) {
@@ -775,6 +775,7 @@ impl Session {
     async fn run_result(
         &self,
         planned: &Planned,
+        state: SessionState,
         plan: LogicalPlan,
     ) -> Result<(SendableRecordBatchStream, ResultShape)> {
         let is_write = matches!(plan, LogicalPlan::Dml(_));
@@ -792,8 +793,8 @@ impl Session {
             }) => source_as_provider(target).ok(),
             _ => None,
         };
-        let (stream, shape) = self.run_query(planned, plan).await?;
-        let batch_size = planned.state.config().batch_size();
+        let (stream, shape) = self.run_query(planned, state, plan).await?;
+        let batch_size = planned.batch_size;
         let stream: SendableRecordBatchStream = match &insert_target {
             Some(table) => compact_after(Box::pin(stream), table, batch_size),
             None => Box::pin(stream),
@@ -911,14 +912,15 @@ enum Prepared {
         added: Option<datafusion::arrow::datatypes::Field>,
         grants: Arc<Grants>,
     },
-    /// A logical plan, and what running it needs.
-    Plan(LogicalPlan, Box<Planned>),
+    /// A logical plan, the statement's session state (its own UDFs and rules; moved into the
+    /// plan's run, not copied), and what running it needs.
+    Plan(LogicalPlan, Box<SessionState>, Box<Planned>),
 }
 
 /// A planned statement's context for its run step.
 struct Planned {
-    /// The statement's session state (its own UDFs and rules).
-    state: SessionState,
+    /// `datafusion.execution.batch_size` as the statement sees it.
+    batch_size: usize,
     /// The Exasol dialect.
     exasol: bool,
     /// `accelsql.identifier_case = 'upper'`.
